@@ -11,6 +11,8 @@ the first rule whose conditions hold (and which is not used up) decides the resp
   conversations are recognised the same way (their first user text is the Task/Agent prompt).
 * ``turns``: how many assistant messages the request already contains (``None``: any).
 * ``times``: how often the rule may be used (``None``: unlimited). Used for "529 then success".
+* ``last_user`` (optional): substring of the last user message's text; tells the compaction
+  request (same first user text and turn count as a normal request) apart.
 
 Requests that match no rule (side calls such as title generation) get a short default text
 answer and are logged with ``"matched": false``.
@@ -125,12 +127,16 @@ class Rule:
     turns: int | None = None
     times: int | None = None
     delay: float = 0.0  # seconds to wait before answering
+    in_transcript: bool = True  # False: the scenario expects the CLI to abort before recording it
+    last_user: str | None = None  # substring of the last user message's text (e.g. the compaction prompt)
     used: int = field(default=0, compare=False)
 
-    def matches(self, first_user: str, turns: int) -> bool:
+    def matches(self, first_user: str, turns: int, last_user: str = "") -> bool:
         if self.times is not None and self.used >= self.times:
             return False
         if self.first_user is not None and self.first_user not in first_user:
+            return False
+        if self.last_user is not None and self.last_user not in last_user:
             return False
         if self.turns is not None and self.turns != turns:
             return False
@@ -150,21 +156,33 @@ def _strip_reminders(s: str) -> str:
     return s
 
 
+def _user_text(m: dict[str, Any]) -> str:
+    content = m.get("content")
+    if isinstance(content, str):
+        return _strip_reminders(content).strip()
+    parts = []
+    for b in content or []:
+        if isinstance(b, dict) and b.get("type") == "text":
+            t = _strip_reminders(b.get("text") or "")
+            if t.strip():
+                parts.append(t.strip())
+    return "\n".join(parts)
+
+
+def last_user_text(body: dict[str, Any]) -> str:
+    """Text blocks of the last user message (tool_result blocks are not text), without reminders."""
+    for m in reversed(body.get("messages") or []):
+        if m.get("role") == "user":
+            return _user_text(m)
+    return ""
+
+
 def first_user_text(body: dict[str, Any]) -> str:
     """Text of the first user message, without the ``<system-reminder>`` blocks."""
     for m in body.get("messages") or []:
         if m.get("role") != "user":
             continue
-        content = m.get("content")
-        if isinstance(content, str):
-            return _strip_reminders(content).strip()
-        parts = []
-        for b in content or []:
-            if isinstance(b, dict) and b.get("type") == "text":
-                t = _strip_reminders(b.get("text") or "")
-                if t.strip():
-                    parts.append(t.strip())
-        return "\n".join(parts)
+        return _user_text(m)
     return ""
 
 
@@ -301,6 +319,7 @@ class FakeAPI:
         self._lock = threading.Lock()
         self._seq = 0
         self.records: list[dict[str, Any]] = []
+        self.decided: list[str | None] = []  # rule names in decision order (None: unmatched)
         self._server: _QuietServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -343,11 +362,13 @@ class FakeAPI:
     def decide(self, body: dict[str, Any]) -> tuple[Rule | None, int, str, str, str, int]:
         """Pick the rule for a request; returns (rule, seq, msg_id, req_id, first_user, turns)."""
         fu = first_user_text(body)
+        lu = last_user_text(body)
         turns = count_assistant_turns(body)
         with self._lock:
-            rule = next((r for r in self.rules if r.matches(fu, turns)), None)
+            rule = next((r for r in self.rules if r.matches(fu, turns, lu)), None)
             if rule is not None:
                 rule.used += 1
+            self.decided.append(rule.name if rule else None)
             seq, msg_id, req_id = self._next_ids()
         return rule, seq, msg_id, req_id, fu, turns
 
@@ -463,9 +484,9 @@ def _make_handler(api: FakeAPI):
 
         def _messages(self, body: dict[str, Any], headers: dict[str, str]) -> None:
             rule, seq, msg_id, req_id, fu, turns = api.decide(body)
-            if rule is not None and rule.delay:
-                time.sleep(rule.delay)
             stream = bool(body.get("stream"))
+            # The record is written when the response is decided, before any scripted delay, so a
+            # response the client aborts during the delay is still in the ground truth.
             record: dict[str, Any] = {
                 "seq": seq,
                 "time": _now(),
@@ -475,6 +496,8 @@ def _make_handler(api: FakeAPI):
                 "conversation": fu[:200],
                 "assistant_turns_in_request": turns,
                 "stream": stream,
+                "delay_s": rule.delay if rule else 0.0,
+                "expect_in_transcript": rule.in_transcript if rule else True,
                 "request": _request_summary(body, headers),
             }
             reply = rule.reply if rule is not None else Message(
@@ -485,6 +508,7 @@ def _make_handler(api: FakeAPI):
                               stop_reason=None, usage=None, blocks=[], error={"type": reply.error_type,
                                                                               "message": reply.message})
                 api._log(record)
+                self._delay(rule)
                 self._send(reply.status, json.dumps(eb).encode(), "application/json",
                            {"request-id": req_id, **dict(reply.headers)})
                 return
@@ -503,10 +527,15 @@ def _make_handler(api: FakeAPI):
                           blocks=[{k: v for k, v in (("type", b["type"]), ("id", b.get("id")),
                                                      ("name", b.get("name"))) if v is not None} for b in blocks])
             api._log(record)
+            self._delay(rule)
             if stream:
                 self._send(200, encode_sse(sse_events(message)), "text/event-stream; charset=utf-8",
                            {"request-id": req_id, "cache-control": "no-cache"})
             else:
                 self._send(200, json.dumps(message).encode(), "application/json", {"request-id": req_id})
+
+        def _delay(self, rule: Rule | None) -> None:
+            if rule is not None and rule.delay:
+                time.sleep(rule.delay)
 
     return Handler

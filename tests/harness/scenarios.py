@@ -1,0 +1,461 @@
+"""The scenarios: rules for the fake API plus the CLI runs that exercise them.
+
+Each scenario is a :class:`Scenario` with a ``rules()`` factory (fresh, since rules count their
+uses) and a ``drive(ctx)`` function that performs one or more CLI runs. :func:`run_scenario` runs
+one in a fresh :class:`~tests.harness.runner.Sandbox` and returns a :class:`ScenarioResult` with
+the config dir the CLI wrote, the stream-json stdout of every run and the ground-truth log.
+
+Every prompt starts with the scenario's tag (``S01`` ...), and subagent prompts carry their own
+tag, so the fake API recognises each conversation by a substring of its first user text.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from .fakeapi import ApiError, FakeAPI, Message, Rule, Usage, text, thinking, tool
+from .runner import RunResult, Sandbox, StdinStep, tool_use_seen, transcript_lines
+
+__all__ = ["Scenario", "ScenarioResult", "Context", "SCENARIOS", "run_scenario", "usage_for"]
+
+
+def usage_for(scenario_no: int, i: int) -> Usage:
+    """Distinct, non-round usage numbers for response ``i`` of scenario ``scenario_no``."""
+    k = scenario_no * 16 + i
+    return Usage(
+        input_tokens=1203 + 37 * k,
+        output_tokens=31 + 7 * k,
+        cache_creation_input_tokens=89 + 13 * k,
+        cache_read_input_tokens=5641 + 211 * k,
+    )
+
+
+@dataclass
+class Context:
+    """What a scenario's ``drive`` gets: the fake API, the sandbox and a list to append runs to."""
+
+    api: FakeAPI
+    sandbox: Sandbox
+    runs: list[tuple[str, RunResult]] = field(default_factory=list)
+    notes: dict[str, Any] = field(default_factory=dict)
+
+    def run(self, label: str, prompt: str | None, **kw: Any) -> RunResult:
+        res = self.sandbox.run(self.api.base_url, prompt, **kw)
+        self.runs.append((label, res))
+        return res
+
+
+@dataclass
+class Scenario:
+    name: str
+    number: int
+    description: str
+    rules: Callable[[], list[Rule]]
+    drive: Callable[[Context], None]
+    hand_made: bool = False
+
+
+@dataclass
+class ScenarioResult:
+    scenario: Scenario
+    sandbox: Sandbox
+    runs: list[tuple[str, RunResult]]
+    ground_truth: Path
+    notes: dict[str, Any]
+    started: float
+    finished: float
+
+    @property
+    def session_ids(self) -> list[str]:
+        ids: list[str] = []
+        for _, r in self.runs:
+            sid = r.session_id
+            if sid and sid not in ids:
+                ids.append(sid)
+        return ids
+
+
+def run_scenario(scenario: Scenario, base: Path | str | None = None, debug_requests: bool = False) -> ScenarioResult:
+    """Run ``scenario`` in a fresh sandbox (a temp dir under ``base``)."""
+    sandbox = Sandbox.create(prefix=f"ccotel-{scenario.name}-", base=base)
+    gt = sandbox.root / "ground_truth.jsonl"
+    req_log = sandbox.root / "requests.jsonl" if debug_requests else None
+    started = time.time()
+    with FakeAPI(f"s{scenario.number:02d}", scenario.rules(), gt, req_log) as api:
+        ctx = Context(api=api, sandbox=sandbox)
+        scenario.drive(ctx)
+    return ScenarioResult(scenario=scenario, sandbox=sandbox, runs=ctx.runs, ground_truth=gt, notes=ctx.notes,
+                          started=started, finished=time.time())
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def bash(command: str, description: str, **extra: Any) -> dict[str, Any]:
+    return tool("Bash", {"command": command, "description": description, **extra})
+
+
+def agent(description: str, prompt: str, subagent_type: str = "general-purpose", **extra: Any) -> dict[str, Any]:
+    return tool("Agent", {"description": description, "prompt": prompt, "subagent_type": subagent_type, **extra})
+
+
+# --------------------------------------------------------------------------- S01 one Bash call
+
+S01_PROMPT = "S01 run echo hello with Bash and report"
+
+
+def _s01_rules() -> list[Rule]:
+    u = lambda i: usage_for(1, i)  # noqa: E731
+    return [
+        Rule("s01.bash", Message([text("Running it."), bash("echo hello", "Print hello")], u(0)),
+             first_user="S01 ", turns=0),
+        Rule("s01.final", Message([text("The command printed: hello")], u(1)), first_user="S01 ", turns=1),
+    ]
+
+
+def _s01_drive(ctx: Context) -> None:
+    ctx.run("run1", S01_PROMPT, allowed_tools="Bash", timeout=90)
+
+
+# --------------------------------------------------------------------------- S03 parallel subagents
+
+S03_PROMPT = "S03 main: start two helper agents in parallel"
+S03_ALPHA = "S03-ALPHA helper: run echo alpha with Bash and report"
+S03_BETA = "S03-BETA helper: run echo beta with Bash and report"
+
+
+def _s03_rules() -> list[Rule]:
+    u = lambda i: usage_for(3, i)  # noqa: E731
+    return [
+        Rule("s03.main.spawn", Message([text("Starting two helpers."),
+                                        agent("Alpha helper", S03_ALPHA),
+                                        agent("Beta helper", S03_BETA)], u(0)),
+             first_user="S03 main", turns=0),
+        Rule("s03.main.final", Message([text("Both helpers finished: alpha and beta.")], u(1)),
+             first_user="S03 main", turns=1),
+        Rule("s03.alpha.bash", Message([bash("echo alpha", "Print alpha")], u(2)),
+             first_user="S03-ALPHA", turns=0, delay=0.3),
+        Rule("s03.alpha.final", Message([text("alpha done")], u(3)), first_user="S03-ALPHA", turns=1, delay=0.3),
+        Rule("s03.beta.bash", Message([bash("echo beta", "Print beta")], u(4)),
+             first_user="S03-BETA", turns=0, delay=0.3),
+        Rule("s03.beta.final", Message([text("beta done")], u(5)), first_user="S03-BETA", turns=1, delay=0.3),
+    ]
+
+
+def _s03_drive(ctx: Context) -> None:
+    ctx.run("run1", S03_PROMPT, allowed_tools="Bash,Agent", timeout=120)
+
+
+
+# --------------------------------------------------------------------------- S02 two turns via --resume
+
+S02_FIRST = "S02 first turn: run echo one with Bash"
+S02_SECOND = "S02 second turn: run echo two with Bash"
+
+
+def _s02_rules() -> list[Rule]:
+    u = lambda i: usage_for(2, i)  # noqa: E731
+    return [
+        Rule("s02.t1.bash", Message([bash("echo one", "Print one")], u(0)), first_user="S02 first", turns=0),
+        Rule("s02.t1.final", Message([text("First turn printed one.")], u(1)), first_user="S02 first", turns=1),
+        Rule("s02.t2.bash", Message([text("Again."), bash("echo two", "Print two")], u(2)),
+             first_user="S02 first", turns=2),
+        Rule("s02.t2.final", Message([text("Second turn printed two.")], u(3)), first_user="S02 first", turns=3),
+    ]
+
+
+def _s02_drive(ctx: Context) -> None:
+    r1 = ctx.run("run1", S02_FIRST, allowed_tools="Bash", timeout=90)
+    ctx.run("run2_resume", S02_SECOND, resume=r1.session_id, allowed_tools="Bash", timeout=90)
+
+
+# --------------------------------------------------------------------------- S04 background subagent
+
+S04_PROMPT = "S04 main: start one background helper agent"
+S04_BG = "S04-BG helper: sleep a little, then run echo background with Bash"
+
+
+def _s04_rules() -> list[Rule]:
+    u = lambda i: usage_for(4, i)  # noqa: E731
+    return [
+        Rule("s04.main.spawn", Message([agent("Background helper", S04_BG, run_in_background=True)], u(0)),
+             first_user="S04 main", turns=0),
+        Rule("s04.main.after_launch", Message([text("The helper runs in the background.")], u(1)),
+             first_user="S04 main", turns=1),
+        Rule("s04.main.after_notification", Message([text("The background helper reported: background.")], u(2)),
+             first_user="S04 main", turns=2),
+        Rule("s04.main.more", Message([text("Nothing more to do.")], u(3)), first_user="S04 main"),
+        Rule("s04.bg.bash", Message([bash("sleep 2; echo background", "Sleep then print background")], u(4)),
+             first_user="S04-BG", turns=0, delay=0.5),
+        Rule("s04.bg.final", Message([text("background done")], u(5)), first_user="S04-BG", turns=1),
+    ]
+
+
+def _s04_drive(ctx: Context) -> None:
+    ctx.run("run1", S04_PROMPT, allowed_tools="Bash,Agent", timeout=120)
+
+
+# --------------------------------------------------------------------------- S05 nested subagents
+
+S05_PROMPT = "S05 main: start an outer helper that starts an inner helper"
+S05_OUTER = "S05-OUTER helper: start an inner helper agent"
+S05_INNER = "S05-INNER helper: run echo inner with Bash"
+
+
+def _s05_rules() -> list[Rule]:
+    u = lambda i: usage_for(5, i)  # noqa: E731
+    return [
+        Rule("s05.main.spawn", Message([agent("Outer helper", S05_OUTER)], u(0)), first_user="S05 main", turns=0),
+        Rule("s05.main.final", Message([text("Outer helper finished.")], u(1)), first_user="S05 main", turns=1),
+        Rule("s05.outer.spawn", Message([agent("Inner helper", S05_INNER)], u(2)), first_user="S05-OUTER", turns=0),
+        Rule("s05.outer.final", Message([text("outer done")], u(3)), first_user="S05-OUTER", turns=1),
+        Rule("s05.inner.bash", Message([bash("echo inner", "Print inner")], u(4)), first_user="S05-INNER", turns=0),
+        Rule("s05.inner.final", Message([text("inner done")], u(5)), first_user="S05-INNER", turns=1),
+    ]
+
+
+def _s05_drive(ctx: Context) -> None:
+    ctx.run("run1", S05_PROMPT, allowed_tools="Bash,Agent", timeout=120)
+
+
+# --------------------------------------------------------------------------- S06 SIGKILL mid-tool, resume
+
+S06_FIRST = "S06 first: run sleep 60 with Bash"
+S06_SECOND = "S06 second: after the crash, run echo recovered"
+
+
+def _s06_rules() -> list[Rule]:
+    u = lambda i: usage_for(6, i)  # noqa: E731
+    return [
+        Rule("s06.t1.sleep", Message([text("Sleeping."), bash("sleep 60", "Sleep for a minute")], u(0)),
+             first_user="S06 first", turns=0, times=1),
+        Rule("s06.t2.bash", Message([bash("echo recovered", "Print recovered")], u(1)),
+             first_user="S06 first", times=1),
+        Rule("s06.t2.final", Message([text("Recovered after the crash.")], u(2)), first_user="S06 first", times=1),
+    ]
+
+
+def _sessions_snapshot(sb: Sandbox) -> list[dict[str, Any]]:
+    out = []
+    d = sb.config_dir / "sessions"
+    if d.is_dir():
+        for p in sorted(d.glob("*.json")):
+            try:
+                out.append({"file": p.name, "content": json.loads(p.read_text())})
+            except (OSError, ValueError):
+                out.append({"file": p.name, "content": None})
+    return out
+
+
+def _s06_drive(ctx: Context) -> None:
+    sb = ctx.sandbox
+    seen: dict[str, Any] = {}
+
+    def kill_when() -> bool:
+        if not tool_use_seen(sb.config_dir, "Bash", "sleep 60"):
+            return False
+        seen.setdefault("t", time.monotonic())
+        if time.monotonic() - seen["t"] < 1.0:  # let the tool actually start
+            return False
+        ctx.notes["sessions_dir_before_kill"] = _sessions_snapshot(sb)
+        return True
+
+    r1 = ctx.run("run1_killed", S06_FIRST, allowed_tools="Bash", timeout=90, kill_when=kill_when)
+    ctx.notes["sessions_dir_after_kill"] = _sessions_snapshot(sb)
+    ctx.run("run2_resume", S06_SECOND, resume=r1.session_id or _only_session_id(sb), allowed_tools="Bash",
+            timeout=90)
+    ctx.notes["sessions_dir_after_resume"] = _sessions_snapshot(sb)
+
+
+def _only_session_id(sb: Sandbox) -> str | None:
+    files = [p for p in sb.projects_dir.glob("*/*.jsonl")]
+    return files[0].stem if len(files) == 1 else None
+
+
+# --------------------------------------------------------------------------- S07 API errors
+
+S07_A = "S07-A: this request gets a 400 invalid_request_error"
+S07_B = "S07-B: this request gets a 529 overloaded_error, then succeeds"
+
+
+def _s07_rules() -> list[Rule]:
+    u = lambda i: usage_for(7, i)  # noqa: E731
+    return [
+        Rule("s07.a.400", ApiError(400, "invalid_request_error", "messages.0: scripted invalid request for tests"),
+             first_user="S07-A"),
+        Rule("s07.b.529", ApiError(529, "overloaded_error", "Overloaded"), first_user="S07-B", turns=0, times=1),
+        Rule("s07.b.ok", Message([text("Answered after one retry.")], u(0)), first_user="S07-B", turns=0),
+    ]
+
+
+def _s07_drive(ctx: Context) -> None:
+    ctx.run("run1_400", S07_A, allowed_tools="Bash", timeout=90)
+    ctx.run("run2_529_then_ok", S07_B, allowed_tools="Bash", timeout=90)
+
+
+# --------------------------------------------------------------------------- S08 failing tool
+
+S08_PROMPT = "S08 run a failing command with Bash"
+
+
+def _s08_rules() -> list[Rule]:
+    u = lambda i: usage_for(8, i)  # noqa: E731
+    return [
+        Rule("s08.bash_fail", Message([bash("echo failing >&2; exit 3", "Fail with exit code 3")], u(0)),
+             first_user="S08 ", turns=0),
+        Rule("s08.final", Message([text("The command failed with exit code 3.")], u(1)), first_user="S08 ", turns=1),
+    ]
+
+
+def _s08_drive(ctx: Context) -> None:
+    ctx.run("run1", S08_PROMPT, allowed_tools="Bash", timeout=90)
+
+
+# --------------------------------------------------------------------------- S09 thinking + 1 MB output
+
+S09_PROMPT = "S09 think, then print more than a megabyte with Bash"
+S09_COMMAND = "seq 1 200000"  # 1,288,895 bytes on stdout
+
+
+def _s09_rules() -> list[Rule]:
+    u = lambda i: usage_for(9, i)  # noqa: E731
+    return [
+        Rule("s09.think_bash", Message([thinking("The user wants a large output. I will use seq."),
+                                        text("Printing numbers."),
+                                        bash(S09_COMMAND, "Print 200000 numbers")], u(0)),
+             first_user="S09 ", turns=0),
+        Rule("s09.think_final", Message([thinking("The output was long; summarise it."),
+                                         text("Printed 200000 lines.")], u(1)), first_user="S09 ", turns=1),
+    ]
+
+
+def _s09_drive(ctx: Context) -> None:
+    ctx.run("run1", S09_PROMPT, allowed_tools="Bash", timeout=120)
+
+
+
+# --------------------------------------------------------------------------- S10 compaction
+
+S10_FIRST = "S10 first: run echo before-compact with Bash"
+S10_AFTER = "S10 after compaction: run echo after-compact"
+S10_SUMMARY_TAG = "S10-SUMMARY"
+
+
+def _s10_rules() -> list[Rule]:
+    u = lambda i: usage_for(10, i)  # noqa: E731
+    summary = (f"<analysis>The user ran one command.</analysis>\n<summary>{S10_SUMMARY_TAG}: the user asked to run "
+               "echo before-compact; it printed before-compact.</summary>")
+    return [
+        Rule("s10.t1.bash", Message([bash("echo before-compact", "Print before-compact")], u(0)),
+             first_user="S10 first", turns=0),
+        # The compaction request has the same first user text and turn count as "t1.final" (in 2.1.197 it
+        # ends with the tool_result plus the summary instruction): recognised by its last user text.
+        Rule("s10.compact.summary", Message([text(summary)], u(2)), first_user="S10 first",
+             last_user="create a detailed summary of the conversation"),
+        Rule("s10.t1.final", Message([text("It printed before-compact.")], u(1)), first_user="S10 first", turns=1),
+        # After compaction the first user message is the summary ("This session is being continued ...").
+        Rule("s10.t2.bash", Message([bash("echo after-compact", "Print after-compact")], u(3)),
+             first_user=S10_SUMMARY_TAG, last_user="S10 after compaction"),
+        Rule("s10.t2.final", Message([text("It printed after-compact.")], u(4)), first_user=S10_SUMMARY_TAG),
+    ]
+
+
+def _s10_drive(ctx: Context) -> None:
+    r1 = ctx.run("run1", S10_FIRST, allowed_tools="Bash", timeout=90)
+    sid = r1.session_id
+    ctx.run("run2_compact", "/compact", resume=sid, allowed_tools="Bash", timeout=90)
+    ctx.run("run3_after_compact", S10_AFTER, resume=sid, allowed_tools="Bash", timeout=90)
+
+
+
+# --------------------------------------------------------------------------- S11 user interrupt
+
+S11_FIRST = "S11 first: run sleep 30 with Bash (will be interrupted)"
+S11_SECOND = "S11 second: after the interrupt, run echo resumed"
+S11_THIRD = "S11 third: a slow answer, interrupted while waiting for the API"
+
+
+def _s11_rules() -> list[Rule]:
+    u = lambda i: usage_for(11, i)  # noqa: E731
+    return [
+        Rule("s11.t1.sleep", Message([text("Sleeping."), bash("sleep 30", "Sleep for 30 seconds")], u(0)),
+             first_user="S11 first", turns=0, times=1),
+        Rule("s11.t2.bash", Message([bash("echo resumed", "Print resumed")], u(1)),
+             first_user="S11 first", last_user="S11 second"),
+        Rule("s11.t3.slow", Message([text("This answer arrives too late.")], u(3)), first_user="S11 first",
+             last_user="S11 third", delay=6.0, in_transcript=False),
+        Rule("s11.t2.final", Message([text("Resumed after the interrupt.")], u(2)), first_user="S11 first"),
+    ]
+
+
+def _user_line(text_: str) -> dict[str, Any]:
+    return {"type": "user", "message": {"role": "user", "content": text_}, "parent_tool_use_id": None,
+            "session_id": ""}
+
+
+def _s11_drive(ctx: Context) -> None:
+    sb = ctx.sandbox
+    state: dict[str, float] = {}
+
+    def tool_running() -> bool:
+        if not tool_use_seen(sb.config_dir, "Bash", "sleep 30"):
+            return False
+        state.setdefault("t", time.monotonic())
+        return time.monotonic() - state["t"] >= 1.0
+
+    def results(n: int) -> Callable[[], bool]:
+        return lambda: sum(1 for r in sb.live_records() if r.get("type") == "result") >= n
+
+    def slow_request_pending() -> bool:
+        if "s11.t3.slow" not in ctx.api.decided:
+            return False
+        state.setdefault("slow", time.monotonic())
+        return time.monotonic() - state["slow"] >= 1.0
+
+    steps = [
+        StdinStep(_user_line(S11_FIRST)),
+        # 1. interrupt while the Bash tool runs
+        StdinStep({"type": "control_request", "request_id": "interrupt-1", "request": {"subtype": "interrupt"}},
+                  when=tool_running),
+        StdinStep(_user_line(S11_SECOND), when=results(1)),
+        # 2. interrupt while the CLI waits for a (scripted slow) API response
+        StdinStep(_user_line(S11_THIRD), when=results(2)),
+        StdinStep({"type": "control_request", "request_id": "interrupt-2", "request": {"subtype": "interrupt"}},
+                  when=slow_request_pending),
+        StdinStep(None, when=results(3)),
+    ]
+    ctx.run("run1_stream_json_interrupt", None, allowed_tools="Bash", timeout=90, stdin_steps=steps)
+
+
+SCENARIOS: dict[str, Scenario] = {}
+
+
+def _register(*scenarios: Scenario) -> None:
+    for s in scenarios:
+        SCENARIOS[s.name] = s
+
+
+_register(
+    Scenario("s01_bash_tool", 1, "one prompt, one Bash tool call (echo hello), final answer",
+             _s01_rules, _s01_drive),
+    Scenario("s02_resume_two_turns", 2, "two turns in one session: a second -p run with --resume",
+             _s02_rules, _s02_drive),
+    Scenario("s03_parallel_subagents", 3, "two parallel foreground subagents (Agent tool), each running Bash",
+             _s03_rules, _s03_drive),
+    Scenario("s04_background_subagent", 4, "a background subagent (run_in_background) finishing after the main turn",
+             _s04_rules, _s04_drive),
+    Scenario("s05_nested_subagent", 5, "a subagent that spawns its own subagent", _s05_rules, _s05_drive),
+    Scenario("s06_kill_orphan_resume", 6, "SIGKILL during Bash sleep 60 (orphaned tool_use), then --resume",
+             _s06_rules, _s06_drive),
+    Scenario("s07_api_errors", 7, "a non-retryable 400 (run 1) and a retryable 529 then success (run 2)",
+             _s07_rules, _s07_drive),
+    Scenario("s08_failing_tool", 8, "a Bash call exiting non-zero (tool_result is_error)", _s08_rules, _s08_drive),
+    Scenario("s09_thinking_big_output", 9, "thinking blocks and a Bash output over 1 MB", _s09_rules, _s09_drive),
+    Scenario("s10_compact", 10, "/compact via -p --resume, then one more turn", _s10_rules, _s10_drive),
+    Scenario("s11_interrupt", 11, "--input-format stream-json: interrupt (control_request) during Bash sleep 30, "
+             "then a second prompt", _s11_rules, _s11_drive),
+)
