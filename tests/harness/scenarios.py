@@ -12,6 +12,7 @@ tag, so the fake API recognises each conversation by a substring of its first us
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +21,7 @@ from typing import Any, Callable
 from .fakeapi import ApiError, FakeAPI, Message, Rule, Usage, text, thinking, tool
 from .runner import RunResult, Sandbox, StdinStep, tool_use_seen, transcript_lines
 
-__all__ = ["Scenario", "ScenarioResult", "Context", "SCENARIOS", "run_scenario", "usage_for"]
+__all__ = ["Scenario", "ScenarioResult", "Context", "SCENARIOS", "run_scenario", "usage_for", "copy_config_tree"]
 
 
 def usage_for(scenario_no: int, i: int) -> Usage:
@@ -47,6 +48,29 @@ class Context:
         res = self.sandbox.run(self.api.base_url, prompt, **kw)
         self.runs.append((label, res))
         return res
+
+    def snapshot(self, label: str) -> Path:
+        """Copy the config dir's ``projects/`` and ``sessions/`` as they are now to ``<root>/snapshots/<label>``."""
+        dest = self.sandbox.root / "snapshots" / label
+        copy_config_tree(self.sandbox.config_dir, dest)
+        return dest
+
+
+def copy_config_tree(config_dir: Path, dest: Path) -> list[Path]:
+    """Copy what Claude Code wrote that matters here (``projects/``, ``sessions/``) from ``config_dir``
+    to ``dest``; everything else (settings, .claude.json, backups, shell snapshots, todos) is dropped."""
+    copied = []
+    for sub in ("projects", "sessions"):
+        src = config_dir / sub
+        if not src.is_dir():
+            continue
+        for p in sorted(src.rglob("*")):
+            if p.is_file() and not p.is_symlink():
+                target = dest / p.relative_to(config_dir)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(p, target)
+                copied.append(target)
+    return copied
 
 
 @dataclass
@@ -266,6 +290,7 @@ def _s06_drive(ctx: Context) -> None:
 
     r1 = ctx.run("run1_killed", S06_FIRST, allowed_tools="Bash", timeout=90, kill_when=kill_when)
     ctx.notes["sessions_dir_after_kill"] = _sessions_snapshot(sb)
+    ctx.snapshot("after_kill")
     ctx.run("run2_resume", S06_SECOND, resume=r1.session_id or _only_session_id(sb), allowed_tools="Bash",
             timeout=90)
     ctx.notes["sessions_dir_after_resume"] = _sessions_snapshot(sb)
@@ -354,8 +379,10 @@ def _s10_rules() -> list[Rule]:
              first_user="S10 first", turns=0),
         # The compaction request has the same first user text and turn count as "t1.final" (in 2.1.197 it
         # ends with the tool_result plus the summary instruction): recognised by its last user text.
+        # Observed with 2.1.197: the compaction response itself is written to no transcript line
+        # (no agent-acompact file either), hence in_transcript=False.
         Rule("s10.compact.summary", Message([text(summary)], u(2)), first_user="S10 first",
-             last_user="create a detailed summary of the conversation"),
+             last_user="create a detailed summary of the conversation", in_transcript=False),
         Rule("s10.t1.final", Message([text("It printed before-compact.")], u(1)), first_user="S10 first", turns=1),
         # After compaction the first user message is the summary ("This session is being continued ...").
         Rule("s10.t2.bash", Message([bash("echo after-compact", "Print after-compact")], u(3)),

@@ -1,0 +1,661 @@
+"""Assemble stage: Entries of a session's files -> finished turns, API calls, tool calls and subagent runs.
+
+Pure: no I/O and no clocks (callers pass ``now_ns``). Everything a span needs is decided here;
+spans.py only formats it.
+
+The model, per session:
+- A Turn starts at a human prompt on the main chain (DESIGN.md section 2). Every later line
+  belongs to the owner of its parent line (the parentUuid tree), so a dead branch left by a
+  killed process stays in the turn it was written in.
+- An AgentRun is a subagent: a subagent file (2.0.x flat, 2.1.x subagents/) or an inline
+  sidechain of 1.0.x. It hangs under the Task/Agent tool call that spawned it, found through
+  meta.json's toolUseId, toolUseResult.agentId, agent_progress lines, or the prompt text.
+- A Call is one API response (message.id + requestId) written as one line per content block;
+  usage is taken once, from the line with the largest output (the final snapshot).
+- A ToolCall pairs a tool_use block with its tool_result.
+
+Items are handed out (``drain``) once finished and once their trace is known: a subagent's
+lines can be read before the main file says which tool spawned it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Union
+
+from . import ids
+from .parse import text_key
+from .records import Entry, FileKind, TranscriptFile, Usage
+
+__all__ = [
+    "AgentRun",
+    "Assembler",
+    "Call",
+    "Finished",
+    "Timeouts",
+    "ToolCall",
+    "Turn",
+    "classify_user",
+]
+
+_TASK_TOOLS = frozenset({"Task", "Agent"})
+_FINAL_STOP = frozenset({"end_turn", "stop_sequence", "max_tokens", "refusal"})
+# User texts that are on the main chain but were not typed as a prompt by a person.
+_NOT_PROMPT_PREFIXES = (
+    "<local-command-stdout>",
+    "<local-command-stderr>",
+    "<local-command-caveat>",
+    "<bash-stdout>",
+    "<bash-stderr>",
+    "Caveat: The messages below were generated",
+)
+_NOTIFICATION_PREFIXES = ("<task-notification>", "<agent-notification>")
+_INTERRUPT_PREFIX = "[Request interrupted by user"
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    # A final answer (stop_reason end_turn) ends its turn after this much quiet.
+    quiet_ns: int = 1_000_000_000
+    # A turn with no open tool call and no final stop_reason (older versions never write one).
+    idle_ns: int = 60_000_000_000
+    # A tool call with no result for this long is orphaned (DESIGN: --stall-timeout, 180 s).
+    stall_ns: int = 180_000_000_000
+
+
+@dataclass(eq=False)
+class ToolCall:
+    tool_use_id: str
+    name: str
+    call_key: str
+    start_ns: int
+    end_ns: int | None = None
+    is_error: bool = False
+    error_type: str | None = None  # tool_error | interrupted | rejected | orphaned
+    input: object = None
+    result_text: str | None = None
+    agent_id: str | None = None
+    background: bool = False
+    owner: "Owner | None" = None
+
+
+@dataclass(eq=False)
+class Call:
+    key: str
+    message_id: str
+    request_id: str | None
+    start_ns: int
+    end_ns: int
+    first_uuid: str | None
+    parent_uuid: str | None
+    model: str | None = None
+    usage: Usage | None = None
+    stop_reason: str | None = None
+    version: str | None = None
+    cwd: str | None = None
+    git_branch: str | None = None
+    is_sidechain: bool = False
+    agent_id: str | None = None
+    is_api_error: bool = False
+    error_text: str | None = None
+    tool_ids: list[str] = field(default_factory=list)
+    lines: int = 0
+    owner: "Owner | None" = None
+
+
+@dataclass(eq=False)
+class _OwnerBase:
+    session_id: str
+    key: str
+    start_ns: int
+    last_ns: int
+    span_id: int = 0
+    trace_id: int | None = None  # None until the trace is known (subagents)
+    parent_span_id: int | None = None
+    current: Call | None = None
+    open_tools: dict[str, ToolCall] = field(default_factory=dict)
+    final_seen: bool = False
+    closed: bool = False
+    last_arrival_ns: int = 0
+    uuids: list[str] = field(default_factory=list)
+    waiting: list["Finished"] = field(default_factory=list)  # finished before the trace was known
+    version: str | None = None
+    cwd: str | None = None
+    git_branch: str | None = None
+    entrypoint: str | None = None
+    calls: int = 0
+    tool_calls: int = 0
+    interrupted: bool = False
+    api_errors: int = 0
+    api_retries: int = 0
+    compactions: list[tuple[int, str | None, int | None]] = field(default_factory=list)
+
+
+@dataclass(eq=False)
+class Turn(_OwnerBase):
+    prompt_uuid: str | None = None
+    trigger: str = "prompt"  # prompt | command | notification | continuation
+    prompt_text: str | None = None
+    outcome: str | None = None  # completed | interrupted | orphaned | incomplete
+
+
+@dataclass(eq=False)
+class AgentRun(_OwnerBase):
+    agent_id: str | None = None  # None for 1.0.x inline sidechains
+    agent_type: str | None = None
+    description: str | None = None
+    tool_use_id: str | None = None
+    link: str | None = None  # meta | result | progress | prompt | time | none
+    spawn_depth: int | None = None
+    background: bool = False
+    prompt_key: str | None = None
+    span_emitted: bool = False
+
+
+Owner = Union[Turn, AgentRun]
+
+
+@dataclass(frozen=True)
+class Finished:
+    """A finished item whose trace is known; spans.py turns it into a span."""
+
+    item: Union[Turn, AgentRun, Call, ToolCall]
+    trace_id: int
+    parent_span_id: int | None
+
+
+@dataclass
+class _TaskTool:
+    tool_use_id: str
+    owner: Owner
+    span_id: int
+    subagent_type: str | None
+    prompt_key: str | None
+    background: bool
+    agent_key: str | None = None
+
+
+@dataclass
+class _Session:
+    session_id: str
+    current_turn: Turn | None = None
+    owner_of: dict[str, tuple[Owner, int]] = field(default_factory=dict)  # uuid -> (owner, ts)
+    open_tools: dict[str, ToolCall] = field(default_factory=dict)
+    agents: dict[str, AgentRun] = field(default_factory=dict)
+    task_tools: dict[str, _TaskTool] = field(default_factory=dict)
+    agent_links: dict[str, tuple[str, str]] = field(default_factory=dict)  # agent_id -> (tool_use_id, how)
+    turn_index: list[tuple[int, int, int]] = field(default_factory=list)  # (start, trace_id, root span)
+    open_owners: list[Owner] = field(default_factory=list)
+
+
+def classify_user(e: Entry) -> str:
+    """What a user line is: prompt | command | tool_result | interrupt | notification | meta | compact_summary | other."""
+    if e.is_meta:
+        return "meta"
+    if e.is_compact_summary:
+        return "compact_summary"
+    if any(b.type == "tool_result" for b in e.blocks):
+        return "tool_result"
+    text = next((b.text for b in e.blocks if b.type == "text" and b.text is not None), None)
+    if text is None:
+        return "other"
+    stripped = text.lstrip()
+    if stripped.startswith(_INTERRUPT_PREFIX):
+        return "interrupt"
+    if stripped.startswith(_NOTIFICATION_PREFIXES):
+        return "notification"
+    if stripped.startswith(_NOT_PROMPT_PREFIXES):
+        return "other"
+    if stripped.startswith("<command-name>") or stripped.startswith("<command-message>"):
+        return "command"
+    return "prompt"
+
+
+class Assembler:
+    """Assembles every session seen; one instance per pipeline."""
+
+    def __init__(self, timeouts: Timeouts = Timeouts(), capture_content: bool = False) -> None:
+        self.timeouts = timeouts
+        self.capture_content = capture_content
+        self._sessions: dict[str, _Session] = {}
+        self._seen_calls: set[str] = set()
+        self._seen_prompts: set[str] = set()
+        self._out: list[Finished] = []
+        self.counters: dict[str, int] = {}
+
+    # -- public API -------------------------------------------------------------
+
+    def add(self, entry: Entry, src: TranscriptFile, arrival_ns: int = 0) -> None:
+        session_id = entry.session_id or src.session_id
+        if session_id is None or entry.uuid is None:
+            return  # summaries, snapshots, queue operations: not part of the conversation tree
+        sess = self._session(session_id)
+        if src.kind is FileKind.MAIN and not entry.is_sidechain:
+            owner = self._main_owner(sess, entry)
+        else:
+            owner = self._agent_owner(sess, entry, src)
+        if entry.type == "progress" and entry.progress_agent_id and entry.parent_tool_use_id:
+            self._link_agent(sess, entry.progress_agent_id, entry.parent_tool_use_id, "progress")
+        if owner is None:
+            return
+        ts = entry.timestamp_ns if entry.timestamp_ns is not None else owner.last_ns
+        sess.owner_of[entry.uuid] = (owner, ts)
+        owner.uuids.append(entry.uuid)
+        owner.last_ns = max(owner.last_ns, ts)
+        owner.last_arrival_ns = max(owner.last_arrival_ns, arrival_ns)
+        owner.version = entry.version or owner.version
+        owner.cwd = entry.cwd or owner.cwd
+        owner.git_branch = entry.git_branch or owner.git_branch
+        owner.entrypoint = entry.entrypoint or owner.entrypoint
+        if entry.type == "assistant":
+            self._assistant(sess, owner, entry, ts)
+        elif entry.type == "user":
+            self._user(sess, owner, entry, ts)
+        elif entry.type == "system":
+            self._system(owner, entry, ts)
+
+    def set_agent_meta(self, session_id: str, agent_id: str, meta: dict[str, object]) -> None:
+        """meta.json beside a 2.1.x subagent file: agentType, description, toolUseId, spawnDepth."""
+        sess = self._session(session_id)
+        agent = self._agent(sess, agent_id, agent_id, None)
+        if isinstance(meta.get("agentType"), str):
+            agent.agent_type = str(meta["agentType"])
+        if isinstance(meta.get("description"), str):
+            agent.description = str(meta["description"])
+        depth = meta.get("spawnDepth")
+        if isinstance(depth, int) and not isinstance(depth, bool):
+            agent.spawn_depth = depth
+        tool_use_id = meta.get("toolUseId")
+        if isinstance(tool_use_id, str):
+            self._link_agent(sess, agent_id, tool_use_id, "meta")
+
+    def tick(self, now_ns: int) -> None:
+        """Close what time has finished: quiet final answers, idle turns, orphaned tool calls."""
+        t = self.timeouts
+        for sess in list(self._sessions.values()):
+            for owner in self._open_owners(sess):
+                quiet = now_ns - self._last_activity(sess, owner)
+                if owner.open_tools:
+                    if quiet >= t.stall_ns:
+                        self._close(sess, owner, "orphaned")
+                elif owner.final_seen and quiet >= t.quiet_ns:
+                    self._close(sess, owner, "completed")
+                elif quiet >= t.idle_ns:
+                    self._close(sess, owner, "incomplete")
+
+    def flush(self, now_ns: int | None = None, session_id: str | None = None) -> int:
+        """End of a backfill pass: close every owner that is safe to close.
+
+        An owner still waiting for a tool result that is younger than the stall timeout is kept
+        open (its session may still be running); returns how many stay open. With now_ns None
+        everything closes (the data is known to be complete).
+        """
+        kept = 0
+        sessions = [self._sessions[session_id]] if session_id in self._sessions else (
+            [] if session_id is not None else list(self._sessions.values()))
+        for sess in sessions:
+            for owner in self._open_owners(sess):
+                if not owner.open_tools:
+                    self._close(sess, owner, "completed" if owner.final_seen else "incomplete")
+                elif now_ns is None or now_ns - self._last_activity(sess, owner) >= self.timeouts.stall_ns:
+                    self._close(sess, owner, "orphaned")
+                else:
+                    kept += 1
+            self._resolve_leftover_agents(sess)
+            if kept == 0 and not self._open_owners(sess):
+                self._forget(sess)
+        return kept
+
+    def drain(self) -> list[Finished]:
+        out, self._out = self._out, []
+        return out
+
+    def open_count(self) -> int:
+        return sum(len(self._open_owners(s)) for s in self._sessions.values())
+
+    # -- ownership ---------------------------------------------------------------
+
+    def _session(self, session_id: str) -> _Session:
+        sess = self._sessions.get(session_id)
+        if sess is None:
+            sess = self._sessions[session_id] = _Session(session_id)
+        return sess
+
+    def _main_owner(self, sess: _Session, e: Entry) -> Owner | None:
+        kind = classify_user(e) if e.type == "user" else None
+        if kind in ("prompt", "command") or (kind == "notification" and sess.current_turn is None):
+            if e.uuid in self._seen_prompts:
+                self._count("replayed_prompts")
+                return None  # a session's history copied into a new session file: traced once
+            return self._start_turn(sess, e, kind)
+        parent = e.parent_uuid or e.logical_parent_uuid
+        found = sess.owner_of.get(parent) if parent else None
+        if found is not None and not found[0].closed:
+            return found[0]
+        if sess.current_turn is not None and not sess.current_turn.closed:
+            return sess.current_turn
+        if e.type == "assistant" and e.message_id and not self._is_replay(e):
+            # Lines that answer no prompt we saw (a continuation after a closed turn, a file
+            # read from a checkpoint): their calls still get a trace.
+            return self._start_turn(sess, e, "continuation")
+        return None
+
+    def _is_replay(self, e: Entry) -> bool:
+        return e.message_id is not None and ids.call_key(e.message_id, e.request_id) in self._seen_calls
+
+    def _start_turn(self, sess: _Session, e: Entry, kind: str | None) -> Turn:
+        prev = sess.current_turn
+        if prev is not None and not prev.closed:
+            # A new prompt supersedes the turn: a tool call still without result is a dead branch.
+            self._close(sess, prev, "orphaned" if prev.open_tools else "completed")
+        ts = e.timestamp_ns or 0
+        uuid = e.uuid or ""
+        trace = ids.trace_id(sess.session_id, uuid)
+        turn = Turn(
+            session_id=sess.session_id, key=uuid, start_ns=ts, last_ns=ts,
+            span_id=ids.span_id("turn", sess.session_id, uuid), trace_id=trace,
+            prompt_uuid=uuid, trigger=kind or "continuation",
+        )
+        if self.capture_content and e.type == "user":
+            turn.prompt_text = next((b.text for b in e.blocks if b.type == "text"), None)
+        self._seen_prompts.add(uuid)
+        sess.current_turn = turn
+        sess.open_owners.append(turn)
+        sess.turn_index.append((ts, trace, turn.span_id))
+        return turn
+
+    def _agent_owner(self, sess: _Session, e: Entry, src: TranscriptFile) -> Owner | None:
+        if src.kind is not FileKind.MAIN:
+            agent_id = src.agent_id or e.agent_id or "unknown"
+            return self._agent(sess, agent_id, agent_id, e)
+        # 1.0.x inline sidechain: a root (no parent) starts an agent, the rest follow the tree.
+        found = sess.owner_of.get(e.parent_uuid) if e.parent_uuid else None
+        if found is not None:
+            owner = found[0]
+            if owner.closed and isinstance(owner, AgentRun):
+                owner.closed = False
+                sess.open_owners.append(owner)  # type: ignore[arg-type]
+            return owner
+        agent = self._agent(sess, e.agent_id or e.uuid or "unknown", e.agent_id, e)
+        if e.type == "user" and e.blocks and e.blocks[0].type == "text" and agent.tool_use_id is None:
+            agent.prompt_key = e.blocks[0].id
+            self._link_by_prompt(sess, agent)
+        return agent
+
+    def _agent(self, sess: _Session, key: str, agent_id: str | None, e: Entry | None) -> AgentRun:
+        agent = sess.agents.get(key)
+        ts = e.timestamp_ns if e is not None and e.timestamp_ns is not None else 0
+        if agent is None:
+            agent = AgentRun(
+                session_id=sess.session_id, key=key, start_ns=ts, last_ns=ts,
+                span_id=ids.span_id("agent", sess.session_id, key), agent_id=agent_id,
+            )
+            sess.agents[key] = agent
+            if agent_id and agent_id in sess.agent_links:
+                tool_use_id, how = sess.agent_links[agent_id]
+                self._set_agent_tool(sess, agent, tool_use_id, how)
+        if e is not None:
+            if agent.start_ns == 0 or (ts and ts < agent.start_ns):
+                agent.start_ns = ts
+            if agent.closed:
+                agent.closed = False  # late lines of a closed agent: same span ids, new children
+            if agent not in sess.open_owners:
+                sess.open_owners.append(agent)  # type: ignore[arg-type]
+        return agent
+
+    def _link_agent(self, sess: _Session, agent_id: str, tool_use_id: str, how: str) -> None:
+        if agent_id in sess.agent_links:
+            return
+        sess.agent_links[agent_id] = (tool_use_id, how)
+        agent = sess.agents.get(agent_id)
+        if agent is not None and agent.tool_use_id is None:
+            self._set_agent_tool(sess, agent, tool_use_id, how)
+
+    def _set_agent_tool(self, sess: _Session, agent: AgentRun, tool_use_id: str, how: str) -> None:
+        agent.tool_use_id = tool_use_id
+        agent.link = how
+        task = sess.task_tools.get(tool_use_id)
+        if task is not None:
+            task.agent_key = agent.key
+            agent.background = agent.background or task.background
+            agent.agent_type = agent.agent_type or task.subagent_type
+        self._resolve_agents(sess)
+
+    def _link_by_prompt(self, sess: _Session, agent: AgentRun) -> None:
+        for task in sess.task_tools.values():
+            if task.agent_key is None and task.prompt_key and task.prompt_key == agent.prompt_key:
+                task.agent_key = agent.key
+                self._set_agent_tool(sess, agent, task.tool_use_id, "prompt")
+                return
+
+    # -- line handlers -----------------------------------------------------------
+
+    def _assistant(self, sess: _Session, owner: Owner, e: Entry, ts: int) -> None:
+        if e.message_id is None:
+            return
+        if e.model == "<synthetic>" and not e.is_api_error:
+            return  # "No response requested.": no API call was made
+        key = ids.call_key(e.message_id, e.request_id)
+        call = owner.current
+        if call is None or call.key != key:
+            if key in self._seen_calls:
+                self._count("replayed_message_lines")
+                return  # the same API response replayed (resume, copied session): counted once
+            if call is not None:
+                self._finish_call(owner, call)
+            parent_ts = sess.owner_of.get(e.parent_uuid, (None, ts))[1] if e.parent_uuid else ts
+            call = Call(
+                key=key, message_id=e.message_id, request_id=e.request_id,
+                start_ns=min(parent_ts, ts), end_ns=ts, first_uuid=e.uuid, parent_uuid=e.parent_uuid,
+                is_sidechain=e.is_sidechain, agent_id=e.agent_id, owner=owner,
+            )
+            self._seen_calls.add(key)
+            owner.current = call
+            owner.calls += 1
+            owner.final_seen = False
+        call.lines += 1
+        call.end_ns = max(call.end_ns, ts)
+        call.model = e.model or call.model
+        call.version, call.cwd, call.git_branch = e.version, e.cwd, e.git_branch
+        if e.usage is not None and (call.usage is None or _bigger(e.usage, call.usage)):
+            call.usage = e.usage
+        if e.stop_reason is not None:
+            call.stop_reason = e.stop_reason
+        if e.is_api_error:
+            call.is_api_error = True
+            call.error_text = e.error_text
+            owner.api_errors += 1
+        for b in e.blocks:
+            if b.type == "tool_use" and b.id and b.id not in sess.open_tools:
+                self._tool_use(sess, owner, call, b.id, b.name or "unknown", b.input, ts)
+        owner.final_seen = call.stop_reason in _FINAL_STOP or call.is_api_error
+
+    def _tool_use(self, sess: _Session, owner: Owner, call: Call, tool_id: str, name: str,
+                  tool_input: object, ts: int) -> None:
+        tool = ToolCall(tool_use_id=tool_id, name=name, call_key=call.key, start_ns=ts, owner=owner)
+        if self.capture_content:
+            tool.input = tool_input
+        call.tool_ids.append(tool_id)
+        owner.tool_calls += 1
+        owner.open_tools[tool_id] = tool
+        sess.open_tools[tool_id] = tool
+        if name in _TASK_TOOLS:
+            info = tool_input if isinstance(tool_input, dict) else {}
+            background = info.get("run_in_background") is True
+            tool.background = background
+            prompt = info.get("prompt")
+            prompt_key = info.get("prompt_key") or (text_key(prompt) if isinstance(prompt, str) else None)
+            sess.task_tools[tool_id] = _TaskTool(
+                tool_id, owner, ids.span_id("tool", tool_id),
+                info.get("subagent_type") if isinstance(info.get("subagent_type"), str) else None,
+                prompt_key, background,
+            )
+            for agent_id, (tuid, how) in list(sess.agent_links.items()):
+                if tuid == tool_id and agent_id in sess.agents:
+                    self._set_agent_tool(sess, sess.agents[agent_id], tool_id, how)
+            self._resolve_agents(sess)
+
+    def _user(self, sess: _Session, owner: Owner, e: Entry, ts: int) -> None:
+        kind = classify_user(e)
+        if kind == "interrupt":
+            owner.interrupted = True
+            return
+        if kind != "tool_result":
+            return
+        for b in e.blocks:
+            if b.type != "tool_result" or b.id is None:
+                continue
+            tool = sess.open_tools.pop(b.id, None)
+            if tool is None:
+                self._count("unmatched_tool_results")
+                continue
+            tool.end_ns = ts
+            text = b.text or ""
+            if text.startswith(_INTERRUPT_PREFIX) or (e.tool_use_result or {}).get("interrupted") is True:
+                tool.is_error, tool.error_type = True, "interrupted"
+            elif e.tool_use_result_error == "User rejected tool use":
+                tool.is_error, tool.error_type = True, "rejected"
+            elif b.is_error:
+                tool.is_error, tool.error_type = True, "tool_error"
+            if self.capture_content:
+                tool.result_text = b.text
+            result = e.tool_use_result or {}
+            agent_id = result.get("agentId")
+            if isinstance(agent_id, str) and tool.name in _TASK_TOOLS:
+                tool.agent_id = agent_id
+                self._link_agent(sess, agent_id, tool.tool_use_id, "result")
+            tool_owner = tool.owner or owner
+            tool_owner.open_tools.pop(tool.tool_use_id, None)
+            self._emit(tool_owner, tool)
+
+    def _system(self, owner: Owner, e: Entry, ts: int) -> None:
+        if e.subtype == "compact_boundary":
+            owner.compactions.append((ts, e.compact_trigger, e.compact_pre_tokens))
+        elif e.subtype == "api_error":
+            owner.api_retries += 1
+        elif e.subtype == "turn_duration" and isinstance(owner, Turn) and not owner.open_tools:
+            owner.final_seen = True
+
+    # -- finishing ---------------------------------------------------------------
+
+    def _finish_call(self, owner: Owner, call: Call) -> None:
+        if owner.current is call:
+            owner.current = None
+        self._emit(owner, call)
+
+    def _close(self, sess: _Session, owner: Owner, outcome: str) -> None:
+        if owner.closed:
+            return
+        if owner.current is not None:
+            self._finish_call(owner, owner.current)
+        for tool in list(owner.open_tools.values()):
+            sess.open_tools.pop(tool.tool_use_id, None)
+            tool.end_ns = max(owner.last_ns, tool.start_ns)
+            tool.is_error = True
+            tool.error_type = "interrupted" if owner.interrupted else "orphaned"
+            self._emit(owner, tool)
+        owner.open_tools.clear()
+        owner.closed = True
+        for uuid in owner.uuids:
+            found = sess.owner_of.get(uuid)
+            if found is not None and found[0] is owner:
+                del sess.owner_of[uuid]
+        owner.uuids = []
+        if owner in sess.open_owners:
+            sess.open_owners.remove(owner)
+        if isinstance(owner, Turn):
+            owner.outcome = "interrupted" if owner.interrupted else outcome
+            if sess.current_turn is owner:
+                sess.current_turn = None
+            self._emit(owner, owner)
+        else:
+            self._emit(owner, owner)
+
+    def _emit(self, owner: Owner, item: Union[Turn, AgentRun, Call, ToolCall]) -> None:
+        if owner.trace_id is None:
+            owner.waiting.append(Finished(item, 0, None))
+            return
+        if isinstance(item, (Turn, AgentRun)):
+            if isinstance(item, AgentRun):
+                if item.span_emitted:
+                    return
+                item.span_emitted = True
+            self._out.append(Finished(item, owner.trace_id, owner.parent_span_id))
+        elif isinstance(item, Call):
+            self._out.append(Finished(item, owner.trace_id, owner.span_id))
+        else:
+            parent = ids.span_id("chat", item.call_key)
+            self._out.append(Finished(item, owner.trace_id, parent))
+
+    def _resolve_agents(self, sess: _Session) -> None:
+        """Give every agent whose spawning tool is known a trace; repeat for nested agents."""
+        progress = True
+        while progress:
+            progress = False
+            for agent in sess.agents.values():
+                if agent.trace_id is not None or agent.tool_use_id is None:
+                    continue
+                task = sess.task_tools.get(agent.tool_use_id)
+                if task is None or task.owner.trace_id is None:
+                    continue
+                self._set_context(agent, task.owner.trace_id, task.span_id)
+                progress = True
+
+    def _set_context(self, agent: AgentRun, trace: int, parent_span: int | None) -> None:
+        agent.trace_id = trace
+        agent.parent_span_id = parent_span
+        waiting, agent.waiting = agent.waiting, []
+        for f in waiting:
+            self._emit(agent, f.item)
+
+    def _resolve_leftover_agents(self, sess: _Session) -> None:
+        """Agents whose spawning tool never appeared: under the turn running when they started,
+        or in a trace of their own (a subagent file whose parent file is gone)."""
+        for agent in sorted(sess.agents.values(), key=lambda a: a.start_ns):
+            if agent.trace_id is not None:
+                continue
+            self._resolve_agents(sess)
+            if agent.trace_id is not None:
+                continue
+            if agent.tool_use_id is not None and agent.tool_use_id in sess.task_tools:
+                continue  # its parent agent resolves first; handled by _resolve_agents
+            turn = None
+            for start, trace, root in sess.turn_index:
+                if start <= agent.start_ns:
+                    turn = (trace, root)
+            if turn is not None:
+                agent.link = agent.link or "time"
+                self._set_context(agent, turn[0], turn[1])
+            else:
+                agent.link = agent.link or "none"
+                self._set_context(agent, ids.trace_id(sess.session_id, "agent", agent.key), None)
+            self._resolve_agents(sess)
+
+    def _last_activity(self, sess: _Session, owner: Owner, depth: int = 0) -> int:
+        """Latest line of the owner or of a subagent still working for one of its open tool calls:
+        a main file is silent while its foreground subagents run."""
+        last = max(owner.last_ns, owner.last_arrival_ns)
+        if depth > 8:
+            return last
+        for tool_id in owner.open_tools:
+            task = sess.task_tools.get(tool_id)
+            agent = sess.agents.get(task.agent_key) if task and task.agent_key else None
+            if agent is not None:
+                last = max(last, self._last_activity(sess, agent, depth + 1))
+        return last
+
+    def _open_owners(self, sess: _Session) -> list[Owner]:
+        return [o for o in sess.open_owners if not o.closed]
+
+    def _forget(self, sess: _Session) -> None:
+        """Drop a finished session's state; its message keys stay for cross-file dedupe."""
+        if all(a.trace_id is not None for a in sess.agents.values()):
+            self._sessions.pop(sess.session_id, None)
+
+    def _count(self, name: str) -> None:
+        self.counters[name] = self.counters.get(name, 0) + 1
+
+
+def _bigger(a: Usage, b: Usage) -> bool:
+    """The final snapshot of a streamed response: largest output, then largest total."""
+    return (a.output_tokens, a.total) > (b.output_tokens, b.total)

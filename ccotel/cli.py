@@ -1,0 +1,187 @@
+"""Command line: ``ccotel run | backfill | report``."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import re
+import signal
+import sys
+import threading
+import time
+from datetime import datetime, timezone
+
+from . import __version__
+from .assemble import Timeouts
+from .content import DEFAULT_REDACTIONS, ContentPolicy
+from .discover import default_roots
+from .export import ExportQueue, make_sink
+from .pipeline import Options, Pipeline
+from .watch import Watcher
+
+__all__ = ["main", "build_parser", "parse_since"]
+
+log = logging.getLogger("ccotel")
+
+
+def parse_since(value: str, now: float | None = None) -> int:
+    """'2025-06-01', an ISO timestamp, or a duration back from now ('7d', '12h', '30m') -> Unix ns."""
+    m = re.fullmatch(r"(\d+)([smhdw])", value.strip())
+    if m:
+        secs = int(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}[m.group(2)]
+        return int(((now if now is not None else time.time()) - secs) * 1e9)
+    try:
+        dt = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--since: not a date or duration: {value!r}") from None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=timezone.utc)
+    return int(dt.timestamp() * 1e9)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="ccotel", description="Claude Code transcripts -> OpenTelemetry traces")
+    p.add_argument("--version", action="version", version=f"ccotel {__version__}")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    def common(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--root", action="append", default=None,
+                        help="Claude config dir to read (repeatable; default $CLAUDE_CONFIG_DIR or ~/.claude)")
+        sp.add_argument("--since", type=parse_since, default=None,
+                        help="only turns started after this date or duration ago (2025-06-01, 7d, 12h)")
+        sp.add_argument("-v", "--verbose", action="store_true")
+
+    def tracing(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--traces-exporter", choices=("otlp", "console", "none"), default="otlp",
+                        help="where spans go; otlp uses the standard OTEL_EXPORTER_OTLP_* variables")
+        sp.add_argument("--capture-content", action="store_true",
+                        help="export prompt and tool input/output text (truncated, redacted); off by default")
+        sp.add_argument("--max-attribute-length", type=int, default=4096)
+        sp.add_argument("--redact", action="append", default=[], metavar="REGEX",
+                        help="extra pattern to redact from captured content (repeatable)")
+        sp.add_argument("--stall-timeout", type=float, default=180.0,
+                        help="seconds a tool call may go without a result before it counts as orphaned")
+
+    run = sub.add_parser("run", help="catch up on history, then follow transcripts live")
+    common(run)
+    tracing(run)
+    run.add_argument("--poll", action="store_true", help="poll instead of inotify")
+    run.add_argument("--no-status", action="store_true", help="no live status line")
+
+    bf = sub.add_parser("backfill", help="export history once, then exit")
+    common(bf)
+    tracing(bf)
+    bf.add_argument("--close-all", action="store_true",
+                    help="close every open turn, even ones whose session may still be running")
+    return p
+
+
+def _options(args: argparse.Namespace) -> Options:
+    content = None
+    if args.capture_content:
+        content = ContentPolicy(max_length=args.max_attribute_length,
+                                patterns=DEFAULT_REDACTIONS + tuple(args.redact))
+    stall = int(args.stall_timeout * 1e9)
+    return Options(
+        roots=tuple(args.root or default_roots()),
+        since_ns=args.since,
+        timeouts=Timeouts(stall_ns=stall),
+        content=content,
+    )
+
+
+class _Progress:
+    """A one-line progress bar on stderr while catching up (only on a terminal)."""
+
+    def __init__(self) -> None:
+        self.enabled = sys.stderr.isatty()
+        self.last = 0.0
+
+    def __call__(self, done: int, total: int) -> None:
+        now = time.monotonic()
+        if not self.enabled or (now - self.last < 0.2 and done < total):
+            return
+        self.last = now
+        frac = done / total if total else 1.0
+        bar = "#" * int(frac * 30)
+        sys.stderr.write(f"\rcatching up [{bar:<30}] {frac:6.1%} {done / 1e6:,.1f}/{total / 1e6:,.1f} MB")
+        sys.stderr.flush()
+
+    def end(self) -> None:
+        if self.enabled:
+            sys.stderr.write("\n")
+
+
+def _start(args: argparse.Namespace) -> tuple[Pipeline, ExportQueue]:
+    sink = make_sink(args.traces_exporter)
+    queue = ExportQueue(sink, notify=lambda msg: log.warning("%s", msg))
+    pipeline = Pipeline(_options(args), emit=queue.submit)
+    roots = ", ".join(pipeline.options.roots)
+    log.info("ccotel %s reading %s; traces go to %s%s", __version__, roots, sink.describe(),
+             "" if args.traces_exporter != "otlp" else " (kept in order and retried until a backend answers)")
+    return pipeline, queue
+
+
+def cmd_backfill(args: argparse.Namespace) -> int:
+    pipeline, queue = _start(args)
+    progress = _Progress()
+    kept = pipeline.backfill(progress, close_all=args.close_all)
+    progress.end()
+    if queue.pending():
+        log.info("waiting for the trace backend to take %d spans", queue.pending())
+    queue.close(timeout_s=None)
+    st = pipeline.stats
+    errors = ", ".join(f"{k}={v}" for k, v in sorted(st.errors.items())) or "none"
+    log.info("backfill: %d files, %d lines, %d spans exported, bad input: %s%s", st.files, st.lines,
+             queue.exported, errors, f"; {kept} turns still open (ccotel run follows them)" if kept else "")
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    pipeline, queue = _start(args)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    watcher = Watcher(pipeline.options.roots, force_polling=args.poll)
+    watcher.start()  # before the catch-up, so nothing written meanwhile is missed
+    progress = _Progress()
+    pipeline.backfill(progress)
+    progress.end()
+    log.info("caught up: %d files, %d spans; following live (%s)", pipeline.stats.files,
+             pipeline.stats.spans, watcher.mode)
+    status = sys.stderr.isatty() and not args.no_status
+    last_rescan = last_status = time.monotonic()
+    while not stop.is_set():
+        dirty = watcher.wait(0.25)
+        if dirty:
+            pipeline.poll(sorted(dirty))
+        pipeline.tick()
+        now = time.monotonic()
+        if now - last_rescan > 30:
+            last_rescan = now
+            if watcher.ensure_roots():
+                pass
+            pipeline.rescan()
+        if status and now - last_status > 1:
+            last_status = now
+            st = pipeline.stats
+            down = " backend DOWN, holding" if queue.down_since else ""
+            sys.stderr.write(f"\rlive: {st.files} files, {st.lines} lines, {queue.exported} spans sent,"
+                             f" {queue.pending()} pending{down}   ")
+            sys.stderr.flush()
+    watcher.stop()
+    if status:
+        sys.stderr.write("\n")
+    queue.close(timeout_s=10)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s ccotel %(levelname)s %(message)s", stream=sys.stderr)
+    if args.command == "backfill":
+        return cmd_backfill(args)
+    if args.command == "run":
+        return cmd_run(args)
+    return 2

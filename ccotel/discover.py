@@ -1,0 +1,76 @@
+"""Discover stage: which files under the roots are transcripts, and what kind.
+
+Layout (DESIGN.md section 1, FORMAT.md section 1), relative to ``<root>/projects``:
+  <proj>/<session>.jsonl                          main conversation
+  <proj>/<session>/subagents/agent-<id>.jsonl     2.1.x subagent (+ agent-<id>.meta.json)
+  <proj>/agent-<id>.jsonl                         2.0.x flat subagent file
+Nothing outside a root is ever read: symlinks are resolved and checked.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+from .records import FileKind, TranscriptFile
+
+__all__ = ["default_roots", "classify", "scan", "within_root"]
+
+
+def default_roots(env: dict[str, str] | None = None) -> list[str]:
+    """$CLAUDE_CONFIG_DIR (comma-separated allowed, like ccusage) or ~/.claude."""
+    env = dict(os.environ) if env is None else env
+    raw = env.get("CLAUDE_CONFIG_DIR", "").strip()
+    if raw:
+        return [os.path.abspath(os.path.expanduser(p.strip())) for p in raw.split(",") if p.strip()]
+    return [os.path.join(os.path.expanduser("~"), ".claude")]
+
+
+def within_root(root: str, path: str) -> bool:
+    """True if path, with every symlink resolved, is inside root (also resolved)."""
+    real_root = os.path.realpath(root)
+    real = os.path.realpath(path)
+    return real == real_root or real.startswith(real_root.rstrip(os.sep) + os.sep)
+
+
+def classify(root: str, path: str) -> TranscriptFile | None:
+    projects = os.path.join(root, "projects")
+    rel = os.path.relpath(path, projects)
+    if rel.startswith(".."):
+        return None
+    parts = rel.split(os.sep)
+    name = parts[-1]
+    if not name.endswith(".jsonl"):
+        return None
+    stem = name[: -len(".jsonl")]
+    if len(parts) == 2:
+        if stem.startswith("agent-"):
+            return TranscriptFile(path, FileKind.FLAT_AGENT, parts[0], None, stem[len("agent-"):])
+        return TranscriptFile(path, FileKind.MAIN, parts[0], stem)
+    if len(parts) == 4 and parts[2] == "subagents" and stem.startswith("agent-"):
+        agent_id = stem[len("agent-"):]
+        meta = os.path.join(os.path.dirname(path), f"agent-{agent_id}.meta.json")
+        return TranscriptFile(path, FileKind.SUBAGENT, parts[0], parts[1], agent_id, meta)
+    return None
+
+
+def scan(root: str) -> Iterator[TranscriptFile]:
+    """Every transcript under root/projects, main files before the subagent files of their session."""
+    projects = os.path.join(root, "projects")
+    if not os.path.isdir(projects) or not within_root(root, projects):
+        return
+    for dirpath, dirnames, filenames in os.walk(projects, followlinks=False):
+        dirnames.sort()
+        found = []
+        for name in sorted(filenames):
+            if not name.endswith(".jsonl"):
+                continue
+            path = os.path.join(dirpath, name)
+            if os.path.islink(path) and not within_root(root, path):
+                continue
+            tf = classify(root, path)
+            if tf is not None:
+                found.append(tf)
+        # main files first: their Task tool calls are what subagent files hang under
+        found.sort(key=lambda t: t.kind is not FileKind.MAIN)
+        yield from found

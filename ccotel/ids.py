@@ -1,0 +1,31 @@
+"""Deterministic trace and span ids.
+
+Ids are digests of what identifies a thing in the transcript (session id, prompt uuid,
+message id, tool_use id, agent id), so two exports of the same transcript, from two
+restarts or two machines, produce the same ids.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+__all__ = ["trace_id", "span_id", "call_key"]
+
+
+def _digest(parts: tuple[str, ...], size: int) -> int:
+    h = hashlib.blake2b("\x1f".join(parts).encode("utf-8", "surrogatepass"), digest_size=size)
+    value = int.from_bytes(h.digest(), "big")
+    return value or 1  # an all-zero id is invalid in OTLP
+
+
+def trace_id(*parts: str) -> int:
+    return _digest(("trace",) + parts, 16)
+
+
+def span_id(*parts: str) -> int:
+    return _digest(("span",) + parts, 8)
+
+
+def call_key(message_id: str, request_id: str | None) -> str:
+    """Usage is counted once per API response: (message.id, requestId), message.id alone if no requestId."""
+    return message_id if not request_id else f"{message_id}:{request_id}"

@@ -1,0 +1,168 @@
+"""Typed records passed between the stages of the data flow.
+
+discover -> tail (RawLine) -> parse (Entry) -> assemble -> spans (SpanRecord) -> export
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+__all__ = [
+    "Block",
+    "Entry",
+    "FileKind",
+    "RawLine",
+    "SpanKind",
+    "SpanRecord",
+    "SpanEvent",
+    "StatusCode",
+    "TranscriptFile",
+    "Usage",
+]
+
+
+class FileKind(str, Enum):
+    MAIN = "main"  # projects/<proj>/<session>.jsonl
+    SUBAGENT = "subagent"  # projects/<proj>/<session>/subagents/agent-<id>.jsonl (2.1.x)
+    FLAT_AGENT = "flat_agent"  # projects/<proj>/agent-<id>.jsonl (2.0.x)
+
+
+@dataclass(frozen=True)
+class TranscriptFile:
+    """A transcript file found under a root, classified by its path."""
+
+    path: str
+    kind: FileKind
+    project: str
+    # From the path; None for flat 2.0.x agent files (the lines carry it).
+    session_id: str | None
+    agent_id: str | None = None
+    meta_path: str | None = None  # agent-<id>.meta.json beside a subagent file
+
+
+@dataclass(frozen=True)
+class RawLine:
+    """One complete physical line of a file, without its newline."""
+
+    offset: int  # byte offset of the line's first byte
+    end: int  # byte offset just past the newline (or EOF for a final unterminated line)
+    data: bytes
+
+
+@dataclass(frozen=True)
+class Usage:
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_input_tokens: int = 0
+    cache_creation_input_tokens: int = 0
+    cache_creation_5m: int = 0
+    cache_creation_1h: int = 0
+
+    @property
+    def total_input(self) -> int:
+        """Input as the GenAI conventions count it for Anthropic: fresh + cache read + cache write."""
+        return self.input_tokens + self.cache_read_input_tokens + self.cache_creation_input_tokens
+
+    @property
+    def total(self) -> int:
+        return self.total_input + self.output_tokens
+
+
+@dataclass(frozen=True)
+class Block:
+    """A content block reduced to what assembly needs.
+
+    ``text`` holds prompt/tool text only when content capture is on, or the first
+    characters needed to classify a user line (see parse.py).
+    """
+
+    type: str
+    id: str | None = None  # tool_use id, or tool_use_id of a tool_result
+    name: str | None = None  # tool name
+    is_error: bool = False
+    text: str | None = None
+    input: Any = None  # tool_use input (dict) when needed for linking or capture
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One JSON object of a transcript, normalised. Unknown fields are dropped, never an error."""
+
+    type: str
+    offset: int
+    uuid: str | None = None
+    parent_uuid: str | None = None
+    logical_parent_uuid: str | None = None
+    session_id: str | None = None
+    timestamp_ns: int | None = None
+    is_sidechain: bool = False
+    is_meta: bool = False
+    is_compact_summary: bool = False
+    agent_id: str | None = None
+    version: str | None = None
+    cwd: str | None = None
+    git_branch: str | None = None
+    entrypoint: str | None = None
+    subtype: str | None = None
+    # assistant
+    message_id: str | None = None
+    request_id: str | None = None
+    model: str | None = None
+    stop_reason: str | None = None
+    usage: Usage | None = None
+    is_api_error: bool = False
+    error_text: str | None = None
+    # user
+    content_is_string: bool = False
+    blocks: tuple[Block, ...] = ()
+    tool_use_result: dict[str, Any] | None = None
+    tool_use_result_error: str | None = None  # toolUseResult given as a string: an error text
+    source_tool_assistant_uuid: str | None = None
+    # system
+    compact_trigger: str | None = None
+    compact_pre_tokens: int | None = None
+    retry_attempt: int | None = None
+    error_status: int | None = None
+    # progress (agent_progress copies are recognised but not used as a source)
+    progress_type: str | None = None
+    progress_agent_id: str | None = None
+    parent_tool_use_id: str | None = None
+
+
+class SpanKind(int, Enum):
+    # Values of the OTLP protobuf enum.
+    INTERNAL = 1
+    SERVER = 2
+    CLIENT = 3
+
+
+class StatusCode(int, Enum):
+    UNSET = 0
+    OK = 1
+    ERROR = 2
+
+
+@dataclass(frozen=True)
+class SpanEvent:
+    name: str
+    time_ns: int
+    attributes: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SpanRecord:
+    """A finished span, independent of any SDK. Ids are ints (trace 128 bit, span 64 bit)."""
+
+    trace_id: int
+    span_id: int
+    parent_span_id: int | None
+    name: str
+    kind: SpanKind
+    start_ns: int
+    end_ns: int
+    attributes: dict[str, Any]
+    status: StatusCode = StatusCode.UNSET
+    status_message: str | None = None
+    events: tuple[SpanEvent, ...] = ()

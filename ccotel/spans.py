@@ -1,0 +1,190 @@
+"""Spans stage: a Finished item -> a SpanRecord (DESIGN.md section 2, GenAI semconv v1.41.1).
+
+Names: ``invoke_agent claude-code`` per turn, ``chat {model}`` per API response,
+``execute_tool {tool}`` per tool call, ``invoke_agent {agentType}`` per subagent.
+Raw transcript fields go under ``claude_code.*``. Content is only added when captured.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import ids
+from .assemble import AgentRun, Call, Finished, ToolCall, Turn
+from .content import ContentPolicy
+from .records import SpanEvent, SpanKind, SpanRecord, StatusCode
+
+__all__ = ["build_span"]
+
+PROVIDER = "anthropic"
+
+
+def build_span(f: Finished, content: ContentPolicy | None = None) -> SpanRecord:
+    item = f.item
+    if isinstance(item, Call):
+        return _chat(item, f)
+    if isinstance(item, ToolCall):
+        return _tool(item, f, content)
+    if isinstance(item, Turn):
+        return _turn(item, f, content)
+    return _agent(item, f)
+
+
+def _common(owner_session: str, version: str | None, cwd: str | None, branch: str | None) -> dict[str, Any]:
+    attrs: dict[str, Any] = {"gen_ai.conversation.id": owner_session}
+    if version:
+        attrs["claude_code.version"] = version
+    if cwd:
+        attrs["claude_code.cwd"] = cwd
+    if branch:
+        attrs["claude_code.git_branch"] = branch
+    return attrs
+
+
+def _turn(t: Turn, f: Finished, content: ContentPolicy | None) -> SpanRecord:
+    attrs = _common(t.session_id, t.version, t.cwd, t.git_branch)
+    attrs.update({
+        "gen_ai.operation.name": "invoke_agent",
+        "gen_ai.provider.name": PROVIDER,
+        "gen_ai.agent.name": "claude-code",
+        "claude_code.turn.trigger": t.trigger,
+        "claude_code.turn.outcome": t.outcome or "incomplete",
+        "claude_code.turn.api_calls": t.calls,
+        "claude_code.turn.tool_calls": t.tool_calls,
+    })
+    if t.prompt_uuid:
+        attrs["claude_code.uuid"] = t.prompt_uuid
+    if t.entrypoint:
+        attrs["claude_code.entrypoint"] = t.entrypoint
+    if t.api_errors:
+        attrs["claude_code.turn.api_errors"] = t.api_errors
+    if t.api_retries:
+        attrs["claude_code.turn.api_retries"] = t.api_retries
+    if content is not None and t.prompt_text is not None:
+        attrs["gen_ai.input.messages"] = content.messages_json("user", t.prompt_text)
+    events = tuple(
+        SpanEvent("claude_code.compaction", ts, {k: v for k, v in
+                  (("claude_code.compaction.trigger", trig), ("claude_code.compaction.pre_tokens", pre)) if v is not None})
+        for ts, trig, pre in t.compactions
+    )
+    error = t.outcome in ("orphaned", "interrupted")
+    return SpanRecord(
+        trace_id=f.trace_id, span_id=t.span_id, parent_span_id=None,
+        name="invoke_agent claude-code", kind=SpanKind.INTERNAL,
+        start_ns=t.start_ns, end_ns=max(t.last_ns, t.start_ns), attributes=attrs,
+        status=StatusCode.ERROR if error else StatusCode.UNSET,
+        status_message=t.outcome if error else None, events=events,
+    )
+
+
+def _agent(a: AgentRun, f: Finished) -> SpanRecord:
+    agent_type = a.agent_type or "subagent"
+    attrs = _common(a.session_id, a.version, a.cwd, a.git_branch)
+    attrs.update({
+        "gen_ai.operation.name": "invoke_agent",
+        "gen_ai.provider.name": PROVIDER,
+        "gen_ai.agent.name": agent_type,
+        "claude_code.agent.link": a.link or "none",
+        "claude_code.agent.background": a.background,
+        "claude_code.turn.api_calls": a.calls,
+        "claude_code.turn.tool_calls": a.tool_calls,
+        "claude_code.is_sidechain": True,
+    })
+    if a.agent_id:
+        attrs["gen_ai.agent.id"] = a.agent_id
+        attrs["claude_code.agent_id"] = a.agent_id
+    if a.description:
+        attrs["gen_ai.agent.description"] = a.description
+    if a.tool_use_id:
+        attrs["gen_ai.tool.call.id"] = a.tool_use_id
+    if a.spawn_depth is not None:
+        attrs["claude_code.agent.spawn_depth"] = a.spawn_depth
+    return SpanRecord(
+        trace_id=f.trace_id, span_id=a.span_id, parent_span_id=f.parent_span_id,
+        name=f"invoke_agent {agent_type}", kind=SpanKind.INTERNAL,
+        start_ns=a.start_ns, end_ns=max(a.last_ns, a.start_ns), attributes=attrs,
+        status=StatusCode.ERROR if a.interrupted else StatusCode.UNSET,
+        status_message="interrupted" if a.interrupted else None,
+    )
+
+
+def _chat(c: Call, f: Finished) -> SpanRecord:
+    model = c.model if c.model and c.model != "<synthetic>" else None
+    attrs = _common(c.owner.session_id if c.owner else "", c.version, c.cwd, c.git_branch)
+    attrs.update({
+        "gen_ai.operation.name": "chat",
+        "gen_ai.provider.name": PROVIDER,
+        "gen_ai.response.id": c.message_id,
+        "claude_code.is_sidechain": c.is_sidechain,
+        "claude_code.message.lines": c.lines,
+    })
+    if model:
+        attrs["gen_ai.request.model"] = model
+        attrs["gen_ai.response.model"] = model
+    if c.stop_reason:
+        attrs["gen_ai.response.finish_reasons"] = (c.stop_reason,)
+    if c.first_uuid:
+        attrs["claude_code.uuid"] = c.first_uuid
+    if c.parent_uuid:
+        attrs["claude_code.parent_uuid"] = c.parent_uuid
+    if c.request_id:
+        attrs["claude_code.request_id"] = c.request_id
+    if c.agent_id:
+        attrs["claude_code.agent_id"] = c.agent_id
+    u = c.usage
+    if u is not None:
+        attrs["gen_ai.usage.input_tokens"] = u.total_input
+        attrs["gen_ai.usage.output_tokens"] = u.output_tokens
+        attrs["gen_ai.usage.cache_read.input_tokens"] = u.cache_read_input_tokens
+        attrs["gen_ai.usage.cache_creation.input_tokens"] = u.cache_creation_input_tokens
+        attrs["claude_code.usage.input_tokens"] = u.input_tokens
+    status, message = StatusCode.UNSET, None
+    if c.is_api_error:
+        status, message = StatusCode.ERROR, c.error_text or "api_error"
+        attrs["error.type"] = _api_error_type(c.error_text)
+    return SpanRecord(
+        trace_id=f.trace_id, span_id=ids.span_id("chat", c.key), parent_span_id=f.parent_span_id,
+        name=f"chat {model}" if model else "chat", kind=SpanKind.CLIENT,
+        start_ns=c.start_ns, end_ns=max(c.end_ns, c.start_ns), attributes=attrs,
+        status=status, status_message=message,
+    )
+
+
+def _api_error_type(text: str | None) -> str:
+    """'API Error: 529 {...}' -> '529'; anything else -> 'api_error'."""
+    if text and text.startswith("API Error: "):
+        code = text[len("API Error: "):].split(" ", 1)[0]
+        if code.isdigit():
+            return code
+    return "api_error"
+
+
+def _tool(t: ToolCall, f: Finished, content: ContentPolicy | None) -> SpanRecord:
+    owner = t.owner
+    attrs = _common(owner.session_id if owner else "", owner.version if owner else None, None, None)
+    attrs.update({
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": t.name,
+        "gen_ai.tool.call.id": t.tool_use_id,
+        "gen_ai.tool.type": "function",
+    })
+    if t.agent_id:
+        attrs["claude_code.tool.agent_id"] = t.agent_id
+    if t.background:
+        attrs["claude_code.tool.background"] = True
+    if content is not None:
+        if t.input is not None:
+            attrs["gen_ai.tool.call.arguments"] = content.json_text(t.input)
+        if t.result_text is not None:
+            attrs["gen_ai.tool.call.result"] = content.text(t.result_text)
+    status, message = StatusCode.UNSET, None
+    if t.is_error:
+        status, message = StatusCode.ERROR, t.error_type
+        attrs["error.type"] = t.error_type or "tool_error"
+    end = t.end_ns if t.end_ns is not None else t.start_ns
+    return SpanRecord(
+        trace_id=f.trace_id, span_id=ids.span_id("tool", t.tool_use_id), parent_span_id=f.parent_span_id,
+        name=f"execute_tool {t.name}", kind=SpanKind.INTERNAL,
+        start_ns=t.start_ns, end_ns=max(end, t.start_ns), attributes=attrs,
+        status=status, status_message=message,
+    )
