@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# The whole test suite on a fresh machine: installs what the tests need, then runs pytest.
+#   - ccotel and its test dependencies in .venv
+#   - the pinned Claude Code CLI and ccusage from npm under tests/.node (real-CLI e2e tests, token cross-check)
+#   - Phoenix in its own venv .venv-phoenix (a real OTLP trace backend)
+# Extra arguments go to pytest (e.g. tests/run.sh -m e2e).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
+.venv/bin/python -m tests.harness.install
+.venv/bin/python -m tests.support.install_ccusage
+.venv/bin/python -m tests.support.install_phoenix
+exec .venv/bin/python -m pytest "$@"
