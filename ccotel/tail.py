@@ -27,17 +27,26 @@ _FINGERPRINT_BYTES = 256
 class FileIdentity:
     dev: int
     ino: int
-    fingerprint: str  # digest of the first bytes; catches inode reuse after delete + create
+    head_len: int  # how many first bytes the fingerprint covers (fewer while the file is small)
+    fingerprint: str  # digest of the first bytes; catches inode reuse and rewrites in place
+
+
+def _fingerprint(path: str, length: int) -> tuple[int, str] | None:
+    try:
+        with open(path, "rb") as f:
+            head = f.read(length)
+    except OSError:
+        return None
+    return len(head), hashlib.blake2b(head, digest_size=8).hexdigest()
 
 
 def identity_of(path: str, st: os.stat_result | None = None) -> FileIdentity | None:
     try:
         st = st or os.stat(path)
-        with open(path, "rb") as f:
-            head = f.read(_FINGERPRINT_BYTES)
     except OSError:
         return None
-    return FileIdentity(st.st_dev, st.st_ino, hashlib.blake2b(head, digest_size=8).hexdigest())
+    fp = _fingerprint(path, _FINGERPRINT_BYTES)
+    return None if fp is None else FileIdentity(st.st_dev, st.st_ino, fp[0], fp[1])
 
 
 @dataclass
@@ -84,22 +93,17 @@ class Tailer:
                 self._restart(res)
             return
         same_inode = (self.identity.dev, self.identity.ino) == (st.st_dev, st.st_ino)
-        shrunk = st.st_size < self.offset
-        if not same_inode or shrunk:
+        if not same_inode or st.st_size < self.offset or not self._same_head():
             self._restart(res)
             self.identity = identity_of(self.path, st)
-            return
-        if self.offset > 0:
-            # Same inode but other first bytes: the file was rewritten in place.
-            now = identity_of(self.path, st)
-            if now is not None and now.fingerprint != self.identity.fingerprint and self._prefix_changed():
-                self._restart(res)
-                self.identity = now
+        elif self.identity.head_len < _FINGERPRINT_BYTES and st.st_size > self.identity.head_len:
+            self.identity = identity_of(self.path, st)  # the file grew: fingerprint more of it
 
-    def _prefix_changed(self) -> bool:
-        # The fingerprint covers the first bytes; a file shorter than that grows legitimately.
+    def _same_head(self) -> bool:
+        """The bytes we fingerprinted are still the file's first bytes (not rewritten in place)."""
         assert self.identity is not None
-        return self.offset >= _FINGERPRINT_BYTES
+        fp = _fingerprint(self.path, self.identity.head_len)
+        return fp is not None and fp == (self.identity.head_len, self.identity.fingerprint)
 
     def _restart(self, res: ReadResult) -> None:
         self.offset = 0
@@ -136,7 +140,7 @@ class Tailer:
                 line_start = pos + start
                 if len(line) > self.max_line_bytes:
                     res.errors.append("line_too_long")
-                else:
+                elif line:
                     res.lines.append(RawLine(line_start, pos + nl + 1, line))
                 start = nl + 1
             pos += start
