@@ -11,6 +11,7 @@ committed fixture (:meth:`tests.harness.fixtures.Fixture.evidence`).
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -313,10 +314,17 @@ def _check_agents(ev: Evidence, spawn_rule: str, depth: int) -> tuple[list[str],
         meta = f.meta or {}
         if meta.get("spawnDepth") != depth or meta.get("agentType") != "general-purpose":
             p.append(f"{f.rel}: meta {meta} (expected spawnDepth {depth}, general-purpose)")
-        res = _result_line(ev, tid)
-        tur = (res or {}).get("toolUseResult") or {}
-        if tur.get("agentId") != f.agent_id:
-            p.append(f"Agent result {tid}: toolUseResult.agentId {tur.get('agentId')} != file {f.agent_id}")
+        res = _result_line(ev, tid) or {}
+        # Main file: toolUseResult.agentId. Subagent files carry no toolUseResult on success (2.1.197):
+        # there the id is only in the tool_result text ("agentId: <id> (use SendMessage ...").
+        tur = res.get("toolUseResult")
+        if isinstance(tur, dict) and "agentId" in tur:
+            got = tur["agentId"]
+        else:
+            m = re.search(r"agentId: (\w+)", json.dumps((res.get("message") or {}).get("content")))
+            got = m.group(1) if m else None
+        if got != f.agent_id:
+            p.append(f"Agent result {tid}: agentId {got} != file {f.agent_id}")
         first = f.lines[0]
         use = tool_uses(ev)[tid][2]
         if first.get("message", {}).get("content") != use["input"]["prompt"]:
