@@ -11,6 +11,8 @@ import threading
 import time
 from datetime import datetime, timezone
 
+import orjson
+
 from . import __version__
 from .assemble import Timeouts
 from .content import DEFAULT_REDACTIONS, ContentPolicy
@@ -73,15 +75,19 @@ def build_parser() -> argparse.ArgumentParser:
     tracing(bf)
     bf.add_argument("--close-all", action="store_true",
                     help="close every open turn, even ones whose session may still be running")
+
+    rep = sub.add_parser("report", help="token usage and estimated cost per session")
+    common(rep)
+    rep.add_argument("--json", action="store_true", help="JSON like `ccusage session --json`")
     return p
 
 
 def _options(args: argparse.Namespace) -> Options:
     content = None
-    if args.capture_content:
+    if getattr(args, "capture_content", False):
         content = ContentPolicy(max_length=args.max_attribute_length,
                                 patterns=DEFAULT_REDACTIONS + tuple(args.redact))
-    stall = int(args.stall_timeout * 1e9)
+    stall = int(getattr(args, "stall_timeout", 180.0) * 1e9)
     return Options(
         roots=tuple(args.root or default_roots()),
         since_ns=args.since,
@@ -176,6 +182,29 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    from .report import build_report
+
+    sessions = sorted(build_report(_options(args)).values(), key=lambda u: u.last_ns)
+    if args.json:
+        totals = {k: sum(int(u.as_dict()[k]) for u in sessions)  # type: ignore[call-overload]
+                  for k in ("inputTokens", "outputTokens", "cacheCreationTokens", "cacheReadTokens",
+                            "totalTokens", "apiCalls")}
+        doc = {"sessions": [u.as_dict() for u in sessions],
+               "totals": {**totals, "totalCost": round(sum(u.cost_usd for u in sessions), 6)}}
+        sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
+        return 0
+    w = sys.stdout.write
+    w(f"{'session':<38} {'input':>12} {'output':>12} {'cache write':>13} {'cache read':>14} {'cost $':>10}\n")
+    for u in sessions:
+        w(f"{u.session_id:<38} {u.input_tokens:>12,} {u.output_tokens:>12,} {u.cache_creation_tokens:>13,}"
+          f" {u.cache_read_tokens:>14,} {u.cost_usd:>10.2f}\n")
+    w(f"{'total':<38} {sum(u.input_tokens for u in sessions):>12,} {sum(u.output_tokens for u in sessions):>12,}"
+      f" {sum(u.cache_creation_tokens for u in sessions):>13,} {sum(u.cache_read_tokens for u in sessions):>14,}"
+      f" {sum(u.cost_usd for u in sessions):>10.2f}\n")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
@@ -184,4 +213,6 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_backfill(args)
     if args.command == "run":
         return cmd_run(args)
+    if args.command == "report":
+        return cmd_report(args)
     return 2

@@ -12,6 +12,7 @@ from typing import Any
 from . import ids
 from .assemble import AgentRun, Call, Finished, ToolCall, Turn
 from .content import ContentPolicy
+from .pricing import cost_usd, price_for
 from .records import SpanEvent, SpanKind, SpanRecord, StatusCode
 
 __all__ = ["build_span"]
@@ -138,6 +139,11 @@ def _chat(c: Call, f: Finished) -> SpanRecord:
         attrs["gen_ai.usage.cache_read.input_tokens"] = u.cache_read_input_tokens
         attrs["gen_ai.usage.cache_creation.input_tokens"] = u.cache_creation_input_tokens
         attrs["claude_code.usage.input_tokens"] = u.input_tokens
+        if u.cache_creation_5m or u.cache_creation_1h:
+            attrs["claude_code.usage.cache_creation.ephemeral_5m_input_tokens"] = u.cache_creation_5m
+            attrs["claude_code.usage.cache_creation.ephemeral_1h_input_tokens"] = u.cache_creation_1h
+        if price_for(model) is not None:
+            attrs["claude_code.cost.usd"] = round(cost_usd(model, u), 9)
     status, message = StatusCode.UNSET, None
     if c.is_api_error:
         status, message = StatusCode.ERROR, c.error_text or "api_error"
