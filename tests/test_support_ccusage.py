@@ -1,0 +1,175 @@
+"""ccusage on the realdata tree: the layout, and what ccusage reports (pinned).
+
+The per-session numbers and the reasoning behind them are in
+``tests/support/CCUSAGE_NOTES.md``; ``tests/support/usage_check.py`` is the
+independent arithmetic they are checked against.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+try:
+    import tests.support  # noqa: F401
+except ModuleNotFoundError:  # plain `pytest` does not put the repo root on sys.path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tests.support import ccusage as cc  # noqa: E402
+from tests.support import usage_check as uc  # noqa: E402
+from tests.support.fixtures import ccusage_installed, realdata_config_dir  # noqa: E402,F401
+
+# Sessions with no usage line ccusage reports: ff71dbed (a lone summary line) and
+# e1bc91d1 (its only API call is replayed in b4dcf65c, which sorts first by path).
+NOT_REPORTED = {"ff71dbed-a4f2-4284-a4fc-fe2fb90de929", "e1bc91d1-2731-4b12-bf00-44f4dcddffd1"}
+
+
+def test_realdata_layout_maps_every_file() -> None:
+    layout = cc.realdata_layout()
+    mains = [e for e in layout if e.agent is None]
+    subs = [e for e in layout if e.agent is not None]
+    assert len(mains) == cc.EXPECTED_MAIN_FILES
+    assert len(subs) == cc.EXPECTED_SUBAGENT_FILES
+    assert len({e.session_id for e in layout}) == cc.EXPECTED_SESSION_COUNT
+    # Every realdata .jsonl is used exactly once.
+    used = sorted(s for e in layout for s in e.sources)
+    assert used == sorted(
+        f"{p.parent.name}/{p.name}" for p in cc.realdata_dir().glob("*/*.jsonl")
+    )
+    by_dest = {e.dest: e for e in layout}
+    assert by_dest[
+        "projects/marot__spotter/4d5611e5-241a-462a-8d15-5122611a9569/subagents/agent-a2898e3.jsonl"
+    ].sources == (
+        "marot__spotter/test__fixtures__transcripts__4d5611e5-241a-462a-8d15-5122611a9569"
+        "__subagents__agent-a2898e3.jsonl",
+    )
+    assert by_dest["projects/entireio__cli/0cf3db51-1c73-43bb-8d05-dc02739514a5.jsonl"].sources == (
+        "entireio__cli/44__785715c3f5__2__full.jsonl",
+        "entireio__cli/84__324d6610f2__0__full.jsonl",
+    )
+    assert by_dest["projects/entireio__cli/b00b80af-879f-4265-b95b-48db0938673c.jsonl"].sources == (
+        "entireio__cli/b0__2936744f3b__0__full.jsonl",
+        "entireio__cli/ee__cf21d297fe__0__full.jsonl",
+    )
+    assert by_dest["projects/marot__spotter/55604662-cf2a-4331-851a-ec234028f8ca.jsonl"].sources == (
+        "marot__spotter/test__fixtures__transcripts__short.jsonl",
+    )
+    # The parentless subagent of 6c2214d7 still gets its session dir.
+    assert any(e.dest.startswith("projects/marot__spotter/6c2214d7-") and e.agent for e in layout)
+    assert {e.dest.split("/")[1] for e in layout} == {
+        p.name for p in cc.realdata_dir().iterdir() if p.is_dir()
+    }
+
+
+def test_realdata_tree_copies_and_joins(tmp_path: Path) -> None:
+    root = cc.realdata_dir()
+    tree = cc.realdata_tree(tmp_path / "claude")
+    for entry in cc.realdata_layout():
+        target = tree / entry.dest
+        assert target.is_file() and not target.is_symlink()
+        parts = [(root / s).read_bytes() for s in entry.sources]
+        if len(parts) == 1:
+            assert target.read_bytes() == parts[0]
+        else:
+            joined = b"".join(p if p.endswith(b"\n") else p + b"\n" for p in parts)
+            assert target.read_bytes() == joined
+    with pytest.raises(ValueError):
+        cc.realdata_tree(Path(__file__).resolve().parent / "tmp-realdata")
+
+
+def test_realdata_tree_symlink_mode(tmp_path: Path) -> None:
+    tree = cc.realdata_tree(tmp_path / "claude", mode="symlink")
+    for entry in cc.realdata_layout():
+        target = tree / entry.dest
+        assert target.is_symlink() == (len(entry.sources) == 1)
+
+
+def test_ccusage_sessions_on_realdata(ccusage_installed: Path, realdata_config_dir: Path) -> None:
+    sessions = cc.run_ccusage_sessions(realdata_config_dir)
+    expected = {e.session_id for e in cc.realdata_layout()} - NOT_REPORTED
+    assert set(sessions) == expected
+    assert len(sessions) == 52
+    for sid, row in sessions.items():
+        assert row["inputTokens"] > 0 and row["outputTokens"] > 0, sid
+        assert row["cacheReadTokens"] > 0 and row["totalCost"] > 0, sid
+        assert row["models"] and "<synthetic>" not in row["models"], sid
+        assert row["totalTokens"] == (
+            row["inputTokens"] + row["outputTokens"] + row["cacheCreationTokens"] + row["cacheReadTokens"]
+        )
+    # FORMAT.md section 4.2's table: once per (message.id, requestId), largest output.
+    assert sessions["847ff7d2-4a55-44d7-a3f5-a3afd89f1ee1"]["cacheReadTokens"] == 9_730_072
+    assert sessions["847ff7d2-4a55-44d7-a3f5-a3afd89f1ee1"]["outputTokens"] == 19_174
+    assert cc.summarize_sessions(sessions) == pytest.approx(
+        {
+            "inputTokens": 84_032,
+            "outputTokens": 569_993,
+            "cacheCreationTokens": 12_849_680,
+            "cacheReadTokens": 266_597_710,
+            "totalTokens": 280_101_415,
+            "totalCost": 224.832454,
+        }
+    )
+
+
+def test_ccusage_agrees_with_independent_arithmetic(
+    ccusage_installed: Path, realdata_config_dir: Path
+) -> None:
+    sessions = cc.run_ccusage_sessions(realdata_config_dir)
+    files = uc.session_files(realdata_config_dir)
+    for sid, paths in files.items():
+        ref = uc.reference_totals(paths).as_row()
+        row = sessions.get(sid)
+        got = (
+            (row["inputTokens"], row["outputTokens"], row["cacheCreationTokens"], row["cacheReadTokens"])
+            if row
+            else (0, 0, 0, 0)
+        )
+        if sid == "e1bc91d1-2731-4b12-bf00-44f4dcddffd1":
+            # Its one API call is also in b4dcf65c; ccusage counts it there only.
+            assert ref == (10, 5, 41_857, 0) and got == (0, 0, 0, 0)
+            continue
+        assert got == ref, sid
+    # Globally (every file at once, deduped across files) the totals agree exactly.
+    everything = [p for paths in files.values() for p in paths]
+    assert uc.reference_totals(everything).as_row() == (84_032, 569_993, 12_849_680, 266_597_710)
+    # And the re-implementation of ccusage's rules reproduces every session.
+    emulated = uc.ccusage_emulation(realdata_config_dir)
+    for sid, row in sessions.items():
+        assert emulated.sessions[sid].as_row() == (
+            row["inputTokens"], row["outputTokens"], row["cacheCreationTokens"], row["cacheReadTokens"]
+        ), sid
+    assert emulated.dropped_null_rule == {}
+    assert set(emulated.dropped_glued) == {
+        "130d7b7e-5801-4345-9bd6-f32fd9b8429b",
+        "86cc3044-7515-43f1-9c25-1444738c64c9",
+        "b00b80af-879f-4265-b95b-48db0938673c",
+    }
+
+
+def test_ccusage_daily_counts_agent_progress_copies(
+    ccusage_installed: Path, realdata_config_dir: Path
+) -> None:
+    """``daily`` adds usage nested in agent_progress lines; ``session`` does not."""
+    daily = cc.summarize_sessions(cc.run_ccusage_daily(realdata_config_dir))
+    files = [p for paths in uc.session_files(realdata_config_dir).values() for p in paths]
+    with_progress = uc.reference_totals(files, agent_progress=True).as_row()
+    assert (
+        daily["inputTokens"], daily["outputTokens"], daily["cacheCreationTokens"], daily["cacheReadTokens"]
+    ) == with_progress == (136_618, 571_259, 13_875_176, 276_690_561)
+
+
+def test_ccusage_skips_symlinked_files(ccusage_installed: Path, tmp_path: Path) -> None:
+    tree = cc.realdata_tree(tmp_path / "claude", mode="symlink")
+    sessions = cc.run_ccusage_sessions(tree)
+    # Only the two joined (copied) files are read.
+    assert set(sessions) == {
+        "0cf3db51-1c73-43bb-8d05-dc02739514a5",
+        "b00b80af-879f-4265-b95b-48db0938673c",
+    }
+
+
+def test_ccusage_reads_only_the_given_config_dir(ccusage_installed: Path, tmp_path: Path) -> None:
+    (tmp_path / "empty" / "projects").mkdir(parents=True)
+    assert cc.run_ccusage_sessions(tmp_path / "empty") == {}
