@@ -173,3 +173,85 @@ def test_ccusage_skips_symlinked_files(ccusage_installed: Path, tmp_path: Path) 
 def test_ccusage_reads_only_the_given_config_dir(ccusage_installed: Path, tmp_path: Path) -> None:
     (tmp_path / "empty" / "projects").mkdir(parents=True)
     assert cc.run_ccusage_sessions(tmp_path / "empty") == {}
+
+
+def _assistant(mid: str, rid: "str | None", usage: dict, *, model: str = "claude-opus-4-6",
+               content: "list | None" = None, sidechain: bool = False, ts: str = "2025-05-05T05:05:05.000Z",
+               sid: str = "11111111-2222-3333-4444-555555555555") -> dict:
+    line = {
+        "parentUuid": None, "isSidechain": sidechain, "userType": "external", "cwd": "/tmp/p",
+        "sessionId": sid, "version": "2.1.39", "type": "assistant", "uuid": f"u-{mid}-{len(str(usage))}",
+        "timestamp": ts,
+        "message": {"id": mid, "type": "message", "role": "assistant", "model": model,
+                    "content": content or [{"type": "text", "text": "hi"}], "stop_reason": None,
+                    "usage": {"input_tokens": 0, "output_tokens": 0, "cache_creation_input_tokens": 0,
+                              "cache_read_input_tokens": 0, **usage}},
+    }
+    if rid is not None:
+        line["requestId"] = rid
+    return line
+
+
+def test_ccusage_rules_on_a_synthetic_transcript(ccusage_installed: Path, tmp_path: Path) -> None:
+    """Each of ccusage's rules on one line, so ccotel's tests can cite them."""
+    import functools
+    import json as _json
+
+    class json:  # compact, as Claude Code writes it: ccusage looks for '"usage":{'
+        dumps = staticmethod(functools.partial(_json.dumps, separators=(",", ":")))
+
+    sid = "11111111-2222-3333-4444-555555555555"
+    u1 = {"input_tokens": 10, "cache_creation_input_tokens": 100, "cache_read_input_tokens": 1000}
+    lines = [
+        # (a) split lines of one response: first snapshot output 1, last 50 -> 50 kept.
+        json.dumps(_assistant("msg_1", "req_1", {**u1, "output_tokens": 1})),
+        json.dumps(_assistant("msg_1", "req_1", {**u1, "output_tokens": 50},
+                              content=[{"type": "tool_use", "id": "toolu_1", "name": "Bash", "input": {}}])),
+        # (b) a tool input holding "id": null -> ccusage drops the whole line.
+        json.dumps(_assistant("msg_2", "req_2", {"input_tokens": 2, "output_tokens": 2},
+                              content=[{"type": "tool_use", "id": "toolu_2", "name": "X", "input": {"id": None}}])),
+        # (c) glued: an assistant line with a summary appended -> dropped.
+        json.dumps(_assistant("msg_3", "req_3", {"input_tokens": 3, "output_tokens": 3}))
+        + json.dumps({"type": "summary", "summary": "t", "leafUuid": "x"}),
+        # (d) a <synthetic> API-error message: counted with 0 tokens, not a model.
+        json.dumps({**_assistant("0b0b0b0b-0000-0000-0000-000000000000", None, {}, model="<synthetic>"),
+                    "isApiErrorMessage": True}),
+        # (e) agent_progress copy of a subagent call: session ignores, daily counts.
+        json.dumps({"type": "progress", "sessionId": sid, "version": "2.1.39", "cwd": "/tmp/p",
+                    "uuid": "p-1", "timestamp": "2025-05-05T05:05:06.000Z",
+                    "data": {"type": "agent_progress", "agentId": "a1",
+                             "message": {"type": "assistant", "uuid": "s-1",
+                                         "timestamp": "2025-05-05T05:05:06.000Z", "requestId": "req_4",
+                                         "message": _assistant("msg_4", None, {"input_tokens": 4, "output_tokens": 4})["message"]}}}),
+    ]
+    project = tmp_path / "claude" / "projects" / "p"
+    project.mkdir(parents=True)
+    (project / f"{sid}.jsonl").write_text("\n".join(lines) + "\n")
+    # (f) a sidechain file replaying msg_1 under another requestId -> deduped away.
+    sub = project / sid / "subagents"
+    sub.mkdir(parents=True)
+    (sub / "agent-b.jsonl").write_text(
+        json.dumps(_assistant("msg_1", "req_other", {**u1, "output_tokens": 60}, sidechain=True)) + "\n"
+    )
+    config = tmp_path / "claude"
+
+    row = cc.run_ccusage_sessions(config)[sid]
+    assert (row["inputTokens"], row["outputTokens"], row["cacheCreationTokens"], row["cacheReadTokens"]) == (
+        10, 50, 100, 1000,
+    )
+    assert row["models"] == ["claude-opus-4-6"]
+    # FORMAT.md section 10 counts msg_2 and msg_3 too (and the sidechain replay,
+    # whose requestId differs, as its own key).
+    ref = uc.reference_totals(sorted(config.rglob("*.jsonl")))
+    assert ref.as_row() == (10 + 2 + 3 + 10, 50 + 2 + 3 + 60, 200, 2000)
+    daily = cc.summarize_sessions(cc.run_ccusage_daily(config))
+    assert (daily["inputTokens"], daily["outputTokens"]) == (10 + 4, 50 + 4)
+    emulated = uc.ccusage_emulation(config)
+    assert emulated.sessions[sid].as_row() == (10, 50, 100, 1000)
+    assert emulated.dropped_null_rule == {sid: 1} and emulated.dropped_glued == {sid: 1}
+    # (g) the same JSON with spaces after ':' (not how Claude Code writes) is not read.
+    spaced = "22222222-2222-3333-4444-555555555555"
+    (project / f"{spaced}.jsonl").write_text(
+        _json.dumps(_assistant("msg_9", "req_9", {"input_tokens": 9, "output_tokens": 9}, sid=spaced)) + "\n"
+    )
+    assert spaced not in cc.run_ccusage_sessions(config)
