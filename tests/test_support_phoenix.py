@@ -331,6 +331,21 @@ def test_resent_span_id_is_ignored_first_write_wins(phoenix: PhoenixServer) -> N
     assert kept["status_code"] == "UNSET"
 
 
+def test_trace_stays_in_its_first_project(phoenix: PhoenixServer) -> None:
+    trace_id = 0x6F6F6F6F6F6F6F6F6F6F6F6F6F6F6F6F
+    base = ns("2025-07-07T07:07:07.007Z")
+
+    def res(project: str) -> Resource:
+        return Resource.create({"service.name": "ccotel-test", "openinference.project.name": project})
+
+    export(http_exporter(phoenix), [make_span("p1 root", trace_id, 0xF1, None, base, base + 10, resource=res("ccotel-p1"))])
+    phoenix.wait_for_spans(1, "ccotel-p1", timeout=30)
+    export(http_exporter(phoenix), [make_span("p2 child", trace_id, 0xF2, 0xF1, base, base + 10, resource=res("ccotel-p2"))])
+    got = phoenix.wait_for_spans(2, "ccotel-p1", timeout=30, exact=True)
+    assert {g["name"] for g in got} == {"p1 root", "p2 child"}
+    assert phoenix.spans("ccotel-p2") == []
+
+
 def test_pagination_reads_every_span(phoenix: PhoenixServer) -> None:
     project = "ccotel-paging"
     resource = Resource.create({"service.name": "ccotel-test", "openinference.project.name": project})

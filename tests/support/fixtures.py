@@ -39,7 +39,13 @@ def missing_component(reason: str) -> NoReturn:
 
 @pytest.fixture(scope="session")
 def phoenix() -> Iterator[_phoenix.PhoenixServer]:
-    """One Phoenix server for the session (loopback, free ports, temp sqlite)."""
+    """One Phoenix server for the whole pytest session (loopback, free ports, temp sqlite).
+
+    Shared by every test that uses it: spans accumulate.  Read back with
+    ``trace_ids=[...]`` or send to a project of your own (resource attribute
+    ``openinference.project.name``), and use fresh trace/span ids per test --
+    Phoenix ignores a span whose span id it already has.
+    """
     found = _phoenix.installed_phoenix_version()
     if found != _phoenix.PHOENIX_VERSION:
         missing_component(

@@ -28,9 +28,10 @@ Configuration (from ``phoenix/config.py`` of 20.26.1, not guessed):
 
 What Phoenix keeps, changes and drops (verified by tests/test_support_phoenix.py):
 
-- Project: the resource attribute ``openinference.project.name``, else
-  ``"default"``.  A trace id belongs to ONE project: ``traces.trace_id`` is
-  unique, and later spans of a known trace go to the trace's first project.
+- Project: the resource attribute ``openinference.project.name`` (not kept as
+  an attribute), else ``"default"``.  A trace id belongs to ONE project:
+  ``traces.trace_id`` is unique, and later spans of a known trace go to the
+  trace's first project whatever their resource says.
 - Ids: OTLP bytes -> lowercase hex (32 chars trace, 16 chars span), unchanged.
   ``spans.span_id`` is unique: a span re-sent with a known span id is silently
   ignored (first write wins, the export still reports success).  Re-exporting
@@ -48,17 +49,23 @@ What Phoenix keeps, changes and drops (verified by tests/test_support_phoenix.py
 - Resource attributes (``service.name`` ...) and the instrumentation scope are
   not stored and not returned.
 - Attributes: every sent attribute comes back under its own dotted key with
-  its value (int, float, bool, str, homogeneous lists, empty list; ints up to
+  its value and type (int, float, bool, str, "" , homogeneous lists; ints up to
   int64).  Phoenix ADDS OpenInference attributes synthesized from ``gen_ai.*``
-  (``setdefault``, never overriding ours): ``session.id`` from
-  ``gen_ai.conversation.id``, ``llm.model_name``, ``llm.provider``,
-  ``llm.system``, ``llm.token_count.prompt/completion/total``,
-  ``llm.token_count.prompt_details.cache_read``/``cache_write``,
-  ``llm.finish_reason``, ``tool.name`` ...  Keys are split on "." and rebuilt:
-  an empty segment disappears (``"a..b"`` -> ``"a.b"``), and keys ending in
-  ``metadata`` / ``tool.parameters`` / ``llm.prompt_template.variables`` holding
-  a JSON string are parsed and flattened (``metadata='{"k":1}'`` ->
-  ``metadata.k = 1``).
+  (``setdefault``, never overriding ours).  Verified set: on a chat span
+  ``llm.model_name``, ``llm.provider``, ``llm.system``, ``llm.finish_reason``
+  (first of finish_reasons), ``llm.token_count.prompt`` (= gen_ai input_tokens),
+  ``.completion``, ``.total`` (prompt + completion),
+  ``llm.token_count.prompt_details.cache_read`` / ``cache_write``,
+  ``output.value`` = ``{"id": <response.id>, "model": <response.model>}`` with
+  ``output.mime_type`` application/json; on an execute_tool span ``tool.name``
+  and ``tool.id`` (from gen_ai.tool.name / gen_ai.tool.call.id); on any span
+  with ``gen_ai.conversation.id`` a ``session.id`` (Phoenix groups traces into
+  sessions by it); nothing on spans without ``gen_ai.*`` attributes.  Keys are
+  split on "." and rebuilt: an empty segment disappears (``"a..b"`` ->
+  ``"a.b"``), and keys ending in ``metadata`` / ``tool.parameters`` /
+  ``llm.prompt_template.variables`` holding a JSON string are parsed and
+  flattened (``metadata='{"k":1}'`` -> ``metadata.k = 1``).  ``"a.b"`` and
+  ``"a.b.c"`` can coexist.
 - Status: ``status_code`` "OK" / "ERROR" / "UNSET", ``status_message`` ("" when none).
 
 REST: ``GET /v1/projects/{project}/spans?limit=1..1000&cursor=&sort=id&order=asc``
