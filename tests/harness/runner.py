@@ -127,6 +127,44 @@ def tool_use_seen(config_dir: Path, name: str | None = None, contains: str | Non
     return False
 
 
+def _stat_fields(pid: int) -> list[str] | None:
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # comm may contain spaces/parens: split after the last ')'
+    return raw[raw.rindex(")") + 2:].split()
+
+
+def _start_time(pid: int) -> str | None:
+    f = _stat_fields(pid)
+    return f[19] if f else None  # field 22 (starttime); fields[0] is field 3 (state)
+
+
+def _descendants(root: int) -> list[tuple[int, str]]:
+    """(pid, start time) of every live descendant of ``root`` (Linux /proc; empty elsewhere)."""
+    children: dict[int, list[int]] = {}
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return []
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        f = _stat_fields(int(entry.name))
+        if f:
+            children.setdefault(int(f[1]), []).append(int(entry.name))
+    out, todo = [], [root]
+    for _ in range(10_000):  # bounded walk
+        if not todo:
+            break
+        for child in children.get(todo.pop(), []):
+            st = _start_time(child)
+            if st is not None:
+                out.append((child, st))
+                todo.append(child)
+    return out
+
+
 @dataclass
 class Sandbox:
     """A private HOME, config dir, tmp dir and project cwd under ``root``."""
@@ -236,6 +274,7 @@ class Sandbox:
             start_new_session=True,
         )
         killed = timed_out = False
+        orphans: list[tuple[int, str]] = []
         pending = list(stdin_steps or [])
         deadline = start + timeout
         try:
@@ -243,6 +282,7 @@ class Sandbox:
                 now = time.monotonic()
                 if now >= deadline:
                     timed_out = True
+                    orphans = _descendants(proc.pid)
                     proc.send_signal(signal.SIGKILL)
                     break
                 while pending and (pending[0].when is None or pending[0].when()):
@@ -258,6 +298,7 @@ class Sandbox:
                         pending.clear()
                 if kill_when is not None and kill_when():
                     killed = True
+                    orphans = _descendants(proc.pid)
                     proc.send_signal(signal.SIGKILL)
                     break
                 time.sleep(poll_interval)
@@ -269,12 +310,15 @@ class Sandbox:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait(timeout=10)
-            # Children the CLI started (e.g. `sleep 60` of a killed Bash call) are in its
-            # process group (start_new_session): clean them up, never anything else.
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+            # Processes the killed CLI had started (e.g. the shell running `sleep 60`; the Bash tool
+            # puts it in a session of its own) outlive it: kill exactly those pids, and only if
+            # they are still the same processes (same start time).
+            for pid, start_time in orphans:
+                if _start_time(pid) == start_time:
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except (ProcessLookupError, PermissionError):
+                        pass
             if proc.stdin is not None and not proc.stdin.closed:
                 try:
                     proc.stdin.close()

@@ -291,8 +291,16 @@ def _s06_drive(ctx: Context) -> None:
     r1 = ctx.run("run1_killed", S06_FIRST, allowed_tools="Bash", timeout=90, kill_when=kill_when)
     ctx.notes["sessions_dir_after_kill"] = _sessions_snapshot(sb)
     ctx.snapshot("after_kill")
+    stale = {e["file"] for e in ctx.notes["sessions_dir_after_kill"]}
+
+    def observe() -> bool:  # never kills: records the sessions/ dir once the resumed process registered
+        now = _sessions_snapshot(sb)
+        if "sessions_dir_during_resume" not in ctx.notes and {e["file"] for e in now} - stale:
+            ctx.notes["sessions_dir_during_resume"] = now
+        return False
+
     ctx.run("run2_resume", S06_SECOND, resume=r1.session_id or _only_session_id(sb), allowed_tools="Bash",
-            timeout=90)
+            timeout=90, kill_when=observe)
     ctx.notes["sessions_dir_after_resume"] = _sessions_snapshot(sb)
 
 
