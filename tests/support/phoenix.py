@@ -432,16 +432,11 @@ class PhoenixServer:
                 proc.wait(timeout=self.stop_timeout)
             except subprocess.TimeoutExpired:
                 try:
-                    os.killpg(proc.pid, signal.SIGKILL)  # the session we created
+                    # The session we created for it: Phoenix and anything it started.
+                    os.killpg(proc.pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
                 proc.wait(timeout=10)
-        if proc is not None:
-            try:
-                # Anything Phoenix itself started stays in its own session.
-                os.killpg(proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
         if self._log_file is not None:
             self._log_file.close()
             self._log_file = None
