@@ -15,6 +15,7 @@ import socket
 import sys
 import threading
 import time
+import urllib.parse
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -139,16 +140,20 @@ def otlp_settings(env: dict[str, str] | None = None) -> OtlpSettings:
     return OtlpSettings(protocol, endpoint)
 
 
-def make_resource():  # type: ignore[no-untyped-def]
-    """service.name=ccotel unless OTEL_SERVICE_NAME says otherwise; OTEL_RESOURCE_ATTRIBUTES merged in."""
-    from opentelemetry.sdk.resources import Resource
-
+def resource_attributes(env: dict[str, str] | None = None) -> dict[str, str]:
+    """service.name=ccotel, service.version, host.name; then OTEL_RESOURCE_ATTRIBUTES
+    (k=v,k2=v2, percent-encoded values) and OTEL_SERVICE_NAME on top, as the spec orders them."""
+    env = dict(os.environ) if env is None else env
     attrs = {"service.name": "ccotel", "service.version": __version__, "host.name": socket.gethostname()}
-    base = Resource.create({})  # reads OTEL_RESOURCE_ATTRIBUTES and OTEL_SERVICE_NAME
-    merged = Resource(attrs).merge(base)
-    if merged.attributes.get("service.name") == "unknown_service":
-        merged = merged.merge(Resource({"service.name": "ccotel"}))
-    return merged
+    for item in env.get("OTEL_RESOURCE_ATTRIBUTES", "").split(","):
+        key, sep, value = item.partition("=")
+        if sep and key.strip():
+            attrs[key.strip()] = urllib.parse.unquote(value.strip())
+        elif item.strip():
+            log.warning("ignoring malformed OTEL_RESOURCE_ATTRIBUTES item %r", item)
+    if env.get("OTEL_SERVICE_NAME", "").strip():
+        attrs["service.name"] = env["OTEL_SERVICE_NAME"].strip()
+    return attrs
 
 
 class OtlpSink:
@@ -158,7 +163,9 @@ class OtlpSink:
         from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
         self.settings = otlp_settings(env)
-        self.resource = make_resource()
+        from opentelemetry.sdk.resources import Resource
+
+        self.resource = Resource(resource_attributes(env))
         self.scope = InstrumentationScope("ccotel", __version__)
         # The SDK exporter logs every failed attempt; ExportQueue reports outages once instead.
         for name in ("opentelemetry.exporter.otlp.proto.http.trace_exporter",

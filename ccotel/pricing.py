@@ -24,8 +24,7 @@ class Price:
 
 # Longest matching prefix wins; model ids carry dates (claude-sonnet-4-5-20250929).
 _PRICES: tuple[tuple[str, Price], ...] = (
-    ("claude-opus-4-5", Price(5, 25, 6.25, 10, 0.50)),
-    ("claude-opus-4-6", Price(5, 25, 6.25, 10, 0.50)),
+    *((f"claude-opus-4-{minor}", Price(5, 25, 6.25, 10, 0.50)) for minor in range(5, 10)),
     ("claude-opus-4-1", Price(15, 75, 18.75, 30, 1.50)),
     ("claude-opus-4", Price(15, 75, 18.75, 30, 1.50)),
     ("claude-3-opus", Price(15, 75, 18.75, 30, 1.50)),

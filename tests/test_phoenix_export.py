@@ -1,0 +1,130 @@
+"""Backfill the real-CLI fixtures into a real Phoenix server over OTLP and read the spans back.
+
+The expected tree comes from the fake API's ground truth (what it really sent), not from
+ccotel's parser: one chat span per API response with its exact usage, one tool span per
+tool_use under its chat span, subagents under their Agent/Task tool span, the orphan in ERROR.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from ccotel.export import ExportQueue, OtlpSink
+from ccotel.pipeline import Options, Pipeline
+from tests.harness.fixtures import list_fixtures, load_fixture
+from tests.support.fixtures import phoenix  # noqa: F401
+
+pytestmark = pytest.mark.phoenix
+
+TASK_TOOLS = {"Task", "Agent"}
+
+
+def export_fixture(name: str, server, protocol: str = "http/protobuf") -> int:
+    fx = load_fixture(name)
+    endpoint = server.otlp_http_endpoint if protocol == "http/protobuf" else server.otlp_grpc_endpoint
+    env = {
+        "OTEL_EXPORTER_OTLP_PROTOCOL": protocol,
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": endpoint,
+        "OTEL_RESOURCE_ATTRIBUTES": f"openinference.project.name={project_of(name, protocol)}",
+    }
+    queue = ExportQueue(OtlpSink(env))
+    pipeline = Pipeline(Options(roots=(str(fx.config_dir),)), emit=queue.submit)
+    pipeline.backfill(close_all=True)
+    assert queue.close(timeout_s=60), "Phoenix did not take every span"
+    assert queue.failures == 0
+    return pipeline.stats.spans
+
+
+def project_of(name: str, protocol: str) -> str:
+    return f"{name}-{'grpc' if protocol == 'grpc' else 'http'}"
+
+
+def api_responses(fx) -> list[dict]:
+    """Responses the fake API sent that Claude Code wrote into the transcripts."""
+    return [r for r in fx.ground_truth if r.get("endpoint") == "messages" and r.get("matched")
+            and r.get("status") == 200 and r.get("expect_in_transcript", True)]
+
+
+def check_tree(name: str, spans: list[dict]) -> None:
+    fx = load_fixture(name)
+    by_id = {s["span_id"]: s for s in spans}
+    assert len(by_id) == len(spans), "a span id was stored twice"
+    # every parent is there, and every trace has exactly one root: the turn
+    for s in spans:
+        assert s["parent_id"] is None or s["parent_id"] in by_id, s["name"]
+    roots = Counter(s["trace_id"] for s in spans if s["parent_id"] is None)
+    assert set(roots.values()) == {1}
+    assert {by_id[s["span_id"]]["trace_id"] for s in spans} == set(roots)
+    for s in spans:
+        if s["parent_id"] is None:
+            assert s["name"] == "invoke_agent claude-code"
+            assert s["attributes"]["gen_ai.conversation.id"] in fx.session_ids
+
+    chats = {s["attributes"]["gen_ai.response.id"]: s for s in spans
+             if s["name"].startswith("chat") and s["status_code"] != "ERROR"}
+    sent = api_responses(fx)
+    assert sorted(chats) == sorted(r["message_id"] for r in sent), "one chat span per API response"
+    main_conversations = {r["conversation"] for r in sent if r["assistant_turns_in_request"] == 0
+                          and not any(r["conversation"] == o.get("agent_prompt") for o in sent)}
+    for r in sent:
+        span = chats[r["message_id"]]
+        a, u = span["attributes"], r["usage"]
+        assert span["name"] == f"chat {r['model']}"
+        assert a["gen_ai.usage.output_tokens"] == u["output_tokens"]
+        assert a["gen_ai.usage.input_tokens"] == (u["input_tokens"] + u["cache_read_input_tokens"]
+                                                  + u["cache_creation_input_tokens"])
+        assert a["gen_ai.usage.cache_read.input_tokens"] == u["cache_read_input_tokens"]
+        assert a["gen_ai.usage.cache_creation.input_tokens"] == u["cache_creation_input_tokens"]
+        assert a["claude_code.usage.input_tokens"] == u["input_tokens"]
+        assert a["claude_code.request_id"] == r["request_id"]
+        assert a["gen_ai.provider.name"] == "anthropic"
+        assert span["span_kind"] in ("LLM", "CLIENT", "UNKNOWN")
+        parent = by_id[span["parent_id"]]
+        assert parent["name"].startswith("invoke_agent")
+        for block in r["blocks"]:
+            if block["type"] != "tool_use":
+                continue
+            tools = [s for s in spans if s["name"].startswith("execute_tool")
+                     and s["attributes"]["gen_ai.tool.call.id"] == block["id"]]
+            assert len(tools) == 1, f"one tool span for {block['id']}"
+            tool = tools[0]
+            assert tool["name"] == f"execute_tool {block['name']}"
+            assert tool["parent_id"] == span["span_id"]
+            assert tool["trace_id"] == span["trace_id"]
+    # subagent chats hang under invoke_agent {type} under the Agent/Task tool span that spawned them
+    for r in sent:
+        span = chats[r["message_id"]]
+        parent = by_id[span["parent_id"]]
+        if parent["parent_id"] is None:
+            continue
+        tool = by_id[parent["parent_id"]]
+        assert tool["name"].split(" ", 1)[1] in TASK_TOOLS, tool["name"]
+        assert parent["attributes"].get("gen_ai.agent.id")
+    assert main_conversations  # the scenario had a main conversation
+
+
+@pytest.mark.parametrize("name", list_fixtures())
+def test_fixture_tree_in_phoenix(phoenix, name):  # noqa: F811
+    n = export_fixture(name, phoenix)
+    spans = phoenix.wait_for_spans(n, project_of(name, "http/protobuf"), timeout=60, exact=True)
+    check_tree(name, spans)
+    if name.startswith("s06"):
+        orphans = [s for s in spans if s["name"].startswith("execute_tool") and s["status_code"] == "ERROR"]
+        assert len(orphans) == 1 and orphans[0]["attributes"]["error.type"] == "orphaned"
+    if name.startswith("s03") or name.startswith("s05"):
+        assert sum(1 for s in spans if s["name"].startswith("invoke_agent") and s["parent_id"]) >= 2
+
+
+def test_grpc_export_gives_the_same_ids(phoenix):  # noqa: F811
+    name = "s03_parallel_subagents"
+    n = export_fixture(name, phoenix, protocol="grpc")
+    grpc_spans = phoenix.wait_for_spans(n, project_of(name, "grpc"), timeout=60, exact=True)
+    check_tree(name, grpc_spans)
+    http_spans = phoenix.spans(project_of(name, "http/protobuf"))
+    if not http_spans:
+        export_fixture(name, phoenix)
+        http_spans = phoenix.wait_for_spans(n, project_of(name, "http/protobuf"), timeout=60, exact=True)
+    key = lambda s: (s["trace_id"], s["span_id"], s["parent_id"], s["name"])  # noqa: E731
+    assert sorted(map(key, grpc_spans)) == sorted(map(key, http_spans))
