@@ -88,9 +88,15 @@ def install(node_dir: Path = NODE_DIR, version: str = CLAUDE_CODE_VERSION, quiet
     if npm is None:
         raise RuntimeError("npm not found on PATH: install Node.js >= 18 and npm")
     node_dir.mkdir(parents=True, exist_ok=True)
-    # A private package.json with the exact pin, so npm does not walk up to a parent project.
-    (node_dir / "package.json").write_text(json.dumps(
-        {"name": "ccotel-test-node", "private": True, "dependencies": {PACKAGE: version}}, indent=2) + "\n")
+    # A package.json of its own with the exact pin, so npm does not walk up to a parent project.
+    # Other dependencies someone added there are kept (npm prunes what package.json does not list).
+    manifest_path = node_dir / "package.json"
+    try:
+        manifest = json.loads(manifest_path.read_text())
+    except (OSError, ValueError):
+        manifest = {"name": "ccotel-test-node", "private": True}
+    manifest.setdefault("dependencies", {})[PACKAGE] = version
+    manifest_path.write_text(json.dumps(manifest, indent=2) + "\n")
     cmd = [npm, "install", "--prefix", str(node_dir), "--no-audit", "--no-fund", "--save-exact",
            "--include=optional", "--no-package-lock", f"{PACKAGE}@{version}"]
     if not quiet:

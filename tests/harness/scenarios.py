@@ -80,6 +80,7 @@ class Scenario:
     description: str
     rules: Callable[[], list[Rule]]
     drive: Callable[[Context], None]
+    notable: str = ""  # what 2.1.197 did that a reader should know (copied into meta.json)
     hand_made: bool = False
 
 
@@ -162,11 +163,11 @@ def _s03_rules() -> list[Rule]:
         Rule("s03.main.final", Message([text("Both helpers finished: alpha and beta.")], u(1)),
              first_user="S03 main", turns=1),
         Rule("s03.alpha.bash", Message([bash("echo alpha", "Print alpha")], u(2)),
-             first_user="S03-ALPHA", turns=0, delay=0.3),
-        Rule("s03.alpha.final", Message([text("alpha done")], u(3)), first_user="S03-ALPHA", turns=1, delay=0.3),
+             first_user="S03-ALPHA", turns=0, delay=0.5),
+        Rule("s03.alpha.final", Message([text("alpha done")], u(3)), first_user="S03-ALPHA", turns=1, delay=0.5),
         Rule("s03.beta.bash", Message([bash("echo beta", "Print beta")], u(4)),
-             first_user="S03-BETA", turns=0, delay=0.3),
-        Rule("s03.beta.final", Message([text("beta done")], u(5)), first_user="S03-BETA", turns=1, delay=0.3),
+             first_user="S03-BETA", turns=0, delay=0.5),
+        Rule("s03.beta.final", Message([text("beta done")], u(5)), first_user="S03-BETA", turns=1, delay=0.5),
     ]
 
 
@@ -476,21 +477,32 @@ def _register(*scenarios: Scenario) -> None:
 
 _register(
     Scenario("s01_bash_tool", 1, "one prompt, one Bash tool call (echo hello), final answer",
-             _s01_rules, _s01_drive),
+             _s01_rules, _s01_drive,
+             notable='text and tool_use of one response are two lines with the same message.id/requestId and the final usage; Bash result has toolUseResult {stdout, stderr, interrupted, isImage, noOutputExpected}'),
     Scenario("s02_resume_two_turns", 2, "two turns in one session: a second -p run with --resume",
-             _s02_rules, _s02_drive),
+             _s02_rules, _s02_drive,
+             notable="--resume appends to the same session file; a 'mode' line ends the resumed run"),
     Scenario("s03_parallel_subagents", 3, "two parallel foreground subagents (Agent tool), each running Bash",
-             _s03_rules, _s03_drive),
+             _s03_rules, _s03_drive,
+             notable="tool is named Agent in the API and the transcript but Task in stream-json init.tools; subagent files under <session>/subagents/ with meta.json {agentType, description, toolUseId, spawnDepth}; Agent toolUseResult.usage = the subagent's last API call"),
     Scenario("s04_background_subagent", 4, "a background subagent (run_in_background) finishing after the main turn",
-             _s04_rules, _s04_drive),
-    Scenario("s05_nested_subagent", 5, "a subagent that spawns its own subagent", _s05_rules, _s05_drive),
+             _s04_rules, _s04_drive,
+             notable="-p waits for the background agent; completion arrives as queue-operation enqueue + a user line '<task-notification>...' with origin.kind=task-notification, then one more API call; two result records on stdout"),
+    Scenario("s05_nested_subagent", 5, "a subagent that spawns its own subagent", _s05_rules, _s05_drive,
+             notable="nesting allowed; both agent files flat in the main session's subagents/ dir; inner meta spawnDepth 2, toolUseId in the outer agent's file; subagent files have no toolUseResult"),
     Scenario("s06_kill_orphan_resume", 6, "SIGKILL during Bash sleep 60 (orphaned tool_use), then --resume",
-             _s06_rules, _s06_drive),
+             _s06_rules, _s06_drive,
+             notable='orphaned tool_use stays as a dead branch; resumed prompt parented on the line before it; sessions/<pid>.json survives SIGKILL (snapshots/after_kill) and is deleted by the next CLI start'),
     Scenario("s07_api_errors", 7, "a non-retryable 400 (run 1) and a retryable 529 then success (run 2)",
-             _s07_rules, _s07_drive),
-    Scenario("s08_failing_tool", 8, "a Bash call exiting non-zero (tool_result is_error)", _s08_rules, _s08_drive),
-    Scenario("s09_thinking_big_output", 9, "thinking blocks and a Bash output over 1 MB", _s09_rules, _s09_drive),
-    Scenario("s10_compact", 10, "/compact via -p --resume, then one more turn", _s10_rules, _s10_drive),
+             _s07_rules, _s07_drive,
+             notable="400 -> one <synthetic> isApiErrorMessage line with apiErrorStatus 400 and the error's requestId; the 529 retry leaves no trace in the transcript, only stream-json system/api_retry"),
+    Scenario("s08_failing_tool", 8, "a Bash call exiting non-zero (tool_result is_error)", _s08_rules, _s08_drive,
+             notable="is_error true, content 'Exit code 3\\nfailing', toolUseResult is the string 'Error: Exit code 3\\nfailing'"),
+    Scenario("s09_thinking_big_output", 9, "thinking blocks and a Bash output over 1 MB", _s09_rules, _s09_drive,
+             notable='thinking blocks on their own lines with signature; 1.29 MB stdout persisted to <session>/tool-results/<id>.txt, tool_result is a <persisted-output> 2 KB preview, toolUseResult.stdout cut to 30000 chars'),
+    Scenario("s10_compact", 10, "/compact via -p --resume, then one more turn", _s10_rules, _s10_drive,
+             notable='compact_boundary (parentUuid null, logicalParentUuid) + isCompactSummary line; the compaction API response is recorded in no transcript (only in stdout result.modelUsage)'),
     Scenario("s11_interrupt", 11, "--input-format stream-json: interrupt (control_request) during Bash sleep 30, "
-             "then a second prompt", _s11_rules, _s11_drive),
+             "then a second prompt", _s11_rules, _s11_drive,
+             notable="interrupt during a tool: is_error tool_result 'User rejected tool use' + '[Request interrupted by user for tool use]'; during an API wait: '[Request interrupted by user]' and the response is not recorded"),
 )
