@@ -19,7 +19,7 @@ import orjson
 from .assemble import Assembler, Finished, Timeouts
 from .content import ContentPolicy
 from .discover import classify, scan, within_root
-from .parse import parse_line
+from .parse import parse_line, parse_timestamp
 from .records import FileKind, SpanRecord, TranscriptFile
 from .spans import build_span
 from .tail import Tailer
@@ -285,4 +285,22 @@ def _session_groups(files: list[tuple[str, TranscriptFile]]) -> list[list[tuple[
         groups.setdefault(key, []).append((root, tf))
     for group in groups.values():
         group.sort(key=lambda rt: (rt[1].kind is not FileKind.MAIN, rt[1].path))
-    return list(groups.values())
+    # Oldest session first: when a session's history was copied into a new session file, the
+    # original is read first and keeps its traces and usage (ccotel counts each call once).
+    return sorted(groups.values(), key=lambda g: _first_timestamp(g[0][1].path))
+
+
+def _first_timestamp(path: str) -> int:
+    """The first line timestamp of a file (0 if none in its first 64 KiB)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(1 << 16)
+    except OSError:
+        return 0
+    for line in head.split(b"\n"):
+        i = line.find(b'"timestamp":"')
+        if i >= 0:
+            ts = parse_timestamp(line[i + 13: i + 13 + 40].split(b'"', 1)[0].decode("ascii", "replace"))
+            if ts is not None:
+                return ts
+    return 0
