@@ -286,21 +286,33 @@ def _session_groups(files: list[tuple[str, TranscriptFile]]) -> list[list[tuple[
     for group in groups.values():
         group.sort(key=lambda rt: (rt[1].kind is not FileKind.MAIN, rt[1].path))
     # Oldest session first: when a session's history was copied into a new session file, the
-    # original is read first and keeps its traces and usage (ccotel counts each call once).
-    return sorted(groups.values(), key=lambda g: _first_timestamp(g[0][1].path))
+    # original (same first line, but it ends earlier) is read first and keeps its traces and
+    # usage; ccotel counts each API call once.
+    return sorted(groups.values(), key=lambda g: _time_span(g[0][1].path))
 
 
-def _first_timestamp(path: str) -> int:
-    """The first line timestamp of a file (0 if none in its first 64 KiB)."""
+def _time_span(path: str) -> tuple[int, int]:
+    """First and last line timestamps of a file, from its first and last 64 KiB."""
     try:
         with open(path, "rb") as f:
             head = f.read(1 << 16)
+            size = f.seek(0, os.SEEK_END)
+            f.seek(max(0, size - (1 << 16)))
+            tail = f.read(1 << 16)
     except OSError:
-        return 0
-    for line in head.split(b"\n"):
+        return (0, 0)
+    stamps = [_timestamps(head), _timestamps(tail)]
+    first = stamps[0][0] if stamps[0] else 0
+    last = stamps[1][-1] if stamps[1] else first
+    return (first, last)
+
+
+def _timestamps(chunk: bytes) -> list[int]:
+    out = []
+    for line in chunk.split(b"\n"):
         i = line.find(b'"timestamp":"')
         if i >= 0:
-            ts = parse_timestamp(line[i + 13: i + 13 + 40].split(b'"', 1)[0].decode("ascii", "replace"))
+            ts = parse_timestamp(line[i + 13: i + 53].split(b'"', 1)[0].decode("ascii", "replace"))
             if ts is not None:
-                return ts
-    return 0
+                out.append(ts)
+    return out
