@@ -63,6 +63,7 @@ def test_sse_roundtrip_all_block_types() -> None:
     assert names.count("content_block_start") == names.count("content_block_stop") == 3
     start_usage = events[0][1]["message"]["usage"]
     assert start_usage["output_tokens"] == 1 and start_usage["cache_read_input_tokens"] == 5678
+    assert start_usage["cache_creation"] == {"ephemeral_5m_input_tokens": 91, "ephemeral_1h_input_tokens": 0}
     assert events[0][1]["message"]["content"] == [] and events[0][1]["message"]["stop_reason"] is None
     assert reassemble(events) == msg
     delta_types = {d["delta"]["type"] for n, d in events if n == "content_block_delta"}

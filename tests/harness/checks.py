@@ -143,6 +143,10 @@ def check_ground_truth(ev: Evidence) -> list[str]:
             got = {k: usage.get(k) for k in USAGE_KEYS}
             if got != r["usage"]:
                 problems.append(f"{mid}: usage {got} != ground truth {r['usage']}")
+            cc = usage.get("cache_creation") or {}
+            if sum(cc.get(k, 0) for k in ("ephemeral_5m_input_tokens", "ephemeral_1h_input_tokens")) \
+                    != r["usage"]["cache_creation_input_tokens"]:
+                problems.append(f"{mid}: cache_creation {cc} does not add up to cache_creation_input_tokens")
             if msg.get("model") != r["model"]:
                 problems.append(f"{mid}: model {msg.get('model')!r} != {r['model']!r}")
             if msg.get("stop_reason") != r["stop_reason"]:
