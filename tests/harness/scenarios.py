@@ -481,7 +481,7 @@ _register(
              notable='text and tool_use of one response are two lines with the same message.id/requestId and the final usage; Bash result has toolUseResult {stdout, stderr, interrupted, isImage, noOutputExpected}'),
     Scenario("s02_resume_two_turns", 2, "two turns in one session: a second -p run with --resume",
              _s02_rules, _s02_drive,
-             notable="--resume appends to the same session file; a 'mode' line ends the resumed run"),
+             notable="--resume appends to the same session file; the resumed run writes a 'mode' line"),
     Scenario("s03_parallel_subagents", 3, "two parallel foreground subagents (Agent tool), each running Bash",
              _s03_rules, _s03_drive,
              notable="tool is named Agent in the API and the transcript but Task in stream-json init.tools; subagent files under <session>/subagents/ with meta.json {agentType, description, toolUseId, spawnDepth}; Agent toolUseResult.usage = the subagent's last API call"),
