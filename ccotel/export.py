@@ -24,7 +24,8 @@ from typing import Protocol, TextIO
 import orjson
 
 from . import __version__
-from .records import SpanKind, SpanRecord, StatusCode
+from .otlp import GrpcTransport, HttpTransport, TransportConfig, encode_request, parse_headers
+from .records import SpanRecord
 
 __all__ = [
     "ConsoleSink",
@@ -119,25 +120,50 @@ class ConsoleSink:
 @dataclass(frozen=True)
 class OtlpSettings:
     protocol: str  # grpc | http/protobuf
-    endpoint: str
+    transport: TransportConfig
+
+    @property
+    def endpoint(self) -> str:
+        return self.transport.endpoint
+
+
+def _env(env: dict[str, str], name: str) -> str | None:
+    """The traces-specific variable, else the general one (OTLP exporter spec)."""
+    value = env.get(f"OTEL_EXPORTER_OTLP_TRACES_{name}") or env.get(f"OTEL_EXPORTER_OTLP_{name}")
+    return value.strip() if value and value.strip() else None
 
 
 def otlp_settings(env: dict[str, str] | None = None) -> OtlpSettings:
-    """Protocol and endpoint the standard OTEL_EXPORTER_OTLP_* variables select (http/protobuf default)."""
+    """What the standard OTEL_EXPORTER_OTLP_* variables select; http/protobuf by default."""
     env = dict(os.environ) if env is None else env
-    protocol = (env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or env.get("OTEL_EXPORTER_OTLP_PROTOCOL")
-                or "http/protobuf").strip()
+    protocol = _env(env, "PROTOCOL") or "http/protobuf"
     if protocol not in ("grpc", "http/protobuf"):
         log.warning("unsupported OTLP protocol %r, using http/protobuf", protocol)
         protocol = "http/protobuf"
-    endpoint = env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+    endpoint = env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "").strip()
     if not endpoint:
-        base = env.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+        base = env.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").strip()
         if protocol == "grpc":
             endpoint = base or "http://localhost:4317"
         else:
             endpoint = (base.rstrip("/") + "/v1/traces") if base else "http://localhost:4318/v1/traces"
-    return OtlpSettings(protocol, endpoint)
+    timeout_s = 10.0
+    raw_timeout = _env(env, "TIMEOUT")
+    if raw_timeout:
+        try:
+            timeout_s = max(float(raw_timeout) / 1000.0, 0.1)
+        except ValueError:
+            log.warning("ignoring OTEL_EXPORTER_OTLP_TIMEOUT=%r (milliseconds expected)", raw_timeout)
+    compression = _env(env, "COMPRESSION")
+    insecure = _env(env, "INSECURE")
+    return OtlpSettings(protocol, TransportConfig(
+        endpoint=endpoint,
+        headers=parse_headers(_env(env, "HEADERS") or ""),
+        timeout_s=timeout_s,
+        compression="gzip" if compression == "gzip" else None,
+        insecure=None if insecure is None else insecure.lower() == "true",
+        certificate=_env(env, "CERTIFICATE"),
+    ))
 
 
 def resource_attributes(env: dict[str, str] | None = None) -> dict[str, str]:
@@ -157,71 +183,29 @@ def resource_attributes(env: dict[str, str] | None = None) -> dict[str, str]:
 
 
 class OtlpSink:
-    """OTLP over gRPC or HTTP through the SDK's exporters, fed ReadableSpans we build ourselves."""
+    """OTLP over HTTP/protobuf or gRPC: our own encoder, one attempt per export."""
 
     def __init__(self, env: dict[str, str] | None = None) -> None:
-        from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-
         self.settings = otlp_settings(env)
-        from opentelemetry.sdk.resources import Resource
-
-        self.resource = Resource(resource_attributes(env))
-        self.scope = InstrumentationScope("ccotel", __version__)
-        # The SDK exporter logs every failed attempt; ExportQueue reports outages once instead.
-        for name in ("opentelemetry.exporter.otlp.proto.http.trace_exporter",
-                     "opentelemetry.exporter.otlp.proto.grpc.exporter",
-                     "opentelemetry.exporter.otlp.proto.http._common",
-                     "opentelemetry.exporter.otlp.proto.grpc.trace_exporter"):
-            logging.getLogger(name).setLevel(logging.CRITICAL)
+        self.resource = resource_attributes(env)
         if self.settings.protocol == "grpc":
-            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
-
-            self._exporter = GrpcExporter(endpoint=self.settings.endpoint, timeout=10)
+            self._transport: HttpTransport | GrpcTransport = GrpcTransport(self.settings.transport)
         else:
-            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter
-
-            self._exporter = HttpExporter(endpoint=self.settings.endpoint, timeout=10)
+            self._transport = HttpTransport(self.settings.transport)
 
     def export(self, spans: Sequence[SpanRecord]) -> bool:
-        from opentelemetry.sdk.trace.export import SpanExportResult
-
+        body = encode_request(spans, self.resource, "ccotel", __version__)
         try:
-            result = self._exporter.export([self._readable(s) for s in spans])
+            return self._transport.send(body)
         except Exception:  # noqa: BLE001 - a broken backend must never stop the sidecar
             log.debug("OTLP export raised", exc_info=True)
             return False
-        return result is SpanExportResult.SUCCESS
 
     def describe(self) -> str:
         return f"OTLP {self.settings.protocol} {self.settings.endpoint}"
 
     def shutdown(self) -> None:
-        try:
-            self._exporter.shutdown()
-        except Exception:  # noqa: BLE001
-            pass
-
-    def _readable(self, s: SpanRecord):  # type: ignore[no-untyped-def]
-        from opentelemetry.sdk.trace import Event, ReadableSpan
-        from opentelemetry.trace import SpanContext, Status, TraceFlags
-        from opentelemetry.trace import SpanKind as OtelKind
-        from opentelemetry.trace import StatusCode as OtelStatus
-
-        flags = TraceFlags(TraceFlags.SAMPLED)
-        ctx = SpanContext(s.trace_id, s.span_id, is_remote=False, trace_flags=flags)
-        parent = SpanContext(s.trace_id, s.parent_span_id, is_remote=False, trace_flags=flags) \
-            if s.parent_span_id else None
-        kind = {SpanKind.INTERNAL: OtelKind.INTERNAL, SpanKind.CLIENT: OtelKind.CLIENT,
-                SpanKind.SERVER: OtelKind.SERVER}[s.kind]
-        status = {StatusCode.UNSET: OtelStatus.UNSET, StatusCode.OK: OtelStatus.OK,
-                  StatusCode.ERROR: OtelStatus.ERROR}[s.status]
-        return ReadableSpan(
-            name=s.name, context=ctx, parent=parent, resource=self.resource,
-            attributes=s.attributes, kind=kind,
-            events=[Event(e.name, e.attributes, e.time_ns) for e in s.events],
-            status=Status(status, s.status_message if s.status is StatusCode.ERROR else None),
-            start_time=s.start_ns, end_time=s.end_ns, instrumentation_scope=self.scope,
-        )
+        self._transport.close()
 
 
 def make_sink(name: str, env: dict[str, str] | None = None) -> SpanSink:

@@ -133,7 +133,7 @@ def _chat(c: Call, f: Finished) -> SpanRecord:
     if c.agent_id:
         attrs["claude_code.agent_id"] = c.agent_id
     u = c.usage
-    if u is not None:
+    if u is not None and not c.is_api_error:  # a failed call's zero usage was never billed
         attrs["gen_ai.usage.input_tokens"] = u.total_input
         attrs["gen_ai.usage.output_tokens"] = u.output_tokens
         attrs["gen_ai.usage.cache_read.input_tokens"] = u.cache_read_input_tokens

@@ -1,0 +1,122 @@
+"""The ccotel command as a user runs it: a real process, real files, an OTLP receiver on loopback."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import orjson
+
+from tests.harness.fixtures import load_fixture
+from tests.otlp_receiver import OtlpReceiver
+from tests.transcript import Transcript, text, tool_use
+
+SID = "cccccccc-1111-4222-8333-444444444444"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def ccotel(*args: str, env: dict[str, str] | None = None, **kw) -> subprocess.Popen:
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    full_env.update(env or {})
+    return subprocess.Popen([sys.executable, "-m", "ccotel", *args], env=full_env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+
+
+def stop(proc: subprocess.Popen, timeout: float = 20) -> tuple[str, str]:
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=timeout)
+    assert proc.returncode == 0, err
+    return out, err
+
+
+def test_backfill_console_prints_every_span(tmp_path):
+    fx = load_fixture("s03_parallel_subagents")
+    proc = ccotel("backfill", "--root", str(fx.config_dir), "--traces-exporter", "console")
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    spans = [orjson.loads(line) for line in out.splitlines()]
+    assert spans and all(len(s["trace_id"]) == 32 and len(s["span_id"]) == 16 for s in spans)
+    assert sum(1 for s in spans if s["parent_span_id"] is None) == 1
+    assert "spans exported" in err
+
+
+def test_run_without_a_backend_says_so_once_then_delivers(tmp_path):
+    fx = load_fixture("s01_bash_tool")
+    root = tmp_path / "claude"
+    shutil.copytree(fx.config_dir, root)
+    port = free_port()
+    proc = ccotel("run", "--root", str(root), "--no-status",
+                  env={"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}"})
+    try:
+        time.sleep(6)  # several export attempts fail meanwhile
+        with OtlpReceiver(port=port) as rx:
+            spans = rx.wait_for(4, timeout_s=60)
+            assert len(spans) == 4
+            assert {s["resource"]["service.name"] for s in spans} == {"ccotel"}
+            assert all(s["resource"].get("host.name") for s in spans)
+            _, err = stop(proc)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert err.count("not reachable") == 1, err
+    assert err.count("answers again") == 1, err
+    assert "Traceback" not in err
+    assert len(err.splitlines()) < 10, err
+
+
+def test_run_follows_a_live_transcript(tmp_path):
+    root = tmp_path / "claude"
+    (root / "projects").mkdir(parents=True)
+    with OtlpReceiver() as rx:
+        proc = ccotel("run", "--root", str(root), "--no-status",
+                      env={"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": rx.endpoint})
+        try:
+            time.sleep(2)
+            t = Transcript(SID, t_ms=int(time.time() * 1000))
+            t.prompt("live one", parent=None)
+            t.response("msg_live_1", [tool_use("toolu_live")], stop_reason="tool_use")
+            path = root / "projects" / "-tmp-live" / f"{SID}.jsonl"  # a directory created after start
+            path.parent.mkdir()
+            with open(path, "ab") as f:
+                for line in t.bytes().splitlines(keepends=True):
+                    f.write(line)
+                    f.flush()
+                    time.sleep(0.05)
+                t.lines = []
+                t.tool_result("toolu_live", "ok")
+                f.write(t.bytes())
+                f.flush()
+                tool = _wait_name(rx, "execute_tool Bash", 20)
+                assert tool["attributes"]["gen_ai.tool.call.id"] == "toolu_live"
+                t.lines = []
+                t.response("msg_live_2", [text("done")], stop_reason="end_turn")
+                f.write(t.bytes())
+                f.flush()
+            root_span = _wait_name(rx, "invoke_agent claude-code", 20)
+            assert root_span["attributes"]["gen_ai.conversation.id"] == SID
+            assert {s["trace_id"] for s in rx.spans} == {root_span["trace_id"]}
+            stop(proc)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+
+
+def _wait_name(rx: OtlpReceiver, name: str, timeout_s: float) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for s in list(rx.spans):
+            if s["name"] == name:
+                return s
+        time.sleep(0.05)
+    raise AssertionError(f"no {name!r} span; got {[s['name'] for s in rx.spans]}")
