@@ -21,11 +21,13 @@ lines can be read before the main file says which tool spawned it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Union
 
 from . import ids
 from .parse import text_key
 from .records import Entry, FileKind, TranscriptFile, Usage
+from .state import digest64
 
 __all__ = [
     "AgentRun",
@@ -129,6 +131,20 @@ class _OwnerBase:
     api_errors: int = 0
     api_retries: int = 0
     compactions: list[tuple[int, str | None, int | None]] = field(default_factory=list)
+    # Delivery bookkeeping (pipeline.py): where the owner's lines start in each file, its API
+    # calls, subagents spawned from its tool calls, spans sent but not yet acknowledged.
+    first_offsets: dict[str, int] = field(default_factory=dict)
+    call_keys: list[str] = field(default_factory=list)
+    children: list["AgentRun"] = field(default_factory=list)
+    pending: int = 0
+    stalled: bool = False
+    awaiting_model: bool = False  # the last line was a prompt or a tool result: the model owes a reply
+    live: bool = False  # started while ccotel ran (not history read on a first start): counted in metrics
+    orphaned_tools: int = 0
+
+    @property
+    def token(self) -> str:
+        return f"{self.session_id}/{self.key}"
 
 
 @dataclass(eq=False)
@@ -136,7 +152,7 @@ class Turn(_OwnerBase):
     prompt_uuid: str | None = None
     trigger: str = "prompt"  # prompt | command | notification | continuation
     prompt_text: str | None = None
-    outcome: str | None = None  # completed | interrupted | orphaned | incomplete
+    outcome: str | None = None  # completed | interrupted | orphaned | killed | incomplete
 
 
 @dataclass(eq=False)
@@ -218,8 +234,10 @@ class Assembler:
         self.timeouts = timeouts
         self.capture_content = capture_content
         self._sessions: dict[str, _Session] = {}
-        self._seen_calls: set[str] = set()
-        self._seen_prompts: set[str] = set()
+        # digests (state.digest64) of API calls and prompts already traced: counted once
+        self._seen_calls: set[int] = set()
+        self._seen_prompts: set[int] = set()
+        self.new_owners: list[Owner] = []  # every owner created since the pipeline last looked
         self._out: list[Finished] = []
         self.counters: dict[str, int] = {}
 
@@ -239,6 +257,9 @@ class Assembler:
         if owner is None:
             return
         ts = entry.timestamp_ns if entry.timestamp_ns is not None else owner.last_ns
+        if src.path not in owner.first_offsets:
+            owner.first_offsets[src.path] = entry.offset
+            self.new_owners.append(owner)  # its lines in this file hold that file's checkpoint
         sess.owner_of[entry.uuid] = (owner, ts)
         owner.uuids.append(entry.uuid)
         owner.last_ns = max(owner.last_ns, ts)
@@ -248,11 +269,19 @@ class Assembler:
         owner.git_branch = entry.git_branch or owner.git_branch
         owner.entrypoint = entry.entrypoint or owner.entrypoint
         if entry.type == "assistant":
+            owner.awaiting_model = False
             self._assistant(sess, owner, entry, ts)
         elif entry.type == "user":
+            kind = classify_user(entry)
+            owner.awaiting_model = kind in ("prompt", "tool_result", "notification")
             self._user(sess, owner, entry, ts)
         elif entry.type == "system":
             self._system(owner, entry, ts)
+
+    def preload(self, calls: set[int], prompts: set[int]) -> None:
+        """Digests of calls and prompts delivered before a restart."""
+        self._seen_calls |= calls
+        self._seen_prompts |= prompts
 
     def set_agent_meta(self, session_id: str, agent_id: str, meta: dict[str, object]) -> None:
         """meta.json beside a 2.1.x subagent file: agentType, description, toolUseId, spawnDepth."""
@@ -269,19 +298,39 @@ class Assembler:
         if isinstance(tool_use_id, str):
             self._link_agent(sess, agent_id, tool_use_id, "meta")
 
-    def tick(self, now_ns: int) -> None:
-        """Close what time has finished: quiet final answers, idle turns, orphaned tool calls."""
+    def tick(self, now_ns: int, alive: Callable[[str], bool | None] = lambda _sid: None) -> None:
+        """Close what time has finished: quiet final answers, idle turns, orphaned tool calls,
+        turns whose process died. ``alive(session_id)`` says whether the Claude Code process
+        writing a session still runs (True/False), or None when unknown (no sessions/<pid>.json).
+        """
         t = self.timeouts
         for sess in list(self._sessions.values()):
-            for owner in self._open_owners(sess):
+            owners = self._open_owners(sess)
+            if not owners:
+                continue
+            running = alive(sess.session_id)
+            for owner in owners:
                 quiet = now_ns - self._last_activity(sess, owner)
-                if owner.open_tools:
-                    if quiet >= t.stall_ns:
+                owes = bool(owner.open_tools) or owner.awaiting_model
+                if running is False and (owes or not owner.final_seen):
+                    self._close(sess, owner, "killed")
+                elif owes and quiet >= t.stall_ns:
+                    owner.stalled = True
+                    if running is True:
+                        continue  # a long tool or a slow model: stalled, not dead
+                    if owner.open_tools:
                         self._close(sess, owner, "orphaned")
+                    elif quiet >= 2 * t.stall_ns:
+                        self._close(sess, owner, "incomplete")  # no reply ever came
+                elif owner.open_tools:
+                    continue
                 elif owner.final_seen and quiet >= t.quiet_ns:
                     self._close(sess, owner, "completed")
-                elif quiet >= t.idle_ns:
+                elif quiet >= t.idle_ns and not owes:
                     self._close(sess, owner, "incomplete")
+
+    def stalled_now(self) -> int:
+        return sum(1 for sess in self._sessions.values() for o in self._open_owners(sess) if o.stalled)
 
     def flush(self, now_ns: int | None = None, session_id: str | None = None) -> int:
         """End of a backfill pass: close every owner that is safe to close.
@@ -295,12 +344,13 @@ class Assembler:
             [] if session_id is not None else list(self._sessions.values()))
         for sess in sessions:
             for owner in self._open_owners(sess):
-                if not owner.open_tools:
+                quiet = None if now_ns is None else now_ns - self._last_activity(sess, owner)
+                if not owner.open_tools and (quiet is None or owner.final_seen or quiet >= self.timeouts.idle_ns):
                     self._close(sess, owner, "completed" if owner.final_seen else "incomplete")
-                elif now_ns is None or now_ns - self._last_activity(sess, owner) >= self.timeouts.stall_ns:
+                elif owner.open_tools and (quiet is None or quiet >= self.timeouts.stall_ns):
                     self._close(sess, owner, "orphaned")
                 else:
-                    kept += 1
+                    kept += 1  # recent and unfinished: its session may still be running
             self._resolve_leftover_agents(sess)
             if kept == 0 and not self._open_owners(sess):
                 self._forget(sess)
@@ -324,7 +374,7 @@ class Assembler:
     def _main_owner(self, sess: _Session, e: Entry) -> Owner | None:
         kind = classify_user(e) if e.type == "user" else None
         if kind in ("prompt", "command") or (kind == "notification" and sess.current_turn is None):
-            if e.uuid in self._seen_prompts:
+            if e.uuid is not None and digest64(e.uuid) in self._seen_prompts:
                 self._count("replayed_prompts")
                 return None  # a session's history copied into a new session file: traced once
             return self._start_turn(sess, e, kind)
@@ -341,7 +391,7 @@ class Assembler:
         return None
 
     def _is_replay(self, e: Entry) -> bool:
-        return e.message_id is not None and ids.call_key(e.message_id, e.request_id) in self._seen_calls
+        return e.message_id is not None and digest64(ids.call_key(e.message_id, e.request_id)) in self._seen_calls
 
     def _start_turn(self, sess: _Session, e: Entry, kind: str | None) -> Turn:
         prev = sess.current_turn
@@ -358,7 +408,8 @@ class Assembler:
         )
         if self.capture_content and e.type == "user":
             turn.prompt_text = next((b.text for b in e.blocks if b.type == "text"), None)
-        self._seen_prompts.add(uuid)
+        self._seen_prompts.add(digest64(uuid))
+        self.new_owners.append(turn)
         sess.current_turn = turn
         sess.open_owners.append(turn)
         sess.turn_index.append((ts, trace, turn.span_id))
@@ -391,6 +442,7 @@ class Assembler:
                 span_id=ids.span_id("agent", sess.session_id, key), agent_id=agent_id,
             )
             sess.agents[key] = agent
+            self.new_owners.append(agent)
             if agent_id and agent_id in sess.agent_links:
                 tool_use_id, how = sess.agent_links[agent_id]
                 self._set_agent_tool(sess, agent, tool_use_id, how)
@@ -417,6 +469,8 @@ class Assembler:
         task = sess.task_tools.get(tool_use_id)
         if task is not None:
             task.agent_key = agent.key
+            if agent not in task.owner.children:
+                task.owner.children.append(agent)
             agent.background = agent.background or task.background
             agent.agent_type = agent.agent_type or task.subagent_type
         self._resolve_agents(sess)
@@ -438,7 +492,7 @@ class Assembler:
         key = ids.call_key(e.message_id, e.request_id)
         call = owner.current
         if call is None or call.key != key:
-            if key in self._seen_calls:
+            if digest64(key) in self._seen_calls:
                 self._count("replayed_message_lines")
                 return  # the same API response replayed (resume, copied session): counted once
             if call is not None:
@@ -449,7 +503,8 @@ class Assembler:
                 start_ns=min(parent_ts, ts), end_ns=ts, first_uuid=e.uuid, parent_uuid=e.parent_uuid,
                 is_sidechain=e.is_sidechain, agent_id=e.agent_id, owner=owner,
             )
-            self._seen_calls.add(key)
+            self._seen_calls.add(digest64(key))
+            owner.call_keys.append(key)
             owner.current = call
             owner.calls += 1
             owner.final_seen = False
@@ -553,6 +608,8 @@ class Assembler:
             tool.end_ns = max(owner.last_ns, tool.start_ns)
             tool.is_error = True
             tool.error_type = "interrupted" if owner.interrupted else "orphaned"
+            if tool.error_type == "orphaned":
+                owner.orphaned_tools += 1
             self._emit(owner, tool)
         owner.open_tools.clear()
         owner.closed = True
@@ -564,7 +621,7 @@ class Assembler:
         if owner in sess.open_owners:
             sess.open_owners.remove(owner)
         if isinstance(owner, Turn):
-            owner.outcome = "interrupted" if owner.interrupted else outcome
+            owner.outcome = "interrupted" if owner.interrupted and outcome != "killed" else outcome
             if sess.current_turn is owner:
                 sess.current_turn = None
             self._emit(owner, owner)

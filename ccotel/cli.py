@@ -18,6 +18,8 @@ from .assemble import Timeouts
 from .content import DEFAULT_REDACTIONS, ContentPolicy
 from .discover import default_roots
 from .export import ExportQueue, make_sink
+from .metrics import Metrics, serve
+from .state import State, default_state_dir
 from .pipeline import Options, Pipeline
 from .watch import Watcher
 
@@ -64,15 +66,23 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--stall-timeout", type=float, default=180.0,
                         help="seconds a tool call may go without a result before it counts as orphaned")
 
+    def durable(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--state-dir", default=None,
+                        help="checkpoints and counter totals (default $XDG_STATE_HOME/ccotel); 'none' keeps nothing")
+
     run = sub.add_parser("run", help="catch up on history, then follow transcripts live")
     common(run)
     tracing(run)
+    durable(run)
+    run.add_argument("--metrics-addr", default="127.0.0.1:9477",
+                     help="host:port for Prometheus /metrics (loopback by default); 'none' to disable")
     run.add_argument("--poll", action="store_true", help="poll instead of inotify")
     run.add_argument("--no-status", action="store_true", help="no live status line")
 
     bf = sub.add_parser("backfill", help="export history once, then exit")
     common(bf)
     tracing(bf)
+    durable(bf)
     bf.add_argument("--close-all", action="store_true",
                     help="close every open turn, even ones whose session may still be running")
 
@@ -118,10 +128,19 @@ class _Progress:
             sys.stderr.write("\n")
 
 
-def _start(args: argparse.Namespace) -> tuple[Pipeline, ExportQueue]:
+def _state(args: argparse.Namespace) -> State | None:
+    if args.state_dir == "none":
+        return None
+    return State(args.state_dir or default_state_dir())
+
+
+def _start(args: argparse.Namespace, metrics: Metrics | None = None) -> tuple[Pipeline, ExportQueue]:
     sink = make_sink(args.traces_exporter)
-    queue = ExportQueue(sink, notify=lambda msg: log.warning("%s", msg))
-    pipeline = Pipeline(_options(args), emit=queue.submit)
+    state = _state(args)
+    queue = ExportQueue(sink, notify=lambda msg: log.warning("%s", msg),
+                        on_failure=(lambda: metrics.inc("ccotel_export_failures")) if metrics else None)
+    pipeline = Pipeline(_options(args), emit=queue.submit, state=state, metrics=metrics)
+    queue.on_ack = pipeline.acknowledge
     roots = ", ".join(pipeline.options.roots)
     log.info("ccotel %s reading %s; traces go to %s%s", __version__, roots, sink.describe(),
              "" if args.traces_exporter != "otlp" else " (kept in order and retried until a backend answers)")
@@ -136,6 +155,7 @@ def cmd_backfill(args: argparse.Namespace) -> int:
     if queue.pending():
         log.info("waiting for the trace backend to take %d spans", queue.pending())
     queue.close(timeout_s=None)
+    pipeline.process_acks()
     st = pipeline.stats
     errors = ", ".join(f"{k}={v}" for k, v in sorted(st.errors.items())) or "none"
     log.info("backfill: %d files, %d lines, %d spans exported, bad input: %s%s", st.files, st.lines,
@@ -143,8 +163,20 @@ def cmd_backfill(args: argparse.Namespace) -> int:
     return 0
 
 
+def _metrics_server(args: argparse.Namespace, metrics: Metrics) -> None:
+    if args.metrics_addr == "none":
+        return
+    host, _, port = args.metrics_addr.rpartition(":")
+    host = host.strip("[]") or "127.0.0.1"
+    serve(metrics, host, int(port))
+    log.info("metrics on http://%s:%s/metrics", host, port)
+
+
 def cmd_run(args: argparse.Namespace) -> int:
-    pipeline, queue = _start(args)
+    metrics = Metrics()
+    pipeline, queue = _start(args, metrics)
+    metrics.gauges = lambda: {**pipeline.gauges(), "ccotel_export_queue_spans": float(queue.pending())}
+    _metrics_server(args, metrics)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
@@ -165,8 +197,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         now = time.monotonic()
         if now - last_rescan > 30:
             last_rescan = now
-            if watcher.ensure_roots():
-                pass
+            watcher.ensure_roots()
             pipeline.rescan()
         if status and now - last_status > 1:
             last_status = now
@@ -179,6 +210,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if status:
         sys.stderr.write("\n")
     queue.close(timeout_s=10)
+    pipeline.process_acks()
     return 0
 
 

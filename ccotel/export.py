@@ -226,13 +226,15 @@ class ExportQueue:
 
     def __init__(self, sink: SpanSink, max_pending: int = 20_000, batch_size: int = 512,
                  on_ack: Callable[[Sequence[SpanRecord]], None] | None = None,
-                 max_backoff_s: float = 30.0, notify: Callable[[str], None] | None = None) -> None:
+                 max_backoff_s: float = 30.0, notify: Callable[[str], None] | None = None,
+                 on_failure: Callable[[], None] | None = None) -> None:
         self.sink = sink
         self.max_pending = max_pending
         self.batch_size = batch_size
         self.on_ack = on_ack
         self.max_backoff_s = max_backoff_s
         self.notify = notify or (lambda msg: log.warning("%s", msg))
+        self.on_failure = on_failure
         self._q: deque[SpanRecord] = deque()
         self._inflight = 0
         self._cv = threading.Condition()
@@ -319,6 +321,8 @@ class ExportQueue:
                 self.on_ack(batch)
         else:
             self.failures += 1
+            if self.on_failure is not None:
+                self.on_failure()
             if self.down_since is None:
                 self.down_since = time.monotonic()
                 self.notify(

@@ -1,27 +1,36 @@
-"""The data flow, wired: discover -> tail -> parse -> assemble -> spans -> export.
+"""The data flow, wired: discover -> tail -> parse -> assemble -> spans -> export -> checkpoint.
 
-``Pipeline`` owns the per-file tail state and the assembler. It does no waiting of its own:
-``backfill`` reads everything once; ``poll`` reads what a watcher reported; ``tick`` closes
-what time has finished. The CLI drives it, tests drive it directly.
+``Pipeline`` owns the per-file tail state, the assembler and the delivery bookkeeping. It does
+no waiting of its own: ``backfill`` reads everything once; ``poll`` reads what a watcher
+reported; ``tick`` closes what time has finished and runs the detectors; ``acknowledge`` (any
+thread) takes the batches the backend accepted and ``process_acks`` (the pipeline's thread)
+moves the checkpoints.
+
+Checkpoint rule: a file's offset moves past a line only when every span built from it was
+acknowledged. Lines of a turn still open (or not yet delivered) are re-read after a restart;
+spans of it already delivered are not sent again (state.acked).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
-from collections import Counter
-from collections.abc import Callable, Iterable
+from collections import Counter, deque
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import orjson
 
-from .assemble import Assembler, Finished, Timeouts
+from .assemble import AgentRun, Assembler, Finished, Owner, Timeouts, Turn
 from .content import ContentPolicy
 from .discover import classify, scan, within_root
+from .metrics import Metrics
 from .parse import parse_line, parse_timestamp
 from .records import FileKind, SpanRecord, TranscriptFile
 from .spans import build_span
+from .state import Commit, State, digest64
 from .tail import Tailer
 
 __all__ = ["Pipeline", "PipelineStats", "Options"]
@@ -48,6 +57,7 @@ class PipelineStats:
     entries: int = 0
     spans: int = 0
     skipped_before_since: int = 0
+    resent_skipped: int = 0
     errors: Counter[str] = field(default_factory=Counter)
     file_resets: int = 0
 
@@ -57,20 +67,48 @@ class _FileState:
     tf: TranscriptFile
     root: str
     tailer: Tailer
+    saved_offset: int = -1
+    saved_read_to: int = -1
+    read_to: int = 0  # bytes already counted in the health counters (survives restarts)
     meta_loaded: bool = False
     partial_since_ns: int | None = None
+    has_user: bool = False
+    has_assistant: bool = False
+    changed_ns: int = 0
 
 
 class Pipeline:
     def __init__(self, options: Options, emit: Callable[[list[SpanRecord]], object],
-                 clock: Callable[[], int] = time.time_ns) -> None:
+                 clock: Callable[[], int] = time.time_ns, state: State | None = None,
+                 metrics: Metrics | None = None) -> None:
         self.options = options
         self.emit = emit
         self.clock = clock
+        self.state = state
+        self.metrics = metrics
         self.assembler = Assembler(options.timeouts, capture_content=options.content is not None)
         self.files: dict[str, _FileState] = {}
         self.stats = PipelineStats()
+        self.caught_up = False
         self._logged_errors: set[str] = set()
+        self._acks: deque[Sequence[SpanRecord]] = deque()
+        self._ack_lock = threading.Lock()
+        self._inflight: dict[int, tuple[Owner, bool]] = {}
+        self._owners: dict[str, Owner] = {}
+        self._marks: set[str] = set()
+        self._new_marks: list[str] = []
+        self._checkpoints: dict[str, tuple[object, int, int]] = {}
+        self._acked_before: set[int] = set()
+        self._pids: dict[str, tuple[int, str | None]] = {}
+        self._pids_read_ns = 0
+        self.last_export_ns = 0
+        if state is not None:
+            self._checkpoints = state.files()
+            self._acked_before = state.acked()
+            self.assembler.preload(state.calls(), state.prompts())
+            self._marks = state.marks()
+            if metrics is not None:
+                metrics.restore(state.counters())
 
     # -- backfill ----------------------------------------------------------------
 
@@ -78,20 +116,21 @@ class Pipeline:
         found = []
         for root in self.options.roots:
             for tf in scan(root):
-                if self.options.since_ns is not None and _mtime_ns(tf.path) < self.options.since_ns:
+                if self.options.since_ns is not None and _mtime_ns(tf.path) < self.options.since_ns \
+                        and tf.path not in self._checkpoints:
                     continue
                 found.append((root, tf))
         return found
 
     def backfill(self, progress: Callable[[int, int], None] | None = None,
                  close_all: bool = False) -> int:
-        """Read every transcript once. Returns how many turns stay open (still running).
+        """Read every transcript once (from its checkpoint). Returns how many turns stay open.
 
         Files are read session by session (main file, then its subagents) and each finished
         session's state is dropped, so memory does not grow with history.
         """
         files = self.discover()
-        total = sum(_size(tf.path) for _, tf in files)
+        total = sum(max(_size(tf.path) - self._checkpoints.get(tf.path, (None, 0, 0))[1], 0) for _, tf in files)
         done = 0
         for group in _session_groups(files):
             for root, tf in group:
@@ -102,8 +141,11 @@ class Pipeline:
                 if progress is not None:
                     progress(done, total)
             self._flush_group(group, close_all)
+            self.process_acks()
         kept = self.assembler.flush(None if close_all else self.clock())
         self._emit()
+        self.process_acks()
+        self.caught_up = True
         return kept
 
     def _flush_group(self, group: list[tuple[str, TranscriptFile]], close_all: bool) -> None:
@@ -135,12 +177,16 @@ class Pipeline:
         self._emit()
 
     def rescan(self) -> None:
-        """Pick up files the watcher missed (created before their directory's watch existed)."""
+        """Pick up files the watcher missed; forget files Claude Code's cleanup deleted."""
         for root in self.options.roots:
             for tf in scan(root):
                 if tf.path not in self.files:
                     state = self._track(root, tf)
                     self._read(state, accept_unterminated=False)
+        for path in [p for p in self.files if not os.path.exists(p)]:
+            del self.files[path]
+            if self.state is not None:
+                self.state.commit(Commit(forget_files=[path]))
         self._emit()
 
     def tick(self) -> None:
@@ -148,8 +194,97 @@ class Pipeline:
         for state in self.files.values():
             if state.partial_since_ns is not None and now - state.partial_since_ns >= self.options.unterminated_grace_ns:
                 self._read(state, accept_unterminated=True)
-        self.assembler.tick(now)
+        self.assembler.tick(now, self._alive)
+        self._detect_ghosts(now)
         self._emit()
+        self.process_acks()
+
+    # -- delivery ----------------------------------------------------------------
+
+    def acknowledge(self, spans: Sequence[SpanRecord]) -> None:
+        """The backend took these spans (called from the export thread)."""
+        with self._ack_lock:
+            self._acks.append(spans)
+
+    def process_acks(self) -> None:
+        with self._ack_lock:
+            batches, self._acks = list(self._acks), deque()
+        commit = Commit()
+        for batch in batches:
+            for span in batch:
+                found = self._inflight.pop(span.span_id, None)
+                if found is None:
+                    continue
+                owner, live = found
+                owner.pending -= 1
+                commit.acked.append((span.span_id, owner.token))
+                if self.metrics is not None:
+                    self.metrics.inc("ccotel_spans_exported")
+                    if live:
+                        self.metrics.observe_span(span)
+            self.last_export_ns = self.clock()
+        for token, owner in list(self._owners.items()):
+            if self._done(owner):
+                del self._owners[token]
+                commit.done_owners.append(token)
+                commit.calls.extend(digest64(k) for k in owner.call_keys)
+                if isinstance(owner, Turn) and owner.prompt_uuid:
+                    commit.prompts.append(digest64(owner.prompt_uuid))
+        self._checkpoint_offsets(commit)
+        commit.marks, self._new_marks = self._new_marks, []
+        if self.state is not None and not commit.empty():
+            if self.metrics is not None:
+                commit.counters = self.metrics.snapshot()
+            self.state.commit(commit)
+
+    def _done(self, owner: Owner, depth: int = 0) -> bool:
+        if owner.pending > 0 or owner.waiting or depth > 16:
+            return False
+        if not owner.closed and owner.first_offsets:
+            return False
+        return all(self._done(child, depth + 1) for child in owner.children)
+
+    def _checkpoint_offsets(self, commit: Commit) -> None:
+        lowest: dict[str, int] = {}
+        for owner in self._owners.values():
+            for path, off in owner.first_offsets.items():
+                if off < lowest.get(path, 1 << 62):
+                    lowest[path] = off
+        for path, st in self.files.items():
+            safe = min(lowest.get(path, 1 << 62), st.tailer.line_offset)
+            if safe != st.saved_offset or st.read_to != st.saved_read_to:
+                st.saved_offset, st.saved_read_to = safe, st.read_to
+                commit.offsets[path] = (st.tailer.identity, safe, st.read_to)
+
+    # -- detectors ---------------------------------------------------------------
+
+    def _alive(self, session_id: str) -> bool | None:
+        """Is the Claude Code process writing this session still running? (sessions/<pid>.json)"""
+        now = self.clock()
+        if now - self._pids_read_ns > 1_000_000_000:
+            self._pids_read_ns = now
+            self._pids = _read_session_pids(self.options.roots)
+        found = self._pids.get(session_id)
+        if found is None:
+            return None
+        return _pid_alive(*found)
+
+    def _detect_ghosts(self, now: int) -> None:
+        """A main session file that went idle with prompts and no assistant record at all."""
+        stall = self.options.timeouts.stall_ns
+        for path, st in self.files.items():
+            if st.tf.kind is not FileKind.MAIN or not st.has_user or st.has_assistant:
+                continue
+            mark = f"ghost:{path}"
+            if mark in self._marks or now - st.changed_ns < stall:
+                continue
+            if self._alive(st.tf.session_id or "") is True:
+                continue
+            self._marks.add(mark)
+            self._new_marks.append(mark)
+            if self.metrics is not None and self._counting():
+                self.metrics.inc("ccotel_missing_transcripts", "session")
+                self.metrics.inc("ccotel_session_resets", "missing_transcript", "transcript")
 
     # -- internals ---------------------------------------------------------------
 
@@ -159,6 +294,8 @@ class Pipeline:
                 tf = classify(root, path)
                 if tf is not None:
                     return root, tf
+        if any(path.startswith(os.path.join(r, "projects")) for r in self.options.roots):
+            self._error("path_outside_root")
         return None
 
     def _scan_dir(self, path: str) -> None:
@@ -173,7 +310,16 @@ class Pipeline:
     def _track(self, root: str, tf: TranscriptFile) -> _FileState:
         state = self.files.get(tf.path)
         if state is None:
-            state = _FileState(tf, root, Tailer(tf.path, max_line_bytes=self.options.max_line_bytes))
+            ckpt = self._checkpoints.get(tf.path)
+            if ckpt is not None:
+                ident, offset, read_to = ckpt
+                tailer = Tailer(tf.path, offset=offset, identity=ident,  # type: ignore[arg-type]
+                                max_line_bytes=self.options.max_line_bytes)
+            else:
+                tailer = Tailer(tf.path, max_line_bytes=self.options.max_line_bytes)
+                offset = read_to = 0
+            state = _FileState(tf, root, tailer, saved_offset=offset if ckpt else -1,
+                               saved_read_to=read_to if ckpt else -1, read_to=read_to, changed_ns=self.clock())
             self.files[tf.path] = state
             self.stats.files += 1
         return state
@@ -214,47 +360,141 @@ class Pipeline:
         res = state.tailer.read(accept_unterminated=accept_unterminated)
         if res.reset:
             self.stats.file_resets += 1
-        for err in res.errors:
-            self._error(err)
+            state.read_to = 0
         now = self.clock()
+        for err in res.errors:
+            self._error(err, count=True)
         capture = self.options.content is not None
+        new_bytes = new_lines = 0
         for line in res.lines:
             self.stats.lines += 1
             self.stats.bytes += line.end - line.offset
+            fresh = line.end > state.read_to  # not read before a restart
+            if fresh:
+                new_lines += 1
+                new_bytes += line.end - line.offset
             parsed = parse_line(line.data, line.offset, capture)
             for err in parsed.errors:
-                self._error(err, f"{state.tf.path}@{line.offset}")
+                self._error(err, f"{state.tf.path}@{line.offset}", count=fresh)
             for entry in parsed.entries:
                 self.stats.entries += 1
+                if entry.type == "assistant":
+                    state.has_assistant = True
+                elif entry.type == "user":
+                    state.has_user = True
                 self.assembler.add(entry, state.tf, now)
+        if res.lines:
+            state.changed_ns = now
+            state.read_to = max(state.read_to, res.lines[-1].end)
+        if self.metrics is not None and new_lines:
+            self.metrics.inc("ccotel_lines_read", value=new_lines)
+            self.metrics.inc("ccotel_bytes_read", value=new_bytes)
         state.partial_since_ns = now if _has_partial(state) else None
 
     def _emit(self) -> None:
+        for owner in self.assembler.new_owners:
+            if owner.token not in self._owners:
+                self._owners[owner.token] = owner
+                owner.live = owner.live or self._counting()
+        self.assembler.new_owners.clear()
         finished = self.assembler.drain()
         if not finished:
             return
         spans = []
         for f in finished:
+            owner = _owner_of(f)
             if self.options.since_ns is not None and _start_of(f) < self.options.since_ns:
                 self.stats.skipped_before_since += 1
                 continue
-            spans.append(build_span(f, self.options.content))
+            span = build_span(f, self.options.content)
+            if span.span_id in self._acked_before:
+                self.stats.resent_skipped += 1  # delivered before a restart
+                continue
+            if owner.token not in self._owners:
+                self._owners[owner.token] = owner
+            owner.pending += 1
+            self._inflight[span.span_id] = (owner, owner.live)
+            spans.append(span)
         if spans:
             self.stats.spans += len(spans)
             self.emit(spans)
 
-    def _error(self, reason: str, where: str | None = None) -> None:
+    def _counting(self) -> bool:
+        """Events are counted once ccotel has caught up, or from the start after a restart."""
+        return self.caught_up or (self.state is not None and not self.state.fresh)
+
+    def _error(self, reason: str, where: str | None = None, count: bool = True) -> None:
         self.stats.errors[reason] += 1
+        if count and self.metrics is not None:
+            self.metrics.inc("ccotel_parse_errors", reason)
         if reason not in self._logged_errors:
             self._logged_errors.add(reason)
             log.warning("skipped bad input (%s)%s; counted, further ones not logged", reason,
                         f" at {where}" if where else "")
 
+    def gauges(self) -> dict[str, float]:
+        lag = 0.0
+        now = self.clock()
+        for st in self.files.values():
+            if st.partial_since_ns is None and _size(st.tf.path) > st.tailer.offset:
+                lag = max(lag, (now - _mtime_ns(st.tf.path)) / 1e9)
+        return {
+            "ccotel_files_watched": float(len(self.files)),
+            "ccotel_stalled_turns_open": float(self.assembler.stalled_now()),
+            "ccotel_last_export_success_timestamp_seconds": self.last_export_ns / 1e9,
+            "ccotel_ingest_lag_seconds": max(lag, 0.0),
+        }
+
+
+def _owner_of(f: Finished) -> Owner:
+    item = f.item
+    if isinstance(item, (Turn, AgentRun)):
+        return item
+    assert item.owner is not None
+    return item.owner
+
 
 def _start_of(f: Finished) -> int:
-    item = f.item
-    owner = getattr(item, "owner", None) or item
-    return int(getattr(owner, "start_ns", 0))
+    return _owner_of(f).start_ns
+
+
+def _read_session_pids(roots: tuple[str, ...]) -> dict[str, tuple[int, str | None]]:
+    """sessionId -> (pid, procStart) from <root>/sessions/<pid>.json (Claude Code keeps one per live process)."""
+    out: dict[str, tuple[int, str | None]] = {}
+    for root in roots:
+        d = os.path.join(root, "sessions")
+        try:
+            names = os.listdir(d)
+        except OSError:
+            continue
+        for name in names:
+            if not name.endswith(".json"):
+                continue
+            try:
+                with open(os.path.join(d, name), "rb") as f:
+                    doc = orjson.loads(f.read(1 << 16))
+            except (OSError, orjson.JSONDecodeError):
+                continue
+            if isinstance(doc, dict) and isinstance(doc.get("pid"), int) and isinstance(doc.get("sessionId"), str):
+                start = doc.get("procStart")
+                out[doc["sessionId"]] = (doc["pid"], str(start) if start is not None else None)
+    return out
+
+
+def _pid_alive(pid: int, proc_start: str | None) -> bool:
+    """The pid runs and is the same process (its start time matches: pids are reused)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read().decode("ascii", "replace")
+    except OSError:
+        return False
+    fields = stat[stat.rfind(")") + 2:].split()
+    state = fields[0] if fields else "X"
+    if state in ("Z", "X"):
+        return False
+    if proc_start is not None and proc_start.isdigit() and len(fields) > 19:
+        return fields[19] == proc_start
+    return True
 
 
 def _has_partial(state: _FileState) -> bool:
@@ -301,10 +541,9 @@ def _time_span(path: str) -> tuple[int, int]:
             tail = f.read(1 << 16)
     except OSError:
         return (0, 0)
-    stamps = [_timestamps(head), _timestamps(tail)]
-    first = stamps[0][0] if stamps[0] else 0
-    last = stamps[1][-1] if stamps[1] else first
-    return (first, last)
+    first_stamps, last_stamps = _timestamps(head), _timestamps(tail)
+    first = first_stamps[0] if first_stamps else 0
+    return (first, last_stamps[-1] if last_stamps else first)
 
 
 def _timestamps(chunk: bytes) -> list[int]:

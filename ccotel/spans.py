@@ -61,6 +61,10 @@ def _turn(t: Turn, f: Finished, content: ContentPolicy | None) -> SpanRecord:
         attrs["claude_code.turn.api_errors"] = t.api_errors
     if t.api_retries:
         attrs["claude_code.turn.api_retries"] = t.api_retries
+    if t.stalled:
+        attrs["claude_code.turn.stalled"] = True
+    if t.orphaned_tools:
+        attrs["claude_code.turn.orphaned_tools"] = t.orphaned_tools
     if content is not None and t.prompt_text is not None:
         attrs["gen_ai.input.messages"] = content.messages_json("user", t.prompt_text)
     events = tuple(
@@ -68,7 +72,7 @@ def _turn(t: Turn, f: Finished, content: ContentPolicy | None) -> SpanRecord:
                   (("claude_code.compaction.trigger", trig), ("claude_code.compaction.pre_tokens", pre)) if v is not None})
         for ts, trig, pre in t.compactions
     )
-    error = t.outcome in ("orphaned", "interrupted")
+    error = t.outcome in ("orphaned", "interrupted", "killed")
     return SpanRecord(
         trace_id=f.trace_id, span_id=t.span_id, parent_span_id=None,
         name="invoke_agent claude-code", kind=SpanKind.INTERNAL,

@@ -65,6 +65,11 @@ class Tailer:
     max_line_bytes: int = 64 << 20
     _skip_from: int | None = None  # inside an over-long line: discard until its newline
 
+    @property
+    def line_offset(self) -> int:
+        """The start of the next whole line (inside an over-long line: where it began)."""
+        return self._skip_from if self._skip_from is not None else self.offset
+
     def read(self, accept_unterminated: bool = False, max_bytes: int = 1 << 62) -> ReadResult:
         res = ReadResult()
         try:
@@ -148,9 +153,9 @@ class Tailer:
             buf = data[start:]
             if len(buf) > self.max_line_bytes:
                 # Over-long line still growing: drop what we have, skip to its newline.
+                self._skip_from = pos  # where the over-long line began
                 pos += len(buf)
                 self.offset = pos
-                self._skip_from = pos
                 buf = b""
         if buf and accept_unterminated and self._skip_from is None:
             try:

@@ -130,13 +130,14 @@ def test_recent_open_tool_call_is_left_open_by_backfill(tmp_path):
 
 def subagent_files(root: str, main: Transcript, agent_id: str, tool_id: str, agent_type: str = "Explore",
                    meta: bool = True, n_calls: int = 2) -> Transcript:
-    sub = Transcript(SID, agent_id=agent_id, t_ms=main.t_ms)
+    sid = main.session_id
+    sub = Transcript(sid, agent_id=agent_id, t_ms=main.t_ms)
     sub.prompt(f"subagent task {agent_id}", parent=None)
     for i in range(n_calls - 1):
         sub.response(f"msg_{agent_id}_{i}", [tool_use(f"toolu_{agent_id}_{i}", name="Read")], stop_reason="tool_use")
         sub.tool_result(f"toolu_{agent_id}_{i}", "content")
     sub.response(f"msg_{agent_id}_end", [text("report")], stop_reason="end_turn")
-    d = os.path.join(proj(root), SID, "subagents")
+    d = os.path.join(proj(root), sid, "subagents")
     sub.write(os.path.join(d, f"agent-{agent_id}.jsonl"))
     if meta:
         with open(os.path.join(d, f"agent-{agent_id}.meta.json"), "wb") as f:

@@ -42,7 +42,7 @@ def stop(proc: subprocess.Popen, timeout: float = 20) -> tuple[str, str]:
 
 def test_backfill_console_prints_every_span(tmp_path):
     fx = load_fixture("s03_parallel_subagents")
-    proc = ccotel("backfill", "--root", str(fx.config_dir), "--traces-exporter", "console")
+    proc = ccotel("backfill", "--root", str(fx.config_dir), "--traces-exporter", "console", "--state-dir", "none")
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
     spans = [orjson.loads(line) for line in out.splitlines()]
@@ -56,7 +56,7 @@ def test_run_without_a_backend_says_so_once_then_delivers(tmp_path):
     root = tmp_path / "claude"
     shutil.copytree(fx.config_dir, root)
     port = free_port()
-    proc = ccotel("run", "--root", str(root), "--no-status",
+    proc = ccotel("run", "--root", str(root), "--no-status", "--state-dir", str(tmp_path / "st"), "--metrics-addr", "none",
                   env={"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}"})
     try:
         time.sleep(6)  # several export attempts fail meanwhile
@@ -79,7 +79,7 @@ def test_run_follows_a_live_transcript(tmp_path):
     root = tmp_path / "claude"
     (root / "projects").mkdir(parents=True)
     with OtlpReceiver() as rx:
-        proc = ccotel("run", "--root", str(root), "--no-status",
+        proc = ccotel("run", "--root", str(root), "--no-status", "--state-dir", str(tmp_path / "st"), "--metrics-addr", "none",
                       env={"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": rx.endpoint})
         try:
             time.sleep(2)

@@ -1,0 +1,237 @@
+"""Metrics stage: counters derived from delivered spans and from detectors, served to Prometheus.
+
+Counters count what happens while ccotel runs: spans of history read on a first start are not
+counted, and the totals are checkpointed with the offsets (state.py), so a restart neither
+resets them nor counts an event twice. Everything is exposed by one custom Collector reading
+this object at scrape time; no global registry.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from . import __version__
+from .records import SpanRecord, StatusCode
+
+__all__ = ["Metrics", "METRICS", "DURATION_BUCKETS", "serve"]
+
+DURATION_BUCKETS = (0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0)
+
+
+@dataclass(frozen=True)
+class Spec:
+    kind: str  # counter | histogram
+    help: str
+    labels: tuple[str, ...] = ()
+
+
+# The contract (README has the same table). Names without _total; the exposition adds it.
+METRICS: dict[str, Spec] = {
+    "ccotel_session_resets": Spec("counter", "Sessions that restarted without their memory, by reason and source "
+                                  "(missing_transcript, orphaned_tool_use, or an orchestrator's reason).",
+                                  ("reason", "source")),
+    "ccotel_aborts": Spec("counter", "Sessions an orchestrator closed with an abort, by reason and source.",
+                          ("reason", "source")),
+    "ccotel_watchdog_kills": Spec("counter", "Runs a no-output watchdog terminated, by source.", ("source",)),
+    "ccotel_stalled_turns": Spec("counter", "Turns that went silent past the stall timeout while the model or a "
+                                 "tool owed a reply, counted once by what they turned out to be.", ("outcome",)),
+    "ccotel_killed_turns": Spec("counter", "Turns whose Claude Code process died while they were open."),
+    "ccotel_orphaned_tool_uses": Spec("counter", "Tool calls that never got a result.", ("tool",)),
+    "ccotel_missing_transcripts": Spec("counter", "Transcripts that should exist and never appeared: ghost "
+                                       "sessions (no assistant record) and subagents.", ("kind",)),
+    "ccotel_turns": Spec("counter", "Turns finished, by outcome.", ("outcome",)),
+    "ccotel_user_interrupts": Spec("counter", "Turns the user interrupted."),
+    "ccotel_api_calls": Spec("counter", "API responses (one per message.id + requestId).", ("model",)),
+    "ccotel_api_errors": Spec("counter", "Failed API calls recorded in transcripts, by HTTP status or type.",
+                              ("type",)),
+    "ccotel_tool_calls": Spec("counter", "Tool calls, by tool and outcome.", ("tool", "outcome")),
+    "ccotel_tool_duration_seconds": Spec("histogram", "Tool call duration, tool_use to tool_result.", ("tool",)),
+    "ccotel_tokens": Spec("counter", "Tokens by model and type (input, output, cache_read, cache_creation).",
+                          ("model", "type")),
+    "ccotel_cost_usd": Spec("counter", "Estimated cost in USD at list prices.", ("model",)),
+    "ccotel_subagents": Spec("counter", "Subagents run, by type.", ("type",)),
+    "ccotel_compactions": Spec("counter", "Context compactions, by trigger.", ("trigger",)),
+    "ccotel_lines_read": Spec("counter", "Transcript lines read."),
+    "ccotel_bytes_read": Spec("counter", "Transcript bytes read."),
+    "ccotel_parse_errors": Spec("counter", "Bad input skipped, by reason.", ("reason",)),
+    "ccotel_spans_exported": Spec("counter", "Spans the trace backend acknowledged."),
+    "ccotel_export_failures": Spec("counter", "Export attempts the trace backend refused or missed."),
+}
+_TOKEN_ATTRS = (("input", "claude_code.usage.input_tokens"), ("output", "gen_ai.usage.output_tokens"),
+                ("cache_read", "gen_ai.usage.cache_read.input_tokens"),
+                ("cache_creation", "gen_ai.usage.cache_creation.input_tokens"))
+
+
+def _key(name: str, labels: tuple[str, ...]) -> str:
+    return name + "\x1f" + "\x1f".join(labels)
+
+
+class Metrics:
+    """Counter values keyed by name and label values; thread-safe."""
+
+    def __init__(self, gauges: Callable[[], dict[str, float]] | None = None) -> None:
+        self._lock = threading.Lock()
+        self._values: dict[str, float] = {}
+        self.gauges = gauges or (lambda: {})
+        self.started = time.time()
+
+    # -- recording ---------------------------------------------------------------
+
+    def inc(self, name: str, *labels: str, value: float = 1.0) -> None:
+        spec = METRICS[name]
+        assert len(labels) == len(spec.labels), (name, labels)
+        with self._lock:
+            k = _key(name, labels)
+            self._values[k] = self._values.get(k, 0.0) + value
+
+    def observe(self, name: str, value: float, *labels: str) -> None:
+        """A histogram observation, stored as cumulative bucket counters plus sum and count."""
+        with self._lock:
+            for le in DURATION_BUCKETS:
+                if value <= le:
+                    k = _key(name + "_bucket", labels + (repr(le),))
+                    self._values[k] = self._values.get(k, 0.0) + 1
+            for suffix, v in (("_sum", value), ("_count", 1.0)):
+                k = _key(name + suffix, labels)
+                self._values[k] = self._values.get(k, 0.0) + v
+
+    def observe_span(self, s: SpanRecord) -> None:
+        """Count what a delivered span says happened."""
+        a = s.attributes
+        op = a.get("gen_ai.operation.name")
+        if op == "chat":
+            model = str(a.get("gen_ai.response.model") or "unknown")
+            if s.status is StatusCode.ERROR:
+                self.inc("ccotel_api_errors", str(a.get("error.type", "api_error")))
+                return
+            self.inc("ccotel_api_calls", model)
+            for kind, attr in _TOKEN_ATTRS:
+                if attr in a:
+                    self.inc("ccotel_tokens", model, kind, value=float(a[attr]))
+            if "claude_code.cost.usd" in a:
+                self.inc("ccotel_cost_usd", model, value=float(a["claude_code.cost.usd"]))
+        elif op == "execute_tool":
+            tool = str(a.get("gen_ai.tool.name", "unknown"))
+            outcome = str(a.get("error.type", "ok")) if s.status is StatusCode.ERROR else "ok"
+            self.inc("ccotel_tool_calls", tool, outcome)
+            self.observe("ccotel_tool_duration_seconds", max(s.end_ns - s.start_ns, 0) / 1e9, tool)
+            if outcome == "orphaned":
+                self.inc("ccotel_orphaned_tool_uses", tool)
+        elif op == "invoke_agent" and s.parent_span_id is None and a.get("gen_ai.agent.name") == "claude-code":
+            self._turn(s)
+        elif op == "invoke_agent":
+            self.inc("ccotel_subagents", str(a.get("gen_ai.agent.name", "subagent")))
+            self._compactions(s)
+
+    def _turn(self, s: SpanRecord) -> None:
+        a = s.attributes
+        outcome = str(a.get("claude_code.turn.outcome", "incomplete"))
+        self.inc("ccotel_turns", outcome)
+        if outcome == "interrupted":
+            self.inc("ccotel_user_interrupts")
+        if outcome == "killed":
+            self.inc("ccotel_killed_turns")
+        if a.get("claude_code.turn.orphaned_tools"):
+            # a session left on an orphaned tool_use cannot be resumed as it was
+            self.inc("ccotel_session_resets", "orphaned_tool_use", "transcript")
+        if a.get("claude_code.turn.stalled"):
+            fate = {"completed": "recovered", "interrupted": "recovered"}.get(outcome, outcome)
+            self.inc("ccotel_stalled_turns", fate)
+        self._compactions(s)
+
+    def _compactions(self, s: SpanRecord) -> None:
+        for e in s.events:
+            if e.name == "claude_code.compaction":
+                self.inc("ccotel_compactions", str(e.attributes.get("claude_code.compaction.trigger", "unknown")))
+
+    # -- persistence -------------------------------------------------------------
+
+    def snapshot(self) -> dict[str, float]:
+        with self._lock:
+            return dict(self._values)
+
+    def restore(self, values: dict[str, float]) -> None:
+        with self._lock:
+            self._values.update(values)
+
+    def value(self, name: str, *labels: str) -> float:
+        with self._lock:
+            return self._values.get(_key(name, labels), 0.0)
+
+    # -- exposition --------------------------------------------------------------
+
+    def families(self) -> Iterator[object]:
+        values = self.snapshot()
+        by_name: dict[str, list[tuple[tuple[str, ...], float]]] = {}
+        for k, v in values.items():
+            name, *labels = k.split("\x1f")
+            by_name.setdefault(name, []).append((tuple(labels), v))
+        for name, spec in METRICS.items():
+            if spec.kind == "counter":
+                fam = CounterMetricFamily(name, spec.help, labels=list(spec.labels))
+                for labels, v in sorted(by_name.get(name, [])):
+                    fam.add_metric(list(labels), v)
+                if not spec.labels and not by_name.get(name):
+                    fam.add_metric([], 0.0)
+                yield fam
+            else:
+                yield self._histogram(name, spec, by_name)
+        for gname, (ghelp, gvalue) in self._gauges().items():
+            g = GaugeMetricFamily(gname, ghelp)
+            g.add_metric([], gvalue)
+            yield g
+        info = GaugeMetricFamily("ccotel_build_info", "ccotel version; always 1.", labels=["version"])
+        info.add_metric([__version__], 1.0)
+        yield info
+
+    def _gauges(self) -> dict[str, tuple[str, float]]:
+        helps = {
+            "ccotel_ingest_lag_seconds": "How long the newest unread transcript bytes have waited.",
+            "ccotel_export_queue_spans": "Spans waiting for the trace backend.",
+            "ccotel_files_watched": "Transcript files followed.",
+            "ccotel_stalled_turns_open": "Turns stalled right now (silent past the stall timeout, reply owed).",
+            "ccotel_last_export_success_timestamp_seconds": "Unix time of the last acknowledged export.",
+            "ccotel_start_time_seconds": "Unix time this ccotel process started.",
+        }
+        values = {"ccotel_start_time_seconds": self.started, **self.gauges()}
+        return {k: (helps.get(k, k), float(v)) for k, v in values.items()}
+
+    def _histogram(self, name: str, spec: Spec, by_name: dict[str, list[tuple[tuple[str, ...], float]]]):
+        fam = HistogramMetricFamily(name, spec.help, labels=list(spec.labels))
+        counts = {labels: v for labels, v in by_name.get(name + "_count", [])}
+        sums = {labels: v for labels, v in by_name.get(name + "_sum", [])}
+        buckets: dict[tuple[str, ...], dict[str, float]] = {}
+        for labels, v in by_name.get(name + "_bucket", []):
+            buckets.setdefault(labels[:-1], {})[labels[-1]] = v
+        for labels in sorted(counts):
+            b = buckets.get(labels, {})
+            series = [(repr(le), b.get(repr(le), 0.0)) for le in DURATION_BUCKETS] + [("+Inf", counts[labels])]
+            fam.add_metric(list(labels), series, sums.get(labels, 0.0))
+        return fam
+
+
+class _Collector(Collector):
+    def __init__(self, metrics: Metrics) -> None:
+        self.metrics = metrics
+
+    def collect(self):  # type: ignore[no-untyped-def]
+        yield from self.metrics.families()
+
+
+def registry_for(metrics: Metrics) -> CollectorRegistry:
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(_Collector(metrics))
+    return reg
+
+
+def serve(metrics: Metrics, addr: str = "127.0.0.1", port: int = 9477):  # type: ignore[no-untyped-def]
+    """Serve /metrics on addr:port (loopback unless told otherwise). Returns (server, thread)."""
+    from prometheus_client import start_http_server
+
+    return start_http_server(port, addr=addr, registry=registry_for(metrics))

@@ -1,0 +1,172 @@
+"""Acknowledged checkpoints: offsets move only past delivered spans; a restart loses nothing,
+sends nothing twice, and keeps counter totals exact."""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+
+from ccotel.metrics import Metrics
+from ccotel.pipeline import Options, Pipeline
+from ccotel.records import SpanRecord
+from ccotel.state import State
+from tests.test_assemble import one_tool_turn, proj, subagent_files
+from tests.transcript import Transcript, text, tool_use
+
+SID = "dddddddd-1111-4222-8333-444444444444"
+
+
+class Backend:
+    """Receives spans; acknowledges unless told to refuse. Keeps every delivery."""
+
+    def __init__(self) -> None:
+        self.delivered: list[SpanRecord] = []
+        self.refuse = False
+
+    def connect(self, p: Pipeline):
+        def emit(spans: list[SpanRecord]) -> None:
+            if self.refuse:
+                return  # lost in flight: never acknowledged
+            self.delivered.extend(spans)
+            p.acknowledge(spans)
+        return emit
+
+
+def start(root: str, state_dir: str, backend: Backend, clock=None, metrics: Metrics | None = None) -> Pipeline:
+    holder: list[Pipeline] = []
+    p = Pipeline(Options(roots=(root,)), emit=lambda spans: backend.connect(holder[0])(spans),
+                 state=State(state_dir), metrics=metrics, **({"clock": clock} if clock else {}))
+    holder.append(p)
+    return p
+
+
+def single_pass(root: str) -> list[SpanRecord]:
+    out: list[SpanRecord] = []
+    Pipeline(Options(roots=(root,)), emit=out.extend).backfill(close_all=True)
+    return out
+
+
+def ids(spans: list[SpanRecord]) -> list[int]:
+    return sorted(s.span_id for s in spans)
+
+
+def test_state_dir_is_private(tmp_path):
+    State(str(tmp_path / "st"))
+    assert stat.S_IMODE(os.stat(tmp_path / "st").st_mode) == 0o700
+    assert stat.S_IMODE(os.stat(tmp_path / "st" / "state.db").st_mode) == 0o600
+
+
+def test_restart_in_the_middle_of_an_open_turn(tmp_path):
+    root = str(tmp_path / "claude")
+    path = os.path.join(proj(root), f"{SID}.jsonl")
+    t = Transcript(SID, t_ms=int(time.time() * 1000) - 60_000)  # recent: its open tool may still run
+    one_tool_turn(t, "1")
+    one_tool_turn(t, "2")
+    t.prompt("third", parent=t.last)
+    t.response("msg_3a", [tool_use("toolu_3")], stop_reason="tool_use")
+    first_part = t.bytes()
+    t.lines = []
+    t.tool_result("toolu_3", "ok")
+    t.response("msg_3b", [text("done")], stop_reason="end_turn")
+    rest = t.bytes()
+    os.makedirs(os.path.dirname(path))
+    with open(path, "wb") as f:
+        f.write(first_part)
+    backend = Backend()
+    a = start(root, str(tmp_path / "st"), backend)
+    a.backfill()  # turns 1 and 2 delivered; turn 3 still open (its tool runs)
+    assert a.assembler.open_count() == 1
+    delivered_before = len(backend.delivered)
+    # restart: a new process with the same state; the open turn is re-read from its prompt
+    with open(path, "ab") as f:
+        f.write(rest)
+    b = start(root, str(tmp_path / "st"), backend)
+    b.backfill(close_all=True)
+    assert b.stats.lines == 2 + 2  # turn 3's two lines again plus the two new; not turns 1 and 2
+    assert len(backend.delivered) > delivered_before
+    assert ids(backend.delivered) == ids(single_pass(root))  # each span exactly once
+
+
+def test_unacknowledged_spans_are_sent_again_after_restart(tmp_path):
+    root = str(tmp_path / "claude")
+    t = Transcript(SID)
+    one_tool_turn(t, "1")
+    t.write(os.path.join(proj(root), f"{SID}.jsonl"))
+    backend = Backend()
+    backend.refuse = True
+    a = start(root, str(tmp_path / "st"), backend)
+    a.backfill(close_all=True)
+    assert backend.delivered == []
+    backend.refuse = False
+    b = start(root, str(tmp_path / "st"), backend)
+    b.backfill(close_all=True)
+    assert ids(backend.delivered) == ids(single_pass(root))
+    # and a third start reads nothing and sends nothing
+    c = start(root, str(tmp_path / "st"), backend)
+    c.backfill(close_all=True)
+    assert c.stats.lines == 0 and ids(backend.delivered) == ids(single_pass(root))
+
+
+def test_subagent_keeps_its_parent_turn_open_across_a_restart(tmp_path):
+    root = str(tmp_path / "claude")
+    t = Transcript(SID)
+    t.prompt("go", parent=None)
+    t.response("msg_1", [tool_use("toolu_bg", name="Agent", subagent_type="Explore", prompt="subagent task bg",
+                                  run_in_background=True)], stop_reason="tool_use")
+    t.tool_result("toolu_bg", "launched", tool_use_result={"status": "async_launched", "agentId": "bg"})
+    t.response("msg_2", [text("launched")], stop_reason="end_turn")
+    main = t.write(os.path.join(proj(root), f"{SID}.jsonl"))
+    sub = subagent_files(root, t, "bg", "toolu_bg", n_calls=3)
+    agent_path = os.path.join(proj(root), SID, "subagents", "agent-bg.jsonl")
+    lines = sub.bytes().splitlines(keepends=True)
+    with open(agent_path, "wb") as f:
+        f.writelines(lines[:3])  # the background agent is still working
+    backend = Backend()
+    clock = [2_000_000_000_000_000_000]
+    a = start(root, str(tmp_path / "st"), backend, clock=lambda: clock[0])
+    a.backfill()
+    with open(agent_path, "ab") as f:
+        f.writelines(lines[3:])
+    b = start(root, str(tmp_path / "st"), backend, clock=lambda: clock[0])
+    b.backfill(close_all=True)
+    expected = single_pass(root)
+    assert ids(backend.delivered) == ids(expected)
+    agent = [s for s in backend.delivered if s.attributes.get("gen_ai.agent.id") == "bg"]
+    assert len(agent) == 1 and agent[0].parent_span_id == [s for s in expected if s.name == "execute_tool Agent"][0].span_id
+    assert os.path.exists(main)
+
+
+def test_counters_count_live_events_once_across_restarts(tmp_path):
+    root = str(tmp_path / "claude")
+    path = os.path.join(proj(root), f"{SID}.jsonl")
+    t = Transcript(SID)
+    one_tool_turn(t, "1")  # history: there before ccotel first ran
+    t.write(path)
+    backend = Backend()
+    m1 = Metrics()
+    a = start(root, str(tmp_path / "st"), backend, metrics=m1)
+    a.backfill(close_all=True)
+    assert m1.value("ccotel_api_calls", "claude-opus-4-6") == 0  # history is not counted
+    assert m1.value("ccotel_spans_exported") == 4
+    # live: a second turn arrives, read half, then ccotel restarts
+    t.lines = []
+    one_tool_turn(t, "2")
+    data = t.bytes().splitlines(keepends=True)
+    with open(path, "ab") as f:
+        f.writelines(data[:5])  # prompt, three lines of msg_a2, the tool result
+    a.poll([path])
+    a.tick()
+    assert m1.value("ccotel_tool_calls", "Bash", "ok") == 1  # the tool span is complete and delivered
+    assert m1.value("ccotel_api_calls", "claude-opus-4-6") == 0  # msg_a2 is open until the next response
+    with open(path, "ab") as f:
+        f.writelines(data[5:])
+    m2 = Metrics()
+    b = start(root, str(tmp_path / "st"), backend, metrics=m2)
+    b.backfill(close_all=True)
+    assert m2.value("ccotel_api_calls", "claude-opus-4-6") == 2  # msg_a2 and msg_b2, once each
+    assert m2.value("ccotel_tool_calls", "Bash", "ok") == 1
+    assert m2.value("ccotel_turns", "completed") == 1
+    assert m2.value("ccotel_tokens", "claude-opus-4-6", "output") == 50 + 17
+    assert m2.value("ccotel_spans_exported") == 8
+    assert ids(backend.delivered) == ids(single_pass(root))
