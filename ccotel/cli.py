@@ -19,6 +19,7 @@ from .content import DEFAULT_REDACTIONS, ContentPolicy
 from .discover import default_roots
 from .export import ExportQueue, make_sink
 from .metrics import Metrics, serve
+from .orchestrator import DEFAULT_PATTERNS, load_patterns, parse_log_arg
 from .state import State, default_state_dir
 from .pipeline import Options, Pipeline
 from .watch import Watcher
@@ -74,6 +75,10 @@ def build_parser() -> argparse.ArgumentParser:
     common(run)
     tracing(run)
     durable(run)
+    run.add_argument("--orchestrator-log", action="append", default=[], metavar="PATH[=SOURCE]",
+                     help="an orchestrator's log to count resets, aborts and watchdog kills from (repeatable)")
+    run.add_argument("--orchestrator-patterns", metavar="FILE",
+                     help="JSON list of extra patterns: [{\"metric\", \"regex\", \"reason\"}]")
     run.add_argument("--metrics-addr", default="127.0.0.1:9477",
                      help="host:port for Prometheus /metrics (loopback by default); 'none' to disable")
     run.add_argument("--poll", action="store_true", help="poll instead of inotify")
@@ -98,7 +103,12 @@ def _options(args: argparse.Namespace) -> Options:
         content = ContentPolicy(max_length=args.max_attribute_length,
                                 patterns=DEFAULT_REDACTIONS + tuple(args.redact))
     stall = int(getattr(args, "stall_timeout", 180.0) * 1e9)
+    patterns = DEFAULT_PATTERNS
+    if getattr(args, "orchestrator_patterns", None):
+        patterns = patterns + load_patterns(args.orchestrator_patterns)
     return Options(
+        orchestrator_logs=tuple(parse_log_arg(v) for v in getattr(args, "orchestrator_log", [])),
+        orchestrator_patterns=patterns,
         roots=tuple(args.root or default_roots()),
         since_ns=args.since,
         timeouts=Timeouts(stall_ns=stall),

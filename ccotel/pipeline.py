@@ -27,6 +27,7 @@ from .assemble import AgentRun, Assembler, Finished, Owner, Timeouts, Turn
 from .content import ContentPolicy
 from .discover import classify, scan, within_root
 from .metrics import Metrics
+from .orchestrator import DEFAULT_PATTERNS, OrchestratorLog, Pattern
 from .parse import parse_line, parse_timestamp
 from .records import FileKind, SpanRecord, TranscriptFile
 from .spans import build_span
@@ -47,6 +48,8 @@ class Options:
     max_line_bytes: int = 64 << 20
     # A live file's unterminated last line is taken after this much quiet.
     unterminated_grace_ns: int = 2_000_000_000
+    orchestrator_logs: tuple[tuple[str, str], ...] = ()  # (path, source label)
+    orchestrator_patterns: tuple[Pattern, ...] = DEFAULT_PATTERNS
 
 
 @dataclass
@@ -104,11 +107,22 @@ class Pipeline:
         self.last_export_ns = 0
         if state is not None:
             self._checkpoints = state.files()
+        self.logs = [self._log(path, source) for path, source in options.orchestrator_logs]
+        if state is not None:
             self._acked_before = state.acked()
             self.assembler.preload(state.calls(), state.prompts())
             self._marks = state.marks()
             if metrics is not None:
                 metrics.restore(state.counters())
+
+    def _log(self, path: str, source: str) -> OrchestratorLog:
+        ckpt = self._checkpoints.get(path)
+        tailer = Tailer(path, offset=ckpt[1], identity=ckpt[0]) if ckpt else Tailer(path)  # type: ignore[arg-type]
+        log_ = OrchestratorLog(path, source, tailer, self.options.orchestrator_patterns,
+                               saved_offset=ckpt[1] if ckpt else -1)
+        if ckpt is None:
+            log_.read(None, count=False)  # what the log held before ccotel followed it is history
+        return log_
 
     # -- backfill ----------------------------------------------------------------
 
@@ -196,6 +210,8 @@ class Pipeline:
                 self._read(state, accept_unterminated=True)
         self.assembler.tick(now, self._alive)
         self._detect_ghosts(now)
+        for log_ in self.logs:
+            log_.read(self.metrics, count=True)
         self._emit()
         self.process_acks()
 
@@ -250,6 +266,10 @@ class Pipeline:
             for path, off in owner.first_offsets.items():
                 if off < lowest.get(path, 1 << 62):
                     lowest[path] = off
+        for log_ in self.logs:
+            if log_.tailer.line_offset != log_.saved_offset:
+                log_.saved_offset = log_.tailer.line_offset
+                commit.offsets[log_.path] = (log_.tailer.identity, log_.saved_offset, log_.saved_offset)
         for path, st in self.files.items():
             safe = min(lowest.get(path, 1 << 62), st.tailer.line_offset)
             if safe != st.saved_offset or st.read_to != st.saved_read_to:
