@@ -329,6 +329,11 @@ class Assembler:
                 elif quiet >= t.idle_ns and not owes:
                     self._close(sess, owner, "incomplete")
 
+    def current_turn(self, session_id: str) -> Turn | None:
+        """The session's latest turn if still open (the branch a resume continues from)."""
+        sess = self._sessions.get(session_id)
+        return sess.current_turn if sess is not None else None
+
     def stalled_now(self) -> int:
         return sum(1 for sess in self._sessions.values() for o in self._open_owners(sess) if o.stalled)
 

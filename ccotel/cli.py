@@ -91,6 +91,13 @@ def build_parser() -> argparse.ArgumentParser:
     bf.add_argument("--close-all", action="store_true",
                     help="close every open turn, even ones whose session may still be running")
 
+    chk = sub.add_parser("check", help="health of one session: exit 1 if it should not be resumed")
+    chk.add_argument("session", help="a session id, or the path of its transcript (under a root)")
+    chk.add_argument("--root", action="append", default=None)
+    chk.add_argument("--json", action="store_true")
+    chk.add_argument("--stall-timeout", type=float, default=180.0)
+    chk.add_argument("-v", "--verbose", action="store_true")
+
     rep = sub.add_parser("report", help="token usage and estimated cost per session")
     common(rep)
     rep.add_argument("--json", action="store_true", help="JSON like `ccusage session --json`")
@@ -247,6 +254,20 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_check(args: argparse.Namespace) -> int:
+    from .check import CheckError, check_session, render
+
+    roots = tuple(args.root or default_roots())
+    try:
+        health = check_session(args.session, roots, stall_s=args.stall_timeout)
+    except CheckError as exc:
+        sys.stderr.write(f"ccotel check: {exc}\n")
+        return 2
+    out = orjson.dumps(health.as_dict(), option=orjson.OPT_INDENT_2).decode() if args.json else render(health)
+    sys.stdout.write(out + "\n")
+    return 0 if health.resumable else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
@@ -257,4 +278,6 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_run(args)
     if args.command == "report":
         return cmd_report(args)
+    if args.command == "check":
+        return cmd_check(args)
     return 2

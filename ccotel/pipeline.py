@@ -29,6 +29,7 @@ from .discover import classify, scan, within_root
 from .metrics import Metrics
 from .orchestrator import DEFAULT_PATTERNS, OrchestratorLog, Pattern
 from .parse import parse_line, parse_timestamp
+from .procs import pid_alive, read_session_pids
 from .records import FileKind, SpanRecord, TranscriptFile
 from .spans import build_span
 from .state import Commit, State, digest64
@@ -283,11 +284,11 @@ class Pipeline:
         now = self.clock()
         if now - self._pids_read_ns > 1_000_000_000:
             self._pids_read_ns = now
-            self._pids = _read_session_pids(self.options.roots)
+            self._pids = read_session_pids(self.options.roots)
         found = self._pids.get(session_id)
         if found is None:
             return None
-        return _pid_alive(*found)
+        return pid_alive(*found)
 
     def _detect_ghosts(self, now: int) -> None:
         """A main session file that went idle with prompts and no assistant record at all."""
@@ -476,45 +477,6 @@ def _owner_of(f: Finished) -> Owner:
 
 def _start_of(f: Finished) -> int:
     return _owner_of(f).start_ns
-
-
-def _read_session_pids(roots: tuple[str, ...]) -> dict[str, tuple[int, str | None]]:
-    """sessionId -> (pid, procStart) from <root>/sessions/<pid>.json (Claude Code keeps one per live process)."""
-    out: dict[str, tuple[int, str | None]] = {}
-    for root in roots:
-        d = os.path.join(root, "sessions")
-        try:
-            names = os.listdir(d)
-        except OSError:
-            continue
-        for name in names:
-            if not name.endswith(".json"):
-                continue
-            try:
-                with open(os.path.join(d, name), "rb") as f:
-                    doc = orjson.loads(f.read(1 << 16))
-            except (OSError, orjson.JSONDecodeError):
-                continue
-            if isinstance(doc, dict) and isinstance(doc.get("pid"), int) and isinstance(doc.get("sessionId"), str):
-                start = doc.get("procStart")
-                out[doc["sessionId"]] = (doc["pid"], str(start) if start is not None else None)
-    return out
-
-
-def _pid_alive(pid: int, proc_start: str | None) -> bool:
-    """The pid runs and is the same process (its start time matches: pids are reused)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read().decode("ascii", "replace")
-    except OSError:
-        return False
-    fields = stat[stat.rfind(")") + 2:].split()
-    state = fields[0] if fields else "X"
-    if state in ("Z", "X"):
-        return False
-    if proc_start is not None and proc_start.isdigit() and len(fields) > 19:
-        return fields[19] == proc_start
-    return True
 
 
 def _has_partial(state: _FileState) -> bool:
