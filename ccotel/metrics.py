@@ -73,101 +73,126 @@ def _key(name: str, labels: tuple[str, ...]) -> str:
 
 
 class Metrics:
-    """Counter values keyed by name and label values; thread-safe."""
+    """Counter values keyed by name and label values; thread-safe.
+
+    Two channels, each checkpointed in the same transaction as what it counts: "delivered"
+    (derived from spans, saved with the acknowledged span ids) and "read" (lines, parse
+    errors, detectors, orchestrator logs: saved with the offsets). The exposition adds them.
+    """
 
     def __init__(self, gauges: Callable[[], dict[str, float]] | None = None) -> None:
         self._lock = threading.Lock()
-        self._values: dict[str, float] = {}
+        self._channels: dict[str, dict[str, float]] = {"read": {}, "delivered": {}}
         self.gauges = gauges or (lambda: {})
         self.started = time.time()
 
     # -- recording ---------------------------------------------------------------
 
-    def inc(self, name: str, *labels: str, value: float = 1.0) -> None:
+    def inc(self, name: str, *labels: str, value: float = 1.0, channel: str = "read") -> None:
         spec = METRICS[name]
         assert len(labels) == len(spec.labels), (name, labels)
         with self._lock:
+            values = self._channels[channel]
             k = _key(name, labels)
-            self._values[k] = self._values.get(k, 0.0) + value
+            values[k] = values.get(k, 0.0) + value
 
-    def observe(self, name: str, value: float, *labels: str) -> None:
+    def observe(self, name: str, value: float, *labels: str, channel: str = "read") -> None:
         """A histogram observation, stored as cumulative bucket counters plus sum and count."""
         with self._lock:
+            values = self._channels[channel]
             for le in DURATION_BUCKETS:
                 if value <= le:
                     k = _key(name + "_bucket", labels + (repr(le),))
-                    self._values[k] = self._values.get(k, 0.0) + 1
+                    values[k] = values.get(k, 0.0) + 1
             for suffix, v in (("_sum", value), ("_count", 1.0)):
                 k = _key(name + suffix, labels)
-                self._values[k] = self._values.get(k, 0.0) + v
+                values[k] = values.get(k, 0.0) + v
 
     def observe_span(self, s: SpanRecord) -> None:
-        """Count what a delivered span says happened."""
+        """Count what a delivered span says happened (the "delivered" channel)."""
+        inc = self._inc_delivered
         a = s.attributes
         op = a.get("gen_ai.operation.name")
         if op == "chat":
             model = str(a.get("gen_ai.response.model") or "unknown")
             if s.status is StatusCode.ERROR:
-                self.inc("ccotel_api_errors", str(a.get("error.type", "api_error")))
+                inc("ccotel_api_errors", str(a.get("error.type", "api_error")))
                 return
-            self.inc("ccotel_api_calls", model)
+            inc("ccotel_api_calls", model)
             for kind, attr in _TOKEN_ATTRS:
                 if attr in a:
-                    self.inc("ccotel_tokens", model, kind, value=float(a[attr]))
+                    inc("ccotel_tokens", model, kind, value=float(a[attr]))
             if "claude_code.cost.usd" in a:
-                self.inc("ccotel_cost_usd", model, value=float(a["claude_code.cost.usd"]))
+                inc("ccotel_cost_usd", model, value=float(a["claude_code.cost.usd"]))
         elif op == "execute_tool":
             tool = str(a.get("gen_ai.tool.name", "unknown"))
             outcome = str(a.get("error.type", "ok")) if s.status is StatusCode.ERROR else "ok"
-            self.inc("ccotel_tool_calls", tool, outcome)
-            self.observe("ccotel_tool_duration_seconds", max(s.end_ns - s.start_ns, 0) / 1e9, tool)
+            inc("ccotel_tool_calls", tool, outcome)
+            self.observe("ccotel_tool_duration_seconds", max(s.end_ns - s.start_ns, 0) / 1e9, tool, channel="delivered")
             if outcome == "orphaned":
-                self.inc("ccotel_orphaned_tool_uses", tool)
+                inc("ccotel_orphaned_tool_uses", tool)
         elif op == "invoke_agent" and s.parent_span_id is None and a.get("gen_ai.agent.name") == "claude-code":
             self._turn(s)
         elif op == "invoke_agent":
-            self.inc("ccotel_subagents", str(a.get("gen_ai.agent.name", "subagent")))
+            inc("ccotel_subagents", str(a.get("gen_ai.agent.name", "subagent")))
             self._compactions(s)
 
+    def _inc_delivered(self, name: str, *labels: str, value: float = 1.0) -> None:
+        self.inc(name, *labels, value=value, channel="delivered")
+
     def _turn(self, s: SpanRecord) -> None:
+        inc = self._inc_delivered
         a = s.attributes
         outcome = str(a.get("claude_code.turn.outcome", "incomplete"))
-        self.inc("ccotel_turns", outcome)
+        inc("ccotel_turns", outcome)
         if outcome == "interrupted":
-            self.inc("ccotel_user_interrupts")
+            inc("ccotel_user_interrupts")
         if outcome == "killed":
-            self.inc("ccotel_killed_turns")
+            inc("ccotel_killed_turns")
         if a.get("claude_code.turn.orphaned_tools"):
             # a session left on an orphaned tool_use cannot be resumed as it was
-            self.inc("ccotel_session_resets", "orphaned_tool_use", "transcript")
+            inc("ccotel_session_resets", "orphaned_tool_use", "transcript")
         if a.get("claude_code.turn.stalled"):
             fate = {"completed": "recovered", "interrupted": "recovered"}.get(outcome, outcome)
-            self.inc("ccotel_stalled_turns", fate)
+            inc("ccotel_stalled_turns", fate)
         self._compactions(s)
 
     def _compactions(self, s: SpanRecord) -> None:
+        inc = self._inc_delivered
         for e in s.events:
             if e.name == "claude_code.compaction":
-                self.inc("ccotel_compactions", str(e.attributes.get("claude_code.compaction.trigger", "unknown")))
+                inc("ccotel_compactions", str(e.attributes.get("claude_code.compaction.trigger", "unknown")))
 
     # -- persistence -------------------------------------------------------------
 
-    def snapshot(self) -> dict[str, float]:
+    def snapshot(self, channel: str | None = None) -> dict[str, float]:
+        """Values to checkpoint, keys prefixed by channel ("read:"/"delivered:"); all if None."""
         with self._lock:
-            return dict(self._values)
+            channels = [channel] if channel else list(self._channels)
+            return {f"{c}:{k}": v for c in channels for k, v in self._channels[c].items()}
 
     def restore(self, values: dict[str, float]) -> None:
         with self._lock:
-            self._values.update(values)
+            for k, v in values.items():
+                channel, _, key = k.partition(":")
+                if channel in self._channels:
+                    self._channels[channel][key] = v
+
+    def totals(self) -> dict[str, float]:
+        with self._lock:
+            out: dict[str, float] = {}
+            for values in self._channels.values():
+                for k, v in values.items():
+                    out[k] = out.get(k, 0.0) + v
+            return out
 
     def value(self, name: str, *labels: str) -> float:
-        with self._lock:
-            return self._values.get(_key(name, labels), 0.0)
+        return self.totals().get(_key(name, labels), 0.0)
 
     # -- exposition --------------------------------------------------------------
 
     def families(self) -> Iterator[object]:
-        values = self.snapshot()
+        values = self.totals()
         by_name: dict[str, list[tuple[tuple[str, ...], float]]] = {}
         for k, v in values.items():
             name, *labels = k.split("\x1f")

@@ -17,7 +17,7 @@ import logging
 import os
 import threading
 import time
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -95,8 +95,7 @@ class Pipeline:
         self.stats = PipelineStats()
         self.caught_up = False
         self._logged_errors: set[str] = set()
-        self._acks: deque[Sequence[SpanRecord]] = deque()
-        self._ack_lock = threading.Lock()
+        self._ack_lock = threading.RLock()
         self._inflight: dict[int, tuple[Owner, bool]] = {}
         self._owners: dict[str, Owner] = {}
         self._marks: set[str] = set()
@@ -159,8 +158,11 @@ class Pipeline:
             self.process_acks()
         kept = self.assembler.flush(None if close_all else self.clock())
         self._emit()
-        self.process_acks()
         self.caught_up = True
+        if "caught_up" not in self._marks:
+            self._marks.add("caught_up")  # from now on, and after any restart, events are counted
+            self._new_marks.append("caught_up")
+        self.process_acks()
         return kept
 
     def _flush_group(self, group: list[tuple[str, TranscriptFile]], close_all: bool) -> None:
@@ -219,16 +221,14 @@ class Pipeline:
     # -- delivery ----------------------------------------------------------------
 
     def acknowledge(self, spans: Sequence[SpanRecord]) -> None:
-        """The backend took these spans (called from the export thread)."""
-        with self._ack_lock:
-            self._acks.append(spans)
+        """The backend took these spans (called from the export thread).
 
-    def process_acks(self) -> None:
-        with self._ack_lock:
-            batches, self._acks = list(self._acks), deque()
+        Their ids and the counters they feed are committed at once, in one transaction, so a
+        crash right after cannot make a restart send them again or count them twice.
+        """
         commit = Commit()
-        for batch in batches:
-            for span in batch:
+        with self._ack_lock:
+            for span in spans:
                 found = self._inflight.pop(span.span_id, None)
                 if found is None:
                     continue
@@ -236,22 +236,31 @@ class Pipeline:
                 owner.pending -= 1
                 commit.acked.append((span.span_id, owner.token))
                 if self.metrics is not None:
-                    self.metrics.inc("ccotel_spans_exported")
+                    self.metrics.inc("ccotel_spans_exported", channel="delivered")
                     if live:
                         self.metrics.observe_span(span)
             self.last_export_ns = self.clock()
-        for token, owner in list(self._owners.items()):
-            if self._done(owner):
-                del self._owners[token]
-                commit.done_owners.append(token)
-                commit.calls.extend(digest64(k) for k in owner.call_keys)
-                if isinstance(owner, Turn) and owner.prompt_uuid:
-                    commit.prompts.append(digest64(owner.prompt_uuid))
+            if self.state is not None and commit.acked:
+                if self.metrics is not None:
+                    commit.counters = self.metrics.snapshot("delivered")
+                self.state.commit(commit)
+
+    def process_acks(self) -> None:
+        """Move checkpoints past owners whose every span was acknowledged (pipeline thread)."""
+        commit = Commit()
+        with self._ack_lock:
+            for token, owner in list(self._owners.items()):
+                if self._done(owner):
+                    del self._owners[token]
+                    commit.done_owners.append(token)
+                    commit.calls.extend(digest64(k) for k in owner.call_keys)
+                    if isinstance(owner, Turn) and owner.prompt_uuid:
+                        commit.prompts.append(digest64(owner.prompt_uuid))
         self._checkpoint_offsets(commit)
         commit.marks, self._new_marks = self._new_marks, []
         if self.state is not None and not commit.empty():
             if self.metrics is not None:
-                commit.counters = self.metrics.snapshot()
+                commit.counters = self.metrics.snapshot("read")
             self.state.commit(commit)
 
     def _done(self, owner: Owner, depth: int = 0) -> bool:
@@ -413,10 +422,11 @@ class Pipeline:
         state.partial_since_ns = now if _has_partial(state) else None
 
     def _emit(self) -> None:
-        for owner in self.assembler.new_owners:
-            if owner.token not in self._owners:
-                self._owners[owner.token] = owner
-                owner.live = owner.live or self._counting()
+        with self._ack_lock:
+            for owner in self.assembler.new_owners:
+                if owner.token not in self._owners:
+                    self._owners[owner.token] = owner
+                    owner.live = owner.live or self._counting()
         self.assembler.new_owners.clear()
         finished = self.assembler.drain()
         if not finished:
@@ -431,10 +441,11 @@ class Pipeline:
             if span.span_id in self._acked_before:
                 self.stats.resent_skipped += 1  # delivered before a restart
                 continue
-            if owner.token not in self._owners:
-                self._owners[owner.token] = owner
-            owner.pending += 1
-            self._inflight[span.span_id] = (owner, owner.live)
+            with self._ack_lock:
+                if owner.token not in self._owners:
+                    self._owners[owner.token] = owner
+                owner.pending += 1
+                self._inflight[span.span_id] = (owner, owner.live)
             spans.append(span)
         if spans:
             self.stats.spans += len(spans)
@@ -442,7 +453,7 @@ class Pipeline:
 
     def _counting(self) -> bool:
         """Events are counted once ccotel has caught up, or from the start after a restart."""
-        return self.caught_up or (self.state is not None and not self.state.fresh)
+        return self.caught_up or "caught_up" in self._marks
 
     def _error(self, reason: str, where: str | None = None, count: bool = True) -> None:
         self.stats.errors[reason] += 1
