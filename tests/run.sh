@@ -12,4 +12,5 @@ PY=${PYTHON:-python3}
 .venv/bin/python -m tests.harness.install
 .venv/bin/python -m tests.support.install_ccusage
 .venv/bin/python -m tests.support.install_phoenix
+.venv/bin/python -m tests.support.install_prometheus
 exec .venv/bin/python -m pytest "$@"

@@ -1,0 +1,360 @@
+"""A real Prometheus for tests, on loopback only, plus ``promtool`` helpers.
+
+Prometheus and promtool come from Debian (``python -m tests.support.install_prometheus``;
+bookworm ships 2.42).  :class:`PrometheusServer` writes a scrape config for the
+given targets, starts ``prometheus`` on ``127.0.0.1:<free port>`` with a temp
+TSDB dir, waits for ``/-/ready`` and answers instant queries over the HTTP API.
+It never touches the Debian ``prometheus`` service (0.0.0.0:9090), which the
+installer stops and disables.  Standard library only.
+
+    with PrometheusServer(targets=[("127.0.0.1", port)]) as prom:
+        prom.wait_for('up{job="ccotel"}', lambda r: r and r[0][1] == 1, timeout=20)
+        prom.query("ccotel_turns_total")      # -> [({"__name__": ..., "outcome": ...}, 3.0), ...]
+
+Every wait is bounded: ``startup_timeout`` for readiness, ``stop_timeout`` for
+SIGTERM before SIGKILL, ``timeout`` on every HTTP call and on :meth:`wait_for`.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+from typing import Any, Callable, Iterable, Optional, Sequence
+
+__all__ = [
+    "PrometheusError",
+    "PrometheusServer",
+    "Sample",
+    "installed_versions",
+    "missing_reason",
+    "promtool",
+    "promtool_check_metrics",
+]
+
+#: ``[(labels, value), ...]``: an instant vector (a scalar is ``[({}, value)]``).
+Sample = tuple[dict[str, str], float]
+
+INSTALL_HINT = "run `python -m tests.support.install_prometheus` (apt-get install prometheus)"
+
+
+class PrometheusError(RuntimeError):
+    """Prometheus did not start, answer or stop as expected."""
+
+
+def _binary(name: str) -> Optional[str]:
+    return shutil.which(name)
+
+
+def _version(binary: Optional[str]) -> Optional[str]:
+    """``2.42.0`` from ``<binary> --version`` (first line ``prometheus, version 2.42.0+ds ...``)."""
+    if binary is None:
+        return None
+    try:
+        out = subprocess.run(
+            [binary, "--version"], capture_output=True, text=True, timeout=30, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if out.returncode != 0:
+        return None
+    text = (out.stdout or out.stderr).strip()
+    parts = text.split()
+    if len(parts) >= 3 and parts[1] == "version":
+        return parts[2]
+    return text.splitlines()[0] if text else None
+
+
+def installed_versions() -> Optional[dict[str, str]]:
+    """``{"prometheus": v, "promtool": v}`` when both run, else None."""
+    found = {name: _version(_binary(name)) for name in ("prometheus", "promtool")}
+    if all(found.values()):
+        return {k: str(v) for k, v in found.items()}
+    return None
+
+
+def missing_reason() -> Optional[str]:
+    """None when prometheus and promtool work, else why not (for skip/fail)."""
+    if installed_versions() is None:
+        return f"prometheus/promtool not installed: {INSTALL_HINT}"
+    return None
+
+
+def promtool(*args: str, input_text: Optional[str] = None, timeout: float = 60) -> tuple[int, str]:
+    """Run ``promtool args...``; return (exit code, stdout + stderr)."""
+    binary = _binary("promtool")
+    if binary is None:
+        raise PrometheusError(f"promtool not found: {INSTALL_HINT}")
+    out = subprocess.run(
+        [binary, *args],
+        input=input_text,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    return out.returncode, (out.stdout or "") + (out.stderr or "")
+
+
+def promtool_check_metrics(text: str) -> tuple[bool, str]:
+    """``promtool check metrics`` on an exposition: (passed, promtool's output).
+
+    promtool 2.42 reads the exposition on stdin, exits 1 on a parse error and 3 on
+    a lint problem (e.g. a counter without ``_total``), and prints the problems.
+    """
+    code, output = promtool("check", "metrics", input_text=text)
+    return code == 0, output
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that was free a moment ago on ``host``."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def _parse_result(data: dict[str, Any]) -> list[Sample]:
+    kind = data.get("resultType")
+    result = data.get("result")
+    if kind == "vector":
+        return [(dict(item["metric"]), float(item["value"][1])) for item in result]
+    if kind == "scalar":
+        return [({}, float(result[1]))]
+    if kind == "matrix":
+        raise PrometheusError("query() is for instant queries; got a matrix (range selector?)")
+    return [({}, float("nan"))] if kind == "string" else []
+
+
+class PrometheusServer:
+    """``prometheus`` on 127.0.0.1, a free port and a temp TSDB dir.
+
+    ``targets``: ``(host, port)`` pairs scraped as one job (``job``, default
+    ``"ccotel"``) every ``scrape_interval``.  ``rule_files``: rule files to load
+    (evaluated every ``scrape_interval`` too).  Ready in ~0.1 s; the first scrape
+    comes ~5 s later (2.42 syncs scrape targets on a fixed 5 s tick), so wait
+    with :meth:`wait_for`.
+    """
+
+    def __init__(
+        self,
+        targets: Iterable[tuple[str, int]] = (),
+        scrape_interval: str = "1s",
+        *,
+        job: str = "ccotel",
+        rule_files: Sequence[os.PathLike[str] | str] = (),
+        startup_timeout: float = 60.0,
+        stop_timeout: float = 15.0,
+        keep_dir: bool = False,
+    ) -> None:
+        self.scrape_targets = [(str(h), int(p)) for h, p in targets]
+        self.scrape_interval = scrape_interval
+        self.job = job
+        self.rule_files = [Path(f).resolve() for f in rule_files]
+        self.startup_timeout = startup_timeout
+        self.stop_timeout = stop_timeout
+        self.keep_dir = keep_dir
+        self.host = "127.0.0.1"
+        self.port = 0
+        self.tmpdir: Optional[Path] = None
+        self.config_path: Optional[Path] = None
+        self.log_path: Optional[Path] = None
+        self._proc: Optional[subprocess.Popen[bytes]] = None
+        self._log_file: Any = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def pid(self) -> Optional[int]:
+        return self._proc.pid if self._proc else None
+
+    # -- lifecycle ---------------------------------------------------------
+
+    def __enter__(self) -> "PrometheusServer":
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def config_text(self) -> str:
+        """The prometheus.yml written (JSON is valid YAML)."""
+        config: dict[str, Any] = {
+            "global": {
+                "scrape_interval": self.scrape_interval,
+                "scrape_timeout": self.scrape_interval,
+                "evaluation_interval": self.scrape_interval,
+            },
+            "scrape_configs": [
+                {
+                    "job_name": self.job,
+                    "static_configs": [{"targets": [f"{h}:{p}" for h, p in self.scrape_targets]}],
+                }
+            ],
+        }
+        if self.rule_files:
+            config["rule_files"] = [str(f) for f in self.rule_files]
+        return json.dumps(config, indent=2) + "\n"
+
+    def start(self) -> "PrometheusServer":
+        if self._proc is not None:
+            raise PrometheusError("already started")
+        binary = _binary("prometheus")
+        if binary is None:
+            raise PrometheusError(f"prometheus not found: {INSTALL_HINT}")
+        self.tmpdir = Path(tempfile.mkdtemp(prefix="ccotel-prometheus-"))
+        self.config_path = self.tmpdir / "prometheus.yml"
+        self.config_path.write_text(self.config_text())
+        attempts = 3
+        for attempt in range(1, attempts + 1):
+            self.port = free_port(self.host)
+            self.log_path = self.tmpdir / f"prometheus-{attempt}.log"
+            self._log_file = open(self.log_path, "wb")
+            self._proc = subprocess.Popen(
+                [
+                    binary,
+                    f"--config.file={self.config_path}",
+                    f"--storage.tsdb.path={self.tmpdir / f'data-{attempt}'}",
+                    f"--web.listen-address={self.host}:{self.port}",
+                    "--log.level=info",
+                ],
+                cwd=str(self.tmpdir),
+                stdin=subprocess.DEVNULL,
+                stdout=self._log_file,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+            atexit.register(self._atexit_stop)
+            try:
+                self._wait_ready()
+                return self
+            except PrometheusError:
+                log = self.log_tail(40)
+                self._terminate()
+                if attempt < attempts and "address already in use" in log.lower():
+                    continue
+                self._cleanup_dir()
+                raise
+        raise PrometheusError("unreachable")  # pragma: no cover
+
+    def _wait_ready(self) -> None:
+        assert self._proc is not None
+        deadline = time.monotonic() + self.startup_timeout
+        while time.monotonic() < deadline:
+            code = self._proc.poll()
+            if code is not None:
+                raise PrometheusError(
+                    f"prometheus exited with {code} during startup; log tail:\n{self.log_tail(40)}"
+                )
+            try:
+                with urllib.request.urlopen(f"{self.base_url}/-/ready", timeout=2) as resp:
+                    if resp.status == 200:
+                        return
+            except (urllib.error.URLError, OSError):
+                pass
+            time.sleep(0.1)
+        raise PrometheusError(
+            f"prometheus not ready within {self.startup_timeout}s; log tail:\n{self.log_tail(40)}"
+        )
+
+    def log_tail(self, lines: int = 40) -> str:
+        if self._log_file is not None:
+            try:
+                self._log_file.flush()
+            except (OSError, ValueError):
+                pass
+        if self.log_path is None or not self.log_path.exists():
+            return ""
+        text = self.log_path.read_text(errors="replace")
+        return "\n".join(text.splitlines()[-lines:])
+
+    def _terminate(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=self.stop_timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
+        if self._log_file is not None:
+            self._log_file.close()
+            self._log_file = None
+
+    def _cleanup_dir(self) -> None:
+        if self.tmpdir is not None and not self.keep_dir:
+            shutil.rmtree(self.tmpdir, ignore_errors=True)
+
+    def stop(self) -> None:
+        self._terminate()
+        self._cleanup_dir()
+        atexit.unregister(self._atexit_stop)
+
+    def _atexit_stop(self) -> None:
+        try:
+            self.stop()
+        except Exception:  # noqa: BLE001 - best effort at interpreter exit
+            pass
+
+    # -- HTTP API ----------------------------------------------------------
+
+    def api(self, path: str, params: Optional[dict[str, str]] = None, timeout: float = 10) -> Any:
+        """GET ``/api/v1/<path>``; return ``data`` or raise with Prometheus' error."""
+        url = f"{self.base_url}/api/v1/{path}"
+        if params:
+            url += "?" + urllib.parse.urlencode(params)
+        try:
+            with urllib.request.urlopen(url, timeout=timeout) as resp:
+                body = json.load(resp)
+        except urllib.error.HTTPError as err:
+            try:
+                body = json.load(err)
+            except ValueError:
+                raise PrometheusError(f"GET {url}: HTTP {err.code}") from err
+        if body.get("status") != "success":
+            raise PrometheusError(f"GET {url}: {body.get('errorType')}: {body.get('error')}")
+        return body["data"]
+
+    def query(self, expr: str, at: Optional[float] = None) -> list[Sample]:
+        """Instant query: ``[(labels, value), ...]``; a scalar is ``[({}, value)]``."""
+        params = {"query": expr}
+        if at is not None:
+            params["time"] = f"{at:.3f}"
+        return _parse_result(self.api("query", params))
+
+    def wait_for(
+        self,
+        expr: str,
+        predicate: Callable[[list[Sample]], Any],
+        timeout: float = 30.0,
+        interval: float = 0.25,
+    ) -> list[Sample]:
+        """Poll ``query(expr)`` until ``predicate(result)`` is true; return that result."""
+        deadline = time.monotonic() + timeout
+        last: list[Sample] = []
+        while True:
+            last = self.query(expr)
+            if predicate(last):
+                return last
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"{expr!r}: predicate still false after {timeout}s; last result {last!r}")
+            time.sleep(interval)
+
+    def targets(self) -> list[dict[str, Any]]:
+        """Active scrape targets (``scrapeUrl``, ``health`` up/down/unknown, ``lastError``, ``labels``...)."""
+        return list(self.api("targets", {"state": "active"})["activeTargets"])
+
+    def rules(self) -> list[dict[str, Any]]:
+        """Loaded rule groups (``name``, ``rules`` with ``name``, ``query``, ``type``...)."""
+        return list(self.api("rules")["groups"])
