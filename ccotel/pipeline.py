@@ -105,6 +105,7 @@ class Pipeline:
         self._pids: dict[str, tuple[int, str | None]] = {}
         self._pids_read_ns = 0
         self.last_export_ns = 0
+        self.started_ns = clock()
         if state is not None:
             self._checkpoints = state.files()
         self.logs = [self._log(path, source) for path, source in options.orchestrator_logs]
@@ -114,6 +115,8 @@ class Pipeline:
             self._marks = state.marks()
             if metrics is not None:
                 metrics.restore(state.counters())
+        if metrics is not None:
+            _declare_series(metrics, options)
 
     def _log(self, path: str, source: str) -> OrchestratorLog:
         ckpt = self._checkpoints.get(path)
@@ -150,7 +153,7 @@ class Pipeline:
             for root, tf in group:
                 state = self._track(root, tf)
                 before = state.tailer.offset
-                self._read(state, accept_unterminated=True)
+                self._read(state, accept_unterminated=True, live=False)
                 done += max(state.tailer.offset - before, 0)
                 if progress is not None:
                     progress(done, total)
@@ -382,7 +385,9 @@ class Pipeline:
         if isinstance(meta, dict):
             self.assembler.set_agent_meta(tf.session_id, tf.agent_id, meta)
 
-    def _read(self, state: _FileState, accept_unterminated: bool) -> None:
+    def _read(self, state: _FileState, accept_unterminated: bool, live: bool = True) -> None:
+        """Read new whole lines of a file into the assembler. ``live``: the lines arrive now (their
+        arrival time counts as activity); history read during a catch-up has only its timestamps."""
         self._load_meta(state)
         if not within_root(state.root, state.tf.path):
             self._error("path_outside_root")
@@ -412,7 +417,7 @@ class Pipeline:
                     state.has_assistant = True
                 elif entry.type == "user":
                     state.has_user = True
-                self.assembler.add(entry, state.tf, now)
+                self.assembler.add(entry, state.tf, now if live else 0)
         if res.lines:
             state.changed_ns = now
             state.read_to = max(state.read_to, res.lines[-1].end)
@@ -469,13 +474,28 @@ class Pipeline:
         now = self.clock()
         for st in self.files.values():
             if st.partial_since_ns is None and _size(st.tf.path) > st.tailer.offset:
-                lag = max(lag, (now - _mtime_ns(st.tf.path)) / 1e9)
+                written = _mtime_ns(st.tf.path)
+                if written >= self.started_ns:  # history waiting for a catch-up is not lag
+                    lag = max(lag, (now - written) / 1e9)
         return {
             "ccotel_files_watched": float(len(self.files)),
             "ccotel_stalled_turns_open": float(self.assembler.stalled_now()),
             "ccotel_last_export_success_timestamp_seconds": self.last_export_ns / 1e9,
             "ccotel_ingest_lag_seconds": max(lag, 0.0),
         }
+
+
+def _declare_series(metrics: Metrics, options: Options) -> None:
+    """Series alerts watch start at 0, so the first event is an increase Prometheus can see."""
+    for reason in ("missing_transcript", "orphaned_tool_use"):
+        metrics.inc("ccotel_session_resets", reason, "transcript", value=0.0)
+    metrics.inc("ccotel_missing_transcripts", "session", value=0.0)
+    metrics.inc("ccotel_missing_transcripts", "subagent", value=0.0)
+    metrics.inc("ccotel_stalled_turns", "killed", value=0.0)
+    for _path, source in options.orchestrator_logs:
+        metrics.inc("ccotel_session_resets", "missing_transcript", source, value=0.0)
+        metrics.inc("ccotel_aborts", "abort", source, value=0.0)
+        metrics.inc("ccotel_watchdog_kills", source, value=0.0)
 
 
 def _owner_of(f: Finished) -> Owner:
