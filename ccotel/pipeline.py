@@ -300,7 +300,13 @@ class Pipeline:
         found = self._pids.get(session_id)
         if found is None:
             return None
-        return pid_alive(*found)
+        if pid_alive(*found):
+            return True
+        # Dead per a cached read: a resumed run may have replaced the file since. Act on a fresh one.
+        self._pids = read_session_pids(self.options.roots)
+        self._pids_read_ns = now
+        found = self._pids.get(session_id)
+        return None if found is None else pid_alive(*found)
 
     def _detect_ghosts(self, now: int) -> None:
         """A main session file that went idle with prompts and no assistant record at all."""
