@@ -200,6 +200,7 @@ class _Session:
     agents: dict[str, AgentRun] = field(default_factory=dict)
     task_tools: dict[str, _TaskTool] = field(default_factory=dict)
     agent_links: dict[str, tuple[str, str]] = field(default_factory=dict)  # agent_id -> (tool_use_id, how)
+    agent_named: dict[str, int] = field(default_factory=dict)  # agent_id -> when a line or meta.json named it
     turn_index: list[tuple[int, int, int]] = field(default_factory=list)  # (start, trace_id, root span)
     open_owners: list[Owner] = field(default_factory=list)
 
@@ -283,7 +284,7 @@ class Assembler:
         self._seen_calls |= calls
         self._seen_prompts |= prompts
 
-    def set_agent_meta(self, session_id: str, agent_id: str, meta: dict[str, object]) -> None:
+    def set_agent_meta(self, session_id: str, agent_id: str, meta: dict[str, object], now_ns: int = 0) -> None:
         """meta.json beside a 2.1.x subagent file: agentType, description, toolUseId, spawnDepth."""
         sess = self._session(session_id)
         agent = self._agent(sess, agent_id, agent_id, None)
@@ -296,7 +297,7 @@ class Assembler:
             agent.spawn_depth = depth
         tool_use_id = meta.get("toolUseId")
         if isinstance(tool_use_id, str):
-            self._link_agent(sess, agent_id, tool_use_id, "meta")
+            self._link_agent(sess, agent_id, tool_use_id, "meta", now_ns)
 
     def tick(self, now_ns: int, alive: Callable[[str], bool | None] = lambda _sid: None) -> None:
         """Close what time has finished: quiet final answers, idle turns, orphaned tool calls,
@@ -328,6 +329,17 @@ class Assembler:
                     self._close(sess, owner, "completed")
                 elif quiet >= t.idle_ns and not owes:
                     self._close(sess, owner, "incomplete")
+
+    def missing_agents(self, now_ns: int, after_ns: int) -> list[tuple[str, str]]:
+        """(session, agent id) of subagents named (by toolUseResult.agentId or meta.json) at least
+        ``after_ns`` ago whose transcript never had a line."""
+        out = []
+        for sess in self._sessions.values():
+            for agent_id, named in sess.agent_named.items():
+                agent = sess.agents.get(agent_id)
+                if (agent is None or not agent.first_offsets) and now_ns - named >= after_ns:
+                    out.append((sess.session_id, agent_id))
+        return out
 
     def current_turn(self, session_id: str) -> Turn | None:
         """The session's latest turn if still open (the branch a resume continues from)."""
@@ -460,7 +472,9 @@ class Assembler:
                 sess.open_owners.append(agent)  # type: ignore[arg-type]
         return agent
 
-    def _link_agent(self, sess: _Session, agent_id: str, tool_use_id: str, how: str) -> None:
+    def _link_agent(self, sess: _Session, agent_id: str, tool_use_id: str, how: str, named_ns: int = 0) -> None:
+        if named_ns:
+            sess.agent_named.setdefault(agent_id, named_ns)
         if agent_id in sess.agent_links:
             return
         sess.agent_links[agent_id] = (tool_use_id, how)
@@ -583,7 +597,7 @@ class Assembler:
             agent_id = result.get("agentId")
             if isinstance(agent_id, str) and tool.name in _TASK_TOOLS:
                 tool.agent_id = agent_id
-                self._link_agent(sess, agent_id, tool.tool_use_id, "result")
+                self._link_agent(sess, agent_id, tool.tool_use_id, "result", ts)
             tool_owner = tool.owner or owner
             tool_owner.open_tools.pop(tool.tool_use_id, None)
             self._emit(tool_owner, tool)

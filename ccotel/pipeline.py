@@ -309,8 +309,16 @@ class Pipeline:
         return None if found is None else pid_alive(*found)
 
     def _detect_ghosts(self, now: int) -> None:
-        """A main session file that went idle with prompts and no assistant record at all."""
+        """A main session file that went idle with prompts and no assistant record at all; a
+        subagent named by its parent whose transcript never appeared."""
         stall = self.options.timeouts.stall_ns
+        for sid, agent_id in self.assembler.missing_agents(now, stall):
+            mark = f"missing_agent:{sid}:{agent_id}"
+            if mark not in self._marks:
+                self._marks.add(mark)
+                self._new_marks.append(mark)
+                if self.metrics is not None and self._counting():
+                    self.metrics.inc("ccotel_missing_transcripts", "subagent")
         for path, st in self.files.items():
             if st.tf.kind is not FileKind.MAIN or not st.has_user or st.has_assistant:
                 continue
@@ -389,7 +397,7 @@ class Pipeline:
             return
         state.meta_loaded = True
         if isinstance(meta, dict):
-            self.assembler.set_agent_meta(tf.session_id, tf.agent_id, meta)
+            self.assembler.set_agent_meta(tf.session_id, tf.agent_id, meta, self.clock())
 
     def _read(self, state: _FileState, accept_unterminated: bool, live: bool = True) -> None:
         """Read new whole lines of a file into the assembler. ``live``: the lines arrive now (their

@@ -169,3 +169,31 @@ def test_counters_count_live_events_once_across_restarts(tmp_path):
     assert m2.value("ccotel_tokens", "claude-opus-4-6", "output") == 50 + 17
     assert m2.value("ccotel_spans_exported") == 8
     assert ids(backend.delivered) == ids(single_pass(root))
+
+
+def test_missing_subagent_transcript_is_counted_once(tmp_path):
+    root = str(tmp_path / "claude")
+    os.makedirs(os.path.join(root, "projects"))
+    clock = [int(time.time() * 1e9)]
+    m = Metrics()
+    backend = Backend()
+    p = start(root, str(tmp_path / "st"), backend, clock=lambda: clock[0], metrics=m)
+    p.backfill()
+    t = Transcript(SID, t_ms=clock[0] // 1_000_000)
+    t.prompt("go", parent=None)
+    t.response("msg_1", [tool_use("toolu_t", name="Agent", subagent_type="Explore", prompt="p")], stop_reason="tool_use")
+    t.tool_result("toolu_t", "done", tool_use_result={"status": "completed", "agentId": "a0000000000000001"})
+    t.response("msg_2", [text("ok")], stop_reason="end_turn")
+    path = t.write(os.path.join(proj(root), f"{SID}.jsonl"))
+    p.poll([path])
+    p.tick()
+    assert m.value("ccotel_missing_transcripts", "subagent") == 0  # not yet: it may still appear
+    clock[0] += 200 * 10**9
+    p.tick()
+    p.tick()
+    assert m.value("ccotel_missing_transcripts", "subagent") == 1
+    m2 = Metrics()
+    p2 = start(root, str(tmp_path / "st"), backend, clock=lambda: clock[0], metrics=m2)
+    p2.backfill()
+    p2.tick()
+    assert m2.value("ccotel_missing_transcripts", "subagent") == 1
