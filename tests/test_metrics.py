@@ -1,0 +1,166 @@
+"""Each metric of the contract, from real-CLI fixtures replayed live and from detector scenarios.
+
+Fixtures are copied into a watched root after ccotel has caught up (so they count as live), then
+the counters are compared with the fake API's ground truth and the scenario's known events.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import orjson
+from prometheus_client.exposition import generate_latest
+
+from ccotel.metrics import Metrics, registry_for
+from ccotel.pipeline import Options, Pipeline
+from ccotel.state import State
+from tests.harness.fixtures import load_fixture
+from tests.transcript import Transcript, text, tool_use
+
+SID = "12121212-1111-4222-8333-444444444444"
+
+
+class Live:
+    """A pipeline that has caught up on an empty root; files added later are live events."""
+
+    def __init__(self, tmp_path, stall_s: float = 180.0) -> None:
+        from ccotel.assemble import Timeouts
+
+        self.root = tmp_path / "claude"
+        (self.root / "projects").mkdir(parents=True)
+        self.now = [time.time_ns()]
+        self.metrics = Metrics()
+        holder: list[Pipeline] = []
+        self.p = Pipeline(Options(roots=(str(self.root),), timeouts=Timeouts(stall_ns=int(stall_s * 1e9))),
+                          emit=lambda spans: holder[0].acknowledge(spans), clock=lambda: self.now[0],
+                          state=State(str(tmp_path / "st")), metrics=self.metrics)
+        holder.append(self.p)
+        self.p.backfill()
+
+    def replay(self, fixture: str) -> None:
+        shutil.copytree(load_fixture(fixture).config_dir / "projects", self.root / "projects", dirs_exist_ok=True)
+        self.p.rescan()
+        self.advance(3600)
+
+    def advance(self, seconds: float) -> None:
+        self.now[0] += int(seconds * 1e9)
+        self.p.tick()
+
+    def v(self, name: str, *labels: str) -> float:
+        return self.metrics.value(name, *labels)
+
+
+def sent(fixture: str) -> list[dict]:
+    return [r for r in load_fixture(fixture).ground_truth if r.get("endpoint") == "messages" and r.get("matched")
+            and r.get("status") == 200 and r.get("expect_in_transcript", True)]
+
+
+def test_calls_tokens_cost_tools_subagents(tmp_path):
+    live = Live(tmp_path)
+    live.replay("s03_parallel_subagents")
+    gt = sent("s03_parallel_subagents")
+    model = gt[0]["model"]
+    assert live.v("ccotel_api_calls", model) == len(gt)
+    for kind, key in (("input", "input_tokens"), ("output", "output_tokens"),
+                      ("cache_read", "cache_read_input_tokens"), ("cache_creation", "cache_creation_input_tokens")):
+        assert live.v("ccotel_tokens", model, kind) == sum(r["usage"][key] for r in gt), kind
+    assert live.v("ccotel_cost_usd", model) > 0
+    tools = [b for r in gt for b in r["blocks"] if b["type"] == "tool_use"]
+    assert live.v("ccotel_tool_calls", "Agent", "ok") == sum(1 for b in tools if b["name"] == "Agent") == 2
+    assert live.v("ccotel_tool_calls", "Bash", "ok") == sum(1 for b in tools if b["name"] == "Bash") == 2
+    assert live.v("ccotel_tool_duration_seconds_count", "Bash") == 2
+    assert live.v("ccotel_subagents", "general-purpose") == 2
+    assert live.v("ccotel_turns", "completed") == 1
+    assert live.v("ccotel_lines_read") > 0 and live.v("ccotel_bytes_read") > 0
+
+
+def test_api_errors_tool_errors_compactions_interrupts(tmp_path):
+    live = Live(tmp_path)
+    for name in ("s07_api_errors", "s08_failing_tool", "s10_compact", "s11_interrupt"):
+        live.replay(name)
+    assert live.v("ccotel_api_errors", "400") == 1  # s07: the non-retryable 400; the 529 was retried
+    assert live.v("ccotel_tool_calls", "Bash", "tool_error") == 1  # s08
+    assert live.v("ccotel_compactions", "manual") == 1  # s10: /compact
+    assert live.v("ccotel_user_interrupts") == 2  # s11: once during a tool, once waiting for the API
+    assert live.v("ccotel_tool_calls", "Bash", "rejected") == 1
+
+
+def test_stalled_turn_counted_once_as_what_it_turned_out_to_be(tmp_path):
+    live = Live(tmp_path, stall_s=10)
+    t = Transcript(SID, t_ms=live.now[0] // 1_000_000)
+    t.prompt("slow", parent=None)
+    t.response("msg_1", [tool_use("toolu_slow", command="make")], stop_reason="tool_use")
+    path = t.write(str(live.root / "projects" / "-p" / f"{SID}.jsonl"))
+    # a live process writes it: sessions/<pid>.json names this very process
+    sessions = live.root / "sessions"
+    sessions.mkdir()
+    me = os.getpid()
+    start = open(f"/proc/{me}/stat").read().rsplit(")", 1)[1].split()[19]
+    (sessions / f"{me}.json").write_bytes(orjson.dumps({"pid": me, "sessionId": SID, "procStart": start}))
+    live.p.poll([path])
+    live.advance(30)  # silent past the stall timeout while the tool owes a result, process alive
+    assert live.p.assembler.stalled_now() == 1
+    assert live.v("ccotel_stalled_turns", "recovered") == 0  # not counted until its fate is known
+    t.lines = []
+    t.t_ms = live.now[0] // 1_000_000
+    t.tool_result("toolu_slow", "built")
+    t.response("msg_2", [text("done")], stop_reason="end_turn")
+    with open(path, "ab") as f:
+        f.write(t.bytes())
+    live.p.poll([path])
+    live.advance(5)
+    assert live.v("ccotel_stalled_turns", "recovered") == 1
+    assert live.v("ccotel_orphaned_tool_uses", "Bash") == 0
+    assert live.v("ccotel_turns", "completed") == 1
+
+
+def test_killed_process_closes_its_turn_at_once(tmp_path):
+    live = Live(tmp_path, stall_s=600)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    sessions = live.root / "sessions"
+    sessions.mkdir()
+    (sessions / f"{dead.pid}.json").write_bytes(orjson.dumps({"pid": dead.pid, "sessionId": SID,
+                                                              "procStart": "1"}))
+    t = Transcript(SID, t_ms=live.now[0] // 1_000_000)
+    t.prompt("work", parent=None)
+    t.response("msg_1", [tool_use("toolu_k", command="sleep 999")], stop_reason="tool_use")
+    path = t.write(str(live.root / "projects" / "-p" / f"{SID}.jsonl"))
+    live.p.poll([path])
+    live.advance(1)  # far less than the stall timeout: the dead pid says enough
+    assert live.v("ccotel_killed_turns") == 1
+    assert live.v("ccotel_orphaned_tool_uses", "Bash") == 1
+    assert live.v("ccotel_session_resets", "orphaned_tool_use", "transcript") == 1
+    assert live.v("ccotel_turns", "killed") == 1
+
+
+def test_orphan_after_stall_without_process_info_and_parse_errors(tmp_path):
+    live = Live(tmp_path, stall_s=10)
+    t = Transcript(SID, t_ms=live.now[0] // 1_000_000)
+    t.prompt("work", parent=None)
+    t.response("msg_1", [tool_use("toolu_o", command="sleep 999")], stop_reason="tool_use")
+    path = t.write(str(live.root / "projects" / "-p" / f"{SID}.jsonl"))
+    with open(path, "ab") as f:
+        f.write(b"{not json\n")
+    live.p.poll([path])
+    live.advance(11)
+    assert live.v("ccotel_stalled_turns", "orphaned") == 1
+    assert live.v("ccotel_orphaned_tool_uses", "Bash") == 1
+    assert live.v("ccotel_parse_errors", "malformed_json") == 1
+
+
+def test_exposition_names_types_and_bounded_labels(tmp_path):
+    live = Live(tmp_path)
+    live.replay("s03_parallel_subagents")
+    text_ = generate_latest(registry_for(live.metrics)).decode()
+    assert "ccotel_api_calls_total{model=" in text_
+    assert "# TYPE ccotel_tool_duration_seconds histogram" in text_
+    assert 'ccotel_tool_duration_seconds_bucket{le="+Inf",tool="Bash"} 2.0' in text_
+    assert "ccotel_build_info{version=" in text_
+    # no session or user ids as labels
+    for sid in load_fixture("s03_parallel_subagents").session_ids:
+        assert sid not in text_
