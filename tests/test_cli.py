@@ -120,3 +120,40 @@ def _wait_name(rx: OtlpReceiver, name: str, timeout_s: float) -> dict:
                 return s
         time.sleep(0.05)
     raise AssertionError(f"no {name!r} span; got {[s['name'] for s in rx.spans]}")
+
+
+def test_two_processes_export_identical_ids(tmp_path):
+    fx = load_fixture("s05_nested_subagent")
+
+    def ids() -> list[tuple]:
+        proc = ccotel("backfill", "--root", str(fx.config_dir), "--traces-exporter", "console", "--state-dir", "none")
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err
+        return sorted((s["trace_id"], s["span_id"], s["parent_span_id"]) for s in map(orjson.loads, out.splitlines()))
+
+    first, second = ids(), ids()
+    assert first == second and len(first) > 5
+
+
+def test_since_skips_older_turns_and_report_json(tmp_path):
+    root = tmp_path / "claude"
+    old = Transcript(SID, t_ms=1_600_000_000_000)  # 2020
+    old.prompt("old", parent=None)
+    old.response("msg_old", [text("x")], stop_reason="end_turn")
+    new_sid = SID.replace("c", "d")
+    new = Transcript(new_sid, t_ms=int(time.time() * 1000) - 3_600_000)
+    new.prompt("new", parent=None)
+    new.response("msg_new", [text("y")], stop_reason="end_turn")
+    old.write(str(root / "projects" / "-p" / f"{SID}.jsonl"))
+    os.utime(root / "projects" / "-p" / f"{SID}.jsonl", (1_600_000_000, 1_600_000_000))
+    new.write(str(root / "projects" / "-p" / f"{new_sid}.jsonl"))
+    proc = ccotel("backfill", "--root", str(root), "--traces-exporter", "console", "--state-dir", "none",
+                  "--since", "7d")
+    out, _ = proc.communicate(timeout=60)
+    names = {orjson.loads(line)["attributes"].get("gen_ai.response.id") for line in out.splitlines()}
+    assert "msg_new" in names and "msg_old" not in names
+    rep = subprocess.run([sys.executable, "-m", "ccotel", "report", "--root", str(root), "--json"],
+                         capture_output=True, text=True, timeout=60)
+    doc = orjson.loads(rep.stdout)
+    assert {s["sessionId"] for s in doc["sessions"]} == {SID, new_sid}
+    assert doc["totals"]["outputTokens"] == 100 and doc["totals"]["apiCalls"] == 2
