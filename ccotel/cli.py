@@ -212,7 +212,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             pipeline.poll(sorted(dirty))
         pipeline.tick()
         now = time.monotonic()
-        if now - last_rescan > 30:
+        if now - last_rescan > 120:  # a safety net: inotify reports new files and directories
             last_rescan = now
             watcher.ensure_roots()
             pipeline.rescan()

@@ -99,6 +99,9 @@ class Pipeline:
         self._inflight: dict[int, tuple[Owner, bool]] = {}
         self._owners: dict[str, Owner] = {}
         self._marks: set[str] = set()
+        self._partial: set[str] = set()  # files whose last line is unterminated
+        self._ghost_candidates: set[str] = set()  # main files with prompts and no assistant record yet
+        self._dirty: set[str] = set()  # files read since the last checkpoint
         self._new_marks: list[str] = []
         self._checkpoints: dict[str, tuple[object, int, int]] = {}
         self._acked_before: set[int] = set()
@@ -211,8 +214,11 @@ class Pipeline:
 
     def tick(self) -> None:
         now = self.clock()
-        for state in self.files.values():
-            if state.partial_since_ns is not None and now - state.partial_since_ns >= self.options.unterminated_grace_ns:
+        for path in list(self._partial):
+            state = self.files.get(path)
+            if state is None:
+                self._partial.discard(path)
+            elif state.partial_since_ns is not None and now - state.partial_since_ns >= self.options.unterminated_grace_ns:
                 self._read(state, accept_unterminated=True)
         self.assembler.tick(now, self._alive)
         self._detect_ghosts(now)
@@ -251,15 +257,17 @@ class Pipeline:
     def process_acks(self) -> None:
         """Move checkpoints past owners whose every span was acknowledged (pipeline thread)."""
         commit = Commit()
+        moved: set[str] = set()
         with self._ack_lock:
             for token, owner in list(self._owners.items()):
                 if self._done(owner):
                     del self._owners[token]
+                    moved.update(owner.first_offsets)
                     commit.done_owners.append(token)
                     commit.calls.extend(digest64(k) for k in owner.call_keys)
                     if isinstance(owner, Turn) and owner.prompt_uuid:
                         commit.prompts.append(digest64(owner.prompt_uuid))
-        self._checkpoint_offsets(commit)
+        self._checkpoint_offsets(commit, moved)
         commit.marks, self._new_marks = self._new_marks, []
         if self.state is not None and not commit.empty():
             if self.metrics is not None:
@@ -273,7 +281,8 @@ class Pipeline:
             return False
         return all(self._done(child, depth + 1) for child in owner.children)
 
-    def _checkpoint_offsets(self, commit: Commit) -> None:
+    def _checkpoint_offsets(self, commit: Commit, moved: set[str]) -> None:
+        """Offsets of the files read since the last commit, or whose blocking owner just finished."""
         lowest: dict[str, int] = {}
         for owner in self._owners.values():
             for path, off in owner.first_offsets.items():
@@ -283,7 +292,11 @@ class Pipeline:
             if log_.tailer.line_offset != log_.saved_offset:
                 log_.saved_offset = log_.tailer.line_offset
                 commit.offsets[log_.path] = (log_.tailer.identity, log_.saved_offset, log_.saved_offset)
-        for path, st in self.files.items():
+        paths, self._dirty = self._dirty | set(lowest) | moved, set()
+        for path in paths:
+            st = self.files.get(path)
+            if st is None:
+                continue
             safe = min(lowest.get(path, 1 << 62), st.tailer.line_offset)
             if safe != st.saved_offset or st.read_to != st.saved_read_to:
                 st.saved_offset, st.saved_read_to = safe, st.read_to
@@ -319,8 +332,10 @@ class Pipeline:
                 self._new_marks.append(mark)
                 if self.metrics is not None and self._counting():
                     self.metrics.inc("ccotel_missing_transcripts", "subagent")
-        for path, st in self.files.items():
-            if st.tf.kind is not FileKind.MAIN or not st.has_user or st.has_assistant:
+        for path in list(self._ghost_candidates):
+            st = self.files.get(path)
+            if st is None or st.has_assistant:
+                self._ghost_candidates.discard(path)
                 continue
             mark = f"ghost:{path}"
             if mark in self._marks or now - st.changed_ns < stall:
@@ -329,6 +344,7 @@ class Pipeline:
                 continue
             self._marks.add(mark)
             self._new_marks.append(mark)
+            self._ghost_candidates.discard(path)
             if self.metrics is not None and self._counting():
                 self.metrics.inc("ccotel_missing_transcripts", "session")
                 self.metrics.inc("ccotel_session_resets", "missing_transcript", "transcript")
@@ -429,8 +445,10 @@ class Pipeline:
                 self.stats.entries += 1
                 if entry.type == "assistant":
                     state.has_assistant = True
-                elif entry.type == "user":
+                elif entry.type == "user" and not state.has_user:
                     state.has_user = True
+                    if state.tf.kind is FileKind.MAIN:
+                        self._ghost_candidates.add(state.tf.path)
                 self.assembler.add(entry, state.tf, now if live else 0)
         if res.lines:
             state.changed_ns = now
@@ -439,6 +457,11 @@ class Pipeline:
             self.metrics.inc("ccotel_lines_read", value=new_lines)
             self.metrics.inc("ccotel_bytes_read", value=new_bytes)
         state.partial_since_ns = now if _has_partial(state) else None
+        if state.partial_since_ns is None:
+            self._partial.discard(state.tf.path)
+        else:
+            self._partial.add(state.tf.path)
+        self._dirty.add(state.tf.path)
 
     def _emit(self) -> None:
         with self._ack_lock:
