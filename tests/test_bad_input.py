@@ -542,6 +542,26 @@ def test_partial_last_line_is_held_until_complete(tmp_path):
     assert_same_spans(spans, spans_of_file(str(tmp_path), data)[0])
 
 
+def test_partial_line_with_braces_in_its_text_is_not_taken_early(tmp_path):
+    """ccotel starts (a catch-up takes an unterminated last line at once) while Claude Code is in the
+    middle of writing a line whose text holds '}{' (LaTeX, code) and the cut falls after a '}': the
+    half line does not parse and must wait for the rest, like any other partial line."""
+    root = str(tmp_path / "claude")
+    t = Transcript(SID, t_ms=recent_ms(10))
+    t.prompt("typeset it", parent=None)
+    t.response("msg_1", [text(r"\frac{a}{b} + \frac{c}{d}")], stop_reason="end_turn")
+    data = t.bytes()
+    cut = data.index(b"{c}") + 3
+    path = write(main_path(root), data[:cut])
+    live = Live(root)
+    live.p.backfill()
+    write(path, data[cut:], "ab")
+    live.p.poll([path])
+    spans = live.finish()
+    assert not live.p.stats.errors
+    assert_same_spans(spans, spans_of_file(str(tmp_path), data)[0])
+
+
 def test_file_without_final_newline(tmp_path):
     t = base()
     data = t.bytes().rstrip(b"\n")
@@ -724,6 +744,29 @@ def test_out_of_range_numbers_and_dates_still_make_exportable_spans(tmp_path):
     assert not problems
     assert p.stats.errors == Counter(bad_field=2, bad_timestamp=2)
     assert_same_spans(got, spans_of_file(str(tmp_path), dump(t.lines))[0], extra)
+
+
+def test_line_cut_short_then_glued_to_the_next_keeps_no_nested_object(tmp_path):
+    """A process killed in the middle of writing an agent_progress line, then resumed: the next line is
+    appended right after the cut (no newline). The next line is kept; objects nested inside the broken
+    one (here the subagent message it copies) are not transcript lines and must not become entries."""
+    t = base()
+    inner = {"type": "assistant", "uuid": "sub-0001", "timestamp": t.lines[3]["timestamp"], "requestId": "req_inner",
+             "message": {"id": "msg_inner", "type": "message", "role": "assistant", "model": "claude-opus-4-6",
+                         "content": [{"type": "text", "text": "sub"}],
+                         "usage": {"input_tokens": 5, "output_tokens": 9}}}
+    progress = {"type": "progress", "uuid": "prog-0001", "parentUuid": t.lines[3]["uuid"], "sessionId": SID,
+                "timestamp": t.lines[3]["timestamp"], "parentToolUseID": "toolu_1", "toolUseID": "agent_msg_1",
+                "data": {"type": "agent_progress", "agentId": "a1", "message": inner, "normalizedMessages": []}}
+    raw = orjson.dumps(progress)
+    cut = raw.index(b',"normalizedMessages"')  # cut just after the copied message
+    lines = dump(t.lines)
+    lines[4] = raw[:cut] + lines[4]
+    got, p = spans_of_file(str(tmp_path), lines)
+    clean, _ = spans_of_file(str(tmp_path), dump(t.lines))
+    assert_same_spans(got, clean)
+    assert p.stats.entries == len(t.lines)
+    assert p.stats.errors == Counter(malformed_json=1)
 
 
 PATHOLOGICAL = [
