@@ -136,6 +136,7 @@ class _OwnerBase:
     first_offsets: dict[str, int] = field(default_factory=dict)
     call_keys: list[str] = field(default_factory=list)
     children: list["AgentRun"] = field(default_factory=list)
+    parent: "Turn | AgentRun | None" = None  # the owner of the tool call that spawned this subagent
     pending: int = 0
     stalled: bool = False
     awaiting_model: bool = False  # the last line was a prompt or a tool result: the model owes a reply
@@ -490,6 +491,7 @@ class Assembler:
             task.agent_key = agent.key
             if agent not in task.owner.children:
                 task.owner.children.append(agent)
+                agent.parent = task.owner
             agent.background = agent.background or task.background
             agent.agent_type = agent.agent_type or task.subagent_type
         self._resolve_agents(sess)

@@ -97,7 +97,9 @@ class Pipeline:
         self._logged_errors: set[str] = set()
         self._ack_lock = threading.RLock()
         self._inflight: dict[int, tuple[Owner, bool]] = {}
-        self._owners: dict[str, Owner] = {}
+        self._owners: dict[str, Owner] = {}  # not done yet: open, or spans not all acknowledged
+        self._owners_by_path: dict[str, dict[str, int]] = {}  # path -> {owner token: first offset}
+        self._maybe_done: set[str] = set()  # owners to look at in the next process_acks
         self._marks: set[str] = set()
         self._partial: set[str] = set()  # files whose last line is unterminated
         self._ghost_candidates: set[str] = set()  # main files with prompts and no assistant record yet
@@ -243,6 +245,8 @@ class Pipeline:
                     continue
                 owner, live = found
                 owner.pending -= 1
+                if owner.pending == 0:
+                    self._maybe_done.add(owner.token)
                 commit.acked.append((span.span_id, owner.token))
                 if self.metrics is not None:
                     self.metrics.inc("ccotel_spans_exported", channel="delivered")
@@ -259,14 +263,22 @@ class Pipeline:
         commit = Commit()
         moved: set[str] = set()
         with self._ack_lock:
-            for token, owner in list(self._owners.items()):
-                if self._done(owner):
-                    del self._owners[token]
-                    moved.update(owner.first_offsets)
-                    commit.done_owners.append(token)
-                    commit.calls.extend(digest64(k) for k in owner.call_keys)
-                    if isinstance(owner, Turn) and owner.prompt_uuid:
-                        commit.prompts.append(digest64(owner.prompt_uuid))
+            work, self._maybe_done = list(self._maybe_done), set()
+            while work:
+                token = work.pop()
+                owner = self._owners.get(token)
+                if owner is None or not self._done(owner):
+                    continue
+                del self._owners[token]
+                for path in owner.first_offsets:
+                    self._owners_by_path.get(path, {}).pop(token, None)
+                moved.update(owner.first_offsets)
+                commit.done_owners.append(token)
+                commit.calls.extend(digest64(k) for k in owner.call_keys)
+                if isinstance(owner, Turn) and owner.prompt_uuid:
+                    commit.prompts.append(digest64(owner.prompt_uuid))
+                if owner.parent is not None:
+                    work.append(owner.parent.token)  # a subagent finished: its parent turn may be done
         self._checkpoint_offsets(commit, moved)
         commit.marks, self._new_marks = self._new_marks, []
         if self.state is not None and not commit.empty():
@@ -283,21 +295,17 @@ class Pipeline:
 
     def _checkpoint_offsets(self, commit: Commit, moved: set[str]) -> None:
         """Offsets of the files read since the last commit, or whose blocking owner just finished."""
-        lowest: dict[str, int] = {}
-        for owner in self._owners.values():
-            for path, off in owner.first_offsets.items():
-                if off < lowest.get(path, 1 << 62):
-                    lowest[path] = off
         for log_ in self.logs:
             if log_.tailer.line_offset != log_.saved_offset:
                 log_.saved_offset = log_.tailer.line_offset
                 commit.offsets[log_.path] = (log_.tailer.identity, log_.saved_offset, log_.saved_offset)
-        paths, self._dirty = self._dirty | set(lowest) | moved, set()
+        paths, self._dirty = self._dirty | moved, set()
         for path in paths:
             st = self.files.get(path)
             if st is None:
                 continue
-            safe = min(lowest.get(path, 1 << 62), st.tailer.line_offset)
+            blocking = self._owners_by_path.get(path)
+            safe = min(min(blocking.values()) if blocking else 1 << 62, st.tailer.line_offset)
             if safe != st.saved_offset or st.read_to != st.saved_read_to:
                 st.saved_offset, st.saved_read_to = safe, st.read_to
                 commit.offsets[path] = (st.tailer.identity, safe, st.read_to)
@@ -466,32 +474,38 @@ class Pipeline:
     def _emit(self) -> None:
         with self._ack_lock:
             for owner in self.assembler.new_owners:
-                if owner.token not in self._owners:
-                    self._owners[owner.token] = owner
-                    owner.live = owner.live or self._counting()
+                self._register(owner)
         self.assembler.new_owners.clear()
         finished = self.assembler.drain()
         if not finished:
             return
         spans = []
-        for f in finished:
-            owner = _owner_of(f)
-            if self.options.since_ns is not None and _start_of(f) < self.options.since_ns:
-                self.stats.skipped_before_since += 1
-                continue
-            span = build_span(f, self.options.content)
-            if span.span_id in self._acked_before:
-                self.stats.resent_skipped += 1  # delivered before a restart
-                continue
-            with self._ack_lock:
-                if owner.token not in self._owners:
-                    self._owners[owner.token] = owner
+        with self._ack_lock:
+            for f in finished:
+                owner = _owner_of(f)
+                self._register(owner)  # also when nothing is sent: a closed owner may now be done
+                if self.options.since_ns is not None and _start_of(f) < self.options.since_ns:
+                    self.stats.skipped_before_since += 1
+                    continue
+                span = build_span(f, self.options.content)
+                if span.span_id in self._acked_before:
+                    self.stats.resent_skipped += 1  # delivered before a restart
+                    continue
                 owner.pending += 1
                 self._inflight[span.span_id] = (owner, owner.live)
-            spans.append(span)
+                spans.append(span)
         if spans:
             self.stats.spans += len(spans)
             self.emit(spans)
+
+    def _register(self, owner: Owner) -> None:
+        """Track an owner until it is done: its first line in each file holds that file's checkpoint."""
+        if owner.token not in self._owners:
+            self._owners[owner.token] = owner
+            owner.live = owner.live or self._counting()
+        for path, off in owner.first_offsets.items():
+            self._owners_by_path.setdefault(path, {})[owner.token] = off
+        self._maybe_done.add(owner.token)
 
     def _counting(self) -> bool:
         """Events are counted once ccotel has caught up, or from the start after a restart."""
