@@ -584,6 +584,20 @@ def test_file_without_final_newline(tmp_path):
     assert_same_spans(spans, spans_of_file(str(tmp_path), t.bytes())[0])
 
 
+def test_unterminated_last_line_after_a_line_cut_short(tmp_path):
+    """A writer killed mid-line, resumed: its next line is glued onto the cut one, and it is the last
+    line of a file without a final newline (a session that ended so). Once the file is quiet, the
+    broken part is counted and the complete object after it is read like any glued object."""
+    t = base()
+    lines = dump(t.lines)
+    last = lines[-2][:150] + lines[-1].rstrip(b"\n")  # the msg_a2... line cut, then msg_b2 glued on
+    bad = lines[:-1] + [last]
+    got, p = spans_of_file(str(tmp_path), bad)  # a catch-up of history: the file is quiet
+    assert p.stats.errors == Counter(malformed_json=1)
+    clean, _ = spans_of_file(str(tmp_path), lines)
+    assert_same_spans(got, clean)
+
+
 def test_invalid_utf8(tmp_path):
     t = base()
     lines = dump(t.lines)
@@ -767,6 +781,72 @@ def test_line_cut_short_then_glued_to_the_next_keeps_no_nested_object(tmp_path):
     assert_same_spans(got, clean)
     assert p.stats.entries == len(t.lines)
     assert p.stats.errors == Counter(malformed_json=1)
+
+
+def test_absurd_token_count_does_not_crash_the_pipeline(tmp_path):
+    """A token count with hundreds of digits (orjson refuses it, the fallback decoder reads it as an
+    int): a bad field, not a crash while pricing the call."""
+    t = base()
+    bad = side_line(t, 2)
+    bad["message"]["id"], bad["requestId"] = "msg_absurd", "req_absurd"
+    raw = orjson.dumps(bad).replace(b'"output_tokens":1', b'"output_tokens":' + b"9" * 400)
+    lines = insert(t, 3, raw + b"\n")
+    got, p = spans_of_file(str(tmp_path), lines)
+    assert p.stats.errors == Counter(bad_field=1)
+    assert_same_spans(got, spans_of_file(str(tmp_path), dump(t.lines))[0], {ids.span_id("chat", "msg_absurd:req_absurd")})
+
+
+def test_lone_surrogates_are_exported_as_valid_utf8(tmp_path):
+    """JSON allows an escaped lone surrogate ("\\ud83d": Node writes one when a string is cut inside
+    an emoji, e.g. a truncated tool output). OTLP strings must be UTF-8: with and without content
+    capture, nothing raises and every span encodes to a Span protobuf can read."""
+    from opentelemetry.proto.trace.v1 import trace_pb2
+
+    from ccotel.content import ContentPolicy
+
+    t = Transcript(SID)
+    t.prompt("cut emoji \ud83d", parent=None)
+    t.response("msg_1", [tool_use("toolu_1", name="Bash\ud83d", command="echo \ud83d")], stop_reason="tool_use")
+    t.tool_result("toolu_1", "output cut at \ud83d")
+    t.response("msg_2", [text("done \ud83d")], stop_reason="end_turn")
+    t.lines[0]["cwd"] = "/tmp/pro\udc00j"
+    data = b"".join(json.dumps(d, separators=(",", ":")).encode() + b"\n" for d in t.lines)
+    assert b"\\ud83d" in data
+    problems = []
+    for content in (None, ContentPolicy()):
+        try:
+            spans, p = spans_of_file(str(tmp_path), data, content=content)
+        except Exception as e:  # noqa: BLE001
+            problems.append((content is not None, "raised", repr(e)[:100]))
+            continue
+        assert len(spans) == 4 and not p.stats.errors
+        for s in spans:
+            try:
+                trace_pb2.Span.FromString(encode_span(s))
+            except Exception as e:  # noqa: BLE001
+                problems.append((content is not None, s.name, repr(e)[:100]))
+    assert not problems
+
+
+def test_message_replayed_with_a_new_request_id_sends_each_tool_span_once(tmp_path):
+    """A side-question (/btw) sidechain replays a parent message with the same message.id and a new
+    requestId (FORMAT.md section 6): its tool_use blocks carry tool_use ids already traced. A span id
+    is sent once."""
+    root = str(tmp_path / "claude")
+    t = base()
+    write(main_path(root), t.bytes())
+    side = Transcript(SID, agent_id="btw1", t_ms=t.t_ms)
+    side.prompt("side question", parent=None)
+    for i in (1, 2, 3):  # msg_a1, its three lines, with a new requestId
+        d = copy.deepcopy(t.lines[i])
+        d.update(requestId="req_btw", isSidechain=True, agentId="btw1", parentUuid=side.last, uuid=f"btw-{i}")
+        side.lines.append(d)
+        side.last = d["uuid"]
+    side.response("msg_btw", [text("answer")], stop_reason="end_turn")
+    write(os.path.join(proj(root), SID, "subagents", "agent-btw1.jsonl"), side.bytes())
+    spans, p = backfill(root)
+    assert_once(spans)
+    assert not p.stats.errors
 
 
 PATHOLOGICAL = [
