@@ -26,7 +26,7 @@ _pack_d = struct.Struct("<d").pack
 _pack_q = struct.Struct("<Q").pack
 
 
-def _varint(n: int) -> bytes:
+def _varint_slow(n: int) -> bytes:
     if n < 0:
         n += 1 << 64
     if n < 0x80:
@@ -39,9 +39,25 @@ def _varint(n: int) -> bytes:
     return bytes(out)
 
 
+# Every varint below 2**14 (lengths of nearly all fields, small ints), looked up instead of built.
+_VT_LIMIT = 1 << 14
+_VT = tuple([bytes((n,)) for n in range(0x80)] + [bytes((n & 0x7F | 0x80, n >> 7)) for n in range(0x80, _VT_LIMIT)])
+
+
+def _varint(n: int) -> bytes:
+    if 0 <= n < _VT_LIMIT:
+        return _VT[n]
+    if 0 < n < 1 << 28:  # token counts, sizes: three or four bytes, built without a loop
+        if n < 1 << 21:
+            return bytes((n & 0x7F | 0x80, n >> 7 & 0x7F | 0x80, n >> 14))
+        return bytes((n & 0x7F | 0x80, n >> 7 & 0x7F | 0x80, n >> 14 & 0x7F | 0x80, n >> 21))
+    return _varint_slow(n)
+
+
 def _ld(field_tag: bytes, payload: bytes) -> bytes:
     """A length-delimited field: tag, length, payload."""
-    return field_tag + _varint(len(payload)) + payload
+    n = len(payload)
+    return field_tag + (_VT[n] if n < _VT_LIMIT else _varint_slow(n)) + payload
 
 
 # Precomputed tags: (field << 3) | wire type
@@ -63,6 +79,10 @@ _T_TIME1 = b"\x09"
 _T_CODE3 = b"\x18"
 _T_FLAGS16 = b"\x85\x01"
 
+_FLAGS = _T_FLAGS16 + struct.pack("<I", 0x100)  # "is the parent remote" is known: it is not
+_EMPTY_STATUS = _ld(_T_15LD, b"")
+_BOOL_VALUES = {True: _T_BOOL2 + b"\x01", False: _T_BOOL2 + b"\x00"}
+
 
 def _any_value(v: Any) -> bytes:
     if isinstance(v, str):
@@ -80,22 +100,75 @@ def _any_value(v: Any) -> bytes:
     return _ld(_T_STR1, str(v).encode("utf-8", "surrogatepass"))
 
 
+# KeyValue.key field bytes per attribute key (a few dozen distinct keys; bounded all the same).
+_KEYS: dict[str, bytes] = {}
+# Whole attribute bytes (tag, length, KeyValue) for frequent short string values and 1-tuples of
+# them: session ids, models, operation names, cwd, versions, finish reasons repeat on most spans.
+# Bounded; emptied when full.
+_KV_CACHE: dict[tuple[bytes, str, Any], bytes] = {}
+_KV_CACHE_MAX = 4096
+_KV_STR_VALUE_MAX = 128
+
+
+def _key(k: str) -> bytes:
+    kb = _KEYS.get(k)
+    if kb is None:
+        kb = _ld(_T_STR1, k.encode("utf-8", "surrogatepass"))
+        if len(_KEYS) < 1024:
+            _KEYS[k] = kb
+    return kb
+
+
 def _key_values(attrs: dict[str, Any], tag: bytes) -> bytes:
-    return b"".join(
-        _ld(tag, _ld(_T_STR1, k.encode("utf-8", "surrogatepass")) + _ld(_T_2LD, _any_value(v)))
-        for k, v in attrs.items() if v is not None
-    )
+    out = []
+    append = out.append
+    cache = _KV_CACHE
+    for k, v in attrs.items():
+        if v is None:
+            continue
+        t = type(v)
+        if (t is str and len(v) <= _KV_STR_VALUE_MAX) or (t is tuple and len(v) == 1 and type(v[0]) is str
+                                                          and len(v[0]) <= _KV_STR_VALUE_MAX):
+            ck = (tag, k, v)
+            kv = cache.get(ck)
+            if kv is None:
+                kv = _ld(tag, _key(k) + _ld(_T_2LD, _any_value(v)))
+                if len(cache) >= _KV_CACHE_MAX:
+                    cache.clear()
+                cache[ck] = kv
+            append(kv)
+            continue
+        if t is str:
+            any_v = _ld(_T_STR1, v.encode("utf-8", "surrogatepass"))
+        elif t is int:
+            any_v = _T_INT3 + _varint(v)
+        elif t is bool:
+            any_v = _BOOL_VALUES[v]
+        elif t is float:
+            any_v = _T_DBL4 + _pack_d(v)
+        else:
+            any_v = _any_value(v)
+        kb = _KEYS.get(k) or _key(k)
+        n = len(any_v)
+        kv = kb + _T_2LD + (_VT[n] if n < _VT_LIMIT else _varint_slow(n)) + any_v
+        n = len(kv)
+        append(tag + (_VT[n] if n < _VT_LIMIT else _varint_slow(n)) + kv)
+    return b"".join(out)
+
+
+_KIND_FIELD = {k: _T_KIND6 + _varint(k) for k in range(8)}
 
 
 def encode_span(s: SpanRecord) -> bytes:
     parts = [
-        _ld(_T_STR1, s.trace_id.to_bytes(16, "big")),
-        _ld(_T_2LD, s.span_id.to_bytes(8, "big")),
+        b"\x0a\x10" + s.trace_id.to_bytes(16, "big"),
+        b"\x12\x08" + s.span_id.to_bytes(8, "big"),
     ]
     if s.parent_span_id:
-        parts.append(_ld(_T_4LD, s.parent_span_id.to_bytes(8, "big")))
+        parts.append(b"\x22\x08" + s.parent_span_id.to_bytes(8, "big"))
     parts.append(_ld(_T_5LD, s.name.encode("utf-8", "surrogatepass")))
-    parts.append(_T_KIND6 + _varint(int(s.kind) + 0))  # OTLP enum: INTERNAL=1, SERVER=2, CLIENT=3
+    kind = _KIND_FIELD.get(s.kind)  # OTLP enum: INTERNAL=1, SERVER=2, CLIENT=3
+    parts.append(kind if kind is not None else _T_KIND6 + _varint(int(s.kind) + 0))
     parts.append(_T_START7 + _pack_q(s.start_ns))
     parts.append(_T_END8 + _pack_q(s.end_ns))
     parts.append(_key_values(s.attributes, _T_9LD))
@@ -103,13 +176,16 @@ def encode_span(s: SpanRecord) -> bytes:
         body = _T_TIME1 + _pack_q(e.time_ns) + _ld(_T_2LD, e.name.encode("utf-8", "surrogatepass"))
         body += _key_values(e.attributes, _T_3LD)
         parts.append(_ld(_T_11LD, body))
-    status = b""
-    if s.status_message and int(s.status) == 2:
-        status += _ld(_T_2LD, s.status_message.encode("utf-8", "surrogatepass"))
-    if int(s.status):
-        status += _T_CODE3 + _varint(int(s.status))
-    parts.append(_ld(_T_15LD, status))
-    parts.append(_T_FLAGS16 + struct.pack("<I", 0x100))  # "is the parent remote" is known: it is not
+    code = int(s.status)
+    if code:
+        status = b""
+        if s.status_message and code == 2:
+            status += _ld(_T_2LD, s.status_message.encode("utf-8", "surrogatepass"))
+        status += _T_CODE3 + _varint(code)
+        parts.append(_ld(_T_15LD, status))
+    else:
+        parts.append(_EMPTY_STATUS)
+    parts.append(_FLAGS)
     return b"".join(parts)
 
 
@@ -117,7 +193,7 @@ def encode_request(spans: Iterable[SpanRecord], resource: dict[str, Any], scope_
                    scope_version: str) -> bytes:
     """ExportTraceServiceRequest with one ResourceSpans and one ScopeSpans."""
     scope = _ld(_T_STR1, _ld(_T_STR1, scope_name.encode()) + _ld(_T_2LD, scope_version.encode()))
-    scope_spans = scope + b"".join(_ld(_T_2LD, encode_span(s)) for s in spans)
+    scope_spans = scope + b"".join([_ld(_T_2LD, encode_span(s)) for s in spans])
     resource_spans = _ld(_T_STR1, _key_values(resource, _T_STR1)) + _ld(_T_2LD, scope_spans)
     return _ld(_T_STR1, resource_spans)
 

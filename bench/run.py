@@ -1,0 +1,787 @@
+"""ccotel benchmarks, one command:
+
+    .venv/bin/python -m bench.run                 # 1 GB corpus, 30 s live/idle runs (~10 min)
+    .venv/bin/python -m bench.run --quick         # 20 MB, a few seconds each (~1 min)
+
+Prints a table (each result beside the baseline measured in the same run, and the ratio; the
+machine is shared and noisy, so ratios are what to compare) and writes bench/results.json.
+Corpora are generated once under --workdir (default /tmp/ccotel-bench) and reused.
+
+Rows:
+ 1. backfill: ``ccotel backfill`` (read, assemble, spans, OTLP protobuf, HTTP to a receiver in its
+    own process) vs the floor (``bench.floor``: read every line, orjson.loads it); span identity
+    (receiver bytes decoded == ccotel's SpanRecords == the SDK route's spans); per-span cost of
+    ccotel's route vs ``tracer.start_span`` + BatchSpanProcessor.
+ 2. ``ccotel report --json`` vs ``ccusage claude session --json --offline``: time and totals.
+ 3. live: append a tool_result to one of ~1,000 files at a steady rate -> its execute_tool span at
+    the receiver (p50/p99), vs a bare watchdog observer noticing the same appends.
+ 4. idle CPU of ``ccotel run`` watching 10,000 session files; peak RSS after the big backfill.
+ 5. restart after the big backfill: time until a new line's span arrives.
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import http.client
+import os
+import platform
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+import orjson
+
+from . import corpus as corpus_mod
+
+REPO = Path(__file__).resolve().parents[1]
+# The ccotel package measured: the checkout's, or another copy (--src DIR, DIR/ccotel) for A/B runs.
+SRC = REPO
+COMPARE_SRC: Path | None = None  # --compare-src: another ccotel copy, backfilled in the same run
+PY = sys.executable
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+# -- processes -----------------------------------------------------------------------
+
+
+def _env(endpoint: str | None = None, src: Path | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys((str(src or SRC), str(REPO))))
+    if endpoint:
+        env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] = endpoint
+        env["OTEL_EXPORTER_OTLP_PROTOCOL"] = "http/protobuf"
+    return env
+
+
+def timed(cmd: list[str], env: dict[str, str], log_dir: Path, name: str, timeout_s: float = 3600,
+          cwd: Path | None = None) -> dict[str, Any]:
+    """Run cmd to completion; wall time, CPU (user+sys) and max RSS of that child alone."""
+    out_p, err_p = log_dir / f"{name}.out", log_dir / f"{name}.err"
+    with open(out_p, "wb") as out, open(err_p, "wb") as err:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=err, cwd=cwd or SRC)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            pid, status, ru = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.monotonic() > deadline:
+                proc.kill()
+                pid, status, ru = os.wait4(proc.pid, 0)
+                break
+            time.sleep(0.01)
+        wall = time.perf_counter() - t0
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    res = {"wall_s": wall, "cpu_s": ru.ru_utime + ru.ru_stime, "user_s": ru.ru_utime, "sys_s": ru.ru_stime,
+           "maxrss_mb": ru.ru_maxrss / 1024, "rc": proc.returncode,
+           "stdout": out_p.read_text(errors="replace"), "stderr": err_p.read_text(errors="replace")}
+    if proc.returncode != 0:
+        raise RuntimeError(f"{name}: {' '.join(cmd)} exited {proc.returncode}: {res['stderr'][-2000:]}")
+    return res
+
+
+class Receiver:
+    """bench.receiver in its own process."""
+
+    def __init__(self, log_dir: Path, save: Path | None = None, ids_prefix: str | None = None) -> None:
+        cmd = [PY, "-m", "bench.receiver"]
+        if save is not None:
+            cmd += ["--save", str(save)]
+        if ids_prefix:
+            cmd += ["--ids-prefix", ids_prefix]
+        self.err = open(log_dir / "receiver.err", "ab")
+        self.proc = subprocess.Popen(cmd, env=_env(), stdout=subprocess.PIPE, stderr=self.err, cwd=SRC)
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline().decode()
+        if not line.startswith("PORT "):
+            raise RuntimeError(f"receiver did not start: {line!r}")
+        self.port = int(line.split()[1])
+        self.endpoint = f"http://127.0.0.1:{self.port}/v1/traces"
+
+    def stats(self, since: int = 0) -> dict[str, Any]:
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+        try:
+            conn.request("GET", f"/stats?since={since}")
+            return orjson.loads(conn.getresponse().read())
+        finally:
+            conn.close()
+
+    def wait_spans(self, count: int, timeout_s: float) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout_s
+        st = self.stats()
+        while st["spans"] < count and time.monotonic() < deadline:
+            time.sleep(0.1)
+            st = self.stats()
+        return st
+
+    def wait_quiet(self, quiet_s: float = 1.0, timeout_s: float = 120) -> dict[str, Any]:
+        """Until no request arrived for quiet_s."""
+        deadline = time.monotonic() + timeout_s
+        last = self.stats()
+        last_change = time.monotonic()
+        while time.monotonic() < deadline:
+            time.sleep(0.1)
+            st = self.stats()
+            if st["requests"] != last["requests"]:
+                last, last_change = st, time.monotonic()
+            elif time.monotonic() - last_change >= quiet_s:
+                break
+        return last
+
+    def close(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.err.close()
+
+
+@contextmanager
+def receiver(log_dir: Path, **kw: Any) -> Iterator[Receiver]:
+    r = Receiver(log_dir, **kw)
+    try:
+        yield r
+    finally:
+        r.close()
+
+
+class Daemon:
+    """A long-running process (ccotel run, the watchdog baseline) with its stderr in a file."""
+
+    def __init__(self, cmd: list[str], env: dict[str, str], log_dir: Path, name: str,
+                 stdout: Path | None = None) -> None:
+        self.err_path = log_dir / f"{name}.err"
+        self.err = open(self.err_path, "wb")
+        self.out = open(stdout, "wb") if stdout else subprocess.DEVNULL
+        self.started = time.perf_counter()
+        self.started_ns = time.time_ns()
+        self.proc = subprocess.Popen(cmd, env=env, stdout=self.out, stderr=self.err, cwd=SRC)
+        self.pid = self.proc.pid
+
+    def stderr(self) -> str:
+        return self.err_path.read_text(errors="replace")
+
+    def wait_for(self, text: str, timeout_s: float) -> float | None:
+        """Seconds from start until text appears in stderr (None on timeout or exit)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if text in self.stderr():
+                return time.perf_counter() - self.started
+            if self.proc.poll() is not None:
+                return None
+            time.sleep(0.05)
+        return None
+
+    def cpu_ticks(self) -> int:
+        with open(f"/proc/{self.pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])  # utime + stime
+
+    def status_kb(self, key: str) -> int:
+        with open(f"/proc/{self.pid}/status") as f:
+            for line in f:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1])
+        return 0
+
+    def stop(self, timeout_s: float = 30) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.err.close()
+        if self.out is not subprocess.DEVNULL:
+            self.out.close()  # type: ignore[union-attr]
+        return self.proc.returncode
+
+
+_HELP: dict[str, str] = {}
+
+
+def supports(command: str, option: str) -> bool:
+    """Whether ``ccotel <command>`` has an option (ccotel changes while these benchmarks exist)."""
+    if command not in _HELP:
+        out = subprocess.run([PY, "-m", "ccotel", command, "--help"], env=_env(), capture_output=True, text=True,
+                             cwd=SRC, timeout=60)
+        _HELP[command] = out.stdout
+    return option in _HELP[command]
+
+
+def state_args(command: str, state_dir: Path, fresh: bool = True) -> list[str]:
+    """A private checkpoint dir (never the user's default one); emptied first unless fresh=False."""
+    if not supports(command, "--state-dir"):
+        return []
+    if fresh:
+        shutil.rmtree(state_dir, ignore_errors=True)
+    return ["--state-dir", str(state_dir)]
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def ccotel_run(root: str, endpoint: str, log_dir: Path, name: str, extra: list[str] | None = None) -> Daemon:
+    args = [PY, "-m", "ccotel", "run", "--root", root, "--no-status", *(extra or [])]
+    if supports("run", "--metrics-addr"):  # on a free port: tests running meanwhile use the default one
+        args += ["--metrics-addr", f"127.0.0.1:{_free_port()}"]
+    return Daemon(args, _env(endpoint), log_dir, name)
+
+
+# -- results ---------------------------------------------------------------------------
+
+
+class Results:
+    def __init__(self) -> None:
+        self.rows: list[dict[str, Any]] = []
+        self.details: dict[str, Any] = {}
+
+    def add(self, key: str, name: str, value: Any, unit: str = "", baseline: Any = None,
+            baseline_name: str = "", target: str = "", status: str = "", ratio: float | bool | None = None,
+            notes: str = "") -> dict[str, Any]:
+        if ratio is False:  # a check, not a measurement
+            ratio = None
+        elif ratio is None and isinstance(value, (int, float)) and isinstance(baseline, (int, float)) and baseline:
+            ratio = value / baseline
+        row = {"key": key, "name": name, "value": value, "unit": unit, "baseline_name": baseline_name,
+               "baseline": baseline, "ratio": ratio, "target": target, "status": status, "notes": notes}
+        self.rows.append(row)
+        _log(f"  {name}: {_fmt(value)} {unit}" + (f" | {baseline_name} {_fmt(baseline)}" if baseline_name else "")
+             + (f" | ratio {ratio:.2f}" if ratio is not None else "") + (f" | {status}" if status else ""))
+        return row
+
+    def table(self) -> str:
+        head = ("measure", "result", "baseline", "ratio", "target", "status")
+        rows = []
+        for r in self.rows:
+            res = f"{_fmt(r['value'])} {r['unit']}".strip()
+            base = f"{r['baseline_name']} {_fmt(r['baseline'])}".strip() if r["baseline_name"] else ""
+            if r["baseline_name"] and r["unit"] and r["baseline"] is not None and not isinstance(r["baseline"], str):
+                base += f" {r['unit']}"
+            ratio = f"{r['ratio']:.2f}x" if isinstance(r["ratio"], (int, float)) else ""
+            rows.append((r["name"], res, base, ratio, r["target"], r["status"]))
+        widths = [max(len(h), *(len(x[i]) for x in rows)) if rows else len(h) for i, h in enumerate(head)]
+        line = "| " + " | ".join(h.ljust(w) for h, w in zip(head, widths)) + " |"
+        sep = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
+        return "\n".join([line, sep] + ["| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |"
+                                         for r in rows])
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float):
+        if v == 0:
+            return "0"
+        if abs(v) >= 100:
+            return f"{v:,.0f}"
+        if abs(v) >= 1:
+            return f"{v:.2f}"
+        return f"{v:.3g}"
+    if isinstance(v, int):
+        return f"{v:,}"
+    return str(v)
+
+
+def _log(msg: str) -> None:
+    sys.stderr.write(msg + "\n")
+    sys.stderr.flush()
+
+
+def _met(ok: bool) -> str:
+    return "met" if ok else "NOT met"
+
+
+def _pct(sorted_vals: list[float], p: float) -> float:
+    """Nearest-rank percentile of a sorted list."""
+    if not sorted_vals:
+        return float("nan")
+    k = max(0, min(len(sorted_vals) - 1, int(round(p / 100 * len(sorted_vals) + 0.5)) - 1))
+    return sorted_vals[k]
+
+
+# -- corpora ---------------------------------------------------------------------------
+
+
+def ensure_corpus(path: Path, **kw: Any) -> dict[str, Any]:
+    dirty = path / "DIRTY"
+    if dirty.exists():
+        shutil.rmtree(path)
+    t0 = time.perf_counter()
+    doc = corpus_mod.ensure(str(path), **kw)
+    if time.perf_counter() - t0 > 1:
+        t = doc["totals"]
+        _log(f"  generated {path}: {t['bytes'] / 1e6:,.1f} MB, {t['files']:,} files, {t['lines']:,} lines "
+             f"in {doc['generate_seconds']:.1f} s")
+    return doc
+
+
+def main_files(root: Path) -> list[tuple[str, str, str]]:
+    """(path, session id, cwd) of every main session file."""
+    out = []
+    for proj in sorted((root / "projects").iterdir()):
+        for f in sorted(proj.glob("*.jsonl")):
+            with open(f, "rb") as fh:
+                for line in fh:
+                    d = orjson.loads(line)
+                    if d.get("cwd"):
+                        out.append((str(f), d["sessionId"], d["cwd"]))
+                        break
+    return out
+
+
+@contextmanager
+def appending(root: Path, paths: list[str]) -> Iterator[None]:
+    """Files are appended to during the block, and cut back to their size afterwards (the corpus
+    stays as generated; a DIRTY marker makes the next run regenerate it if we die meanwhile)."""
+    sizes = {p: os.path.getsize(p) for p in paths}
+    (root / "DIRTY").write_text("live appends in progress\n")
+    try:
+        yield
+    finally:
+        for p, size in sizes.items():
+            os.truncate(p, size)
+        (root / "DIRTY").unlink()
+
+
+def _append(path: str, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+
+
+class LiveLoad:
+    """Steady appends: every period, the tool_result of the previous tool call (timed) and the
+    prompt + tool_use of a new one, in a random file."""
+
+    def __init__(self, files: list[tuple[str, str, str]], tag: str, seed: int = 11) -> None:
+        self.files = files
+        self.tag = tag
+        self.rng = random.Random(f"{tag}:{seed}")
+        self.appenders = {p: corpus_mod.LiveAppender(p, sid, cwd, seed=f"{tag}:{i}")  # type: ignore[arg-type]
+                          for i, (p, sid, cwd) in enumerate(files)}
+        self.sent: list[tuple[str, str, int]] = []  # (tool id, path, time_ns just before the write)
+        self.n = 0
+
+    def start(self) -> tuple[str, str, str]:
+        path = self.rng.choice(self.files)[0]
+        self.n += 1
+        tool_id = f"toolu_live_{self.tag}_{self.n:06d}"
+        data, line = self.appenders[path].start(tool_id)
+        _append(path, data)
+        return path, tool_id, line
+
+    def finish(self, pending: tuple[str, str, str]) -> None:
+        path, tool_id, line = pending
+        data = self.appenders[path].result(tool_id, line)
+        t = time.time_ns()
+        _append(path, data)
+        self.sent.append((tool_id, path, t))
+
+    def run(self, rate: float, duration_s: float) -> None:
+        period = 1.0 / rate
+        pending = None
+        nxt = time.monotonic()
+        end = nxt + duration_s
+        while time.monotonic() < end:
+            if pending is not None:
+                self.finish(pending)
+            pending = self.start()
+            nxt += period
+            delay = nxt - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+        if pending is not None:
+            self.finish(pending)
+
+
+# -- 1. backfill -------------------------------------------------------------------------
+
+
+def bench_backfill(res: Results, root: Path, exp: dict[str, Any], log_dir: Path, repeat: int) -> dict[str, Any]:
+    _log(f"[1] backfill of {exp['totals']['bytes'] / 1e6:,.0f} MB vs the floor (read + orjson.loads), x{repeat}")
+    floors, runs, others = [], [], []
+    with receiver(log_dir) as rcv:
+        for i in range(repeat):
+            if COMPARE_SRC is not None:
+                others.append(timed([PY, "-m", "ccotel", "backfill", "--root", str(root),
+                                     *state_args("backfill", log_dir / "state-compare")],
+                                    _env(rcv.endpoint, COMPARE_SRC), log_dir, f"compare{i}", cwd=COMPARE_SRC))
+                rcv.wait_quiet(0.5, 30)
+            floors.append(timed([PY, "-m", "bench.floor", "--root", str(root)], _env(), log_dir, f"floor{i}"))
+            before = rcv.stats()
+            r = timed([PY, "-m", "ccotel", "backfill", "--root", str(root),
+                       *state_args("backfill", log_dir / "state-backfill")], _env(rcv.endpoint), log_dir,
+                      f"backfill{i}")
+            after = rcv.wait_quiet(0.5, 30)
+            r["requests"] = after["requests"] - before["requests"]
+            r["otlp_bytes"] = after["bytes"] - before["bytes"]
+            r["spans_received"] = after["spans"] - before["spans"]
+            runs.append(r)
+            _log(f"  run {i}: floor {floors[-1]['wall_s']:.2f} s, ccotel {r['wall_s']:.2f} s"
+                 + (f", --compare-src {others[-1]['wall_s']:.2f} s" if others else ""))
+    fl = min(floors, key=lambda x: x["wall_s"])
+    bf = min(runs, key=lambda x: x["wall_s"])
+    res.details["backfill"] = {}
+    floor_doc = orjson.loads(fl["stdout"])
+    mb = exp["totals"]["bytes"] / 1e6
+    res.add("backfill_wall", "1. backfill wall (read+assemble+spans+OTLP+HTTP)", bf["wall_s"], "s",
+            fl["wall_s"], "floor", "<= 3x floor", _met(bf["wall_s"] <= 3 * fl["wall_s"]),
+            notes=f"{mb / bf['wall_s']:.0f} MB/s vs floor {mb / fl['wall_s']:.0f} MB/s; best of {repeat}")
+    res.add("backfill_cpu", "1. backfill CPU (user+sys)", bf["cpu_s"], "s", fl["cpu_s"], "floor", "",
+            "", notes="the export thread runs in the same process")
+    if others:
+        ob = min(others, key=lambda x: x["wall_s"])
+        res.add("backfill_vs_compare", "1. backfill: this tree vs --compare-src", bf["wall_s"], "s", ob["wall_s"],
+                "compare-src", "", "", notes=f"{COMPARE_SRC}: {ob['wall_s'] / fl['wall_s']:.2f}x floor")
+        res.details["backfill"]["compare"] = [_strip(x) for x in others]
+    exported = None
+    for line in bf["stderr"].splitlines():
+        if "spans exported" in line:
+            exported = int(line.split(" lines, ")[1].split(" spans")[0])
+    want = exp["totals"]["spans"]
+    ok = exported == want and bf["spans_received"] == want and floor_doc["lines"] == exp["totals"]["lines"]
+    res.add("backfill_spans", "1. backfill spans exported = expected", bf["spans_received"], "spans", want,
+            "generator", "exact", "ok" if ok else "FAIL", ratio=False,
+            notes=f"ccotel says {exported}; {bf['requests']} requests, {bf['otlp_bytes'] / 1e6:.0f} MB OTLP")
+    res.details["backfill"].update({"floor": [_strip(x) for x in floors], "ccotel": [_strip(x) for x in runs],
+                                    "floor_doc": floor_doc})
+    return bf
+
+
+def _strip(r: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in r.items() if k not in ("stdout", "stderr")}
+
+
+def bench_identity(res: Results, root: Path, exp: dict[str, Any], log_dir: Path) -> None:
+    from . import sdk_route
+
+    _log("[1] span identity (receiver bytes == SpanRecords == SDK route) and per-span cost")
+    save = log_dir / "bodies"
+    shutil.rmtree(save, ignore_errors=True)
+    with receiver(log_dir, save=save) as rcv:
+        timed([PY, "-m", "ccotel", "backfill", "--root", str(root), *state_args("backfill", log_dir / "state-id")],
+              _env(rcv.endpoint), log_dir, "identity")
+        rcv.wait_quiet(0.5, 30)
+    got = sdk_route.decode(p.read_bytes() for p in sorted(save.iterdir()))
+    records, finished = sdk_route.pipeline_spans(str(root))
+    want = {s["span_id"]: s for s in map(sdk_route.normalise_record, records)}
+    resource = {"service.name": "ccotel", "host.name": platform.node()}
+    sdk = sdk_route.decode(sdk_route.sdk_bytes(records, resource))
+    d1, d2 = sdk_route.diff(want, got), sdk_route.diff(want, sdk)
+    ok = not d1 and not d2 and len(want) == exp["totals"]["spans"]
+    res.add("span_identity", "1. spans sent == SpanRecords == SDK route", len(got), "spans", len(want),
+            "SpanRecords", "identical ids/attrs", "ok" if ok else "FAIL", ratio=False,
+            notes="; ".join(d1[:2] + d2[:2]) or "trace/span/parent ids, names, kinds, times, attributes, "
+                                                 "status, events equal")
+    costs = sdk_route.per_span_costs(finished, records, resource)
+    res.add("per_span_noop", "1. per-span cost: ccotel vs SDK (no-op exporter)", costs["ccotel_us"], "us",
+            costs["sdk_noop_us"], "SDK", "", "",
+            notes=f"ccotel = build_span {costs['ccotel_build_us']:.1f} + OTLP encode {costs['ccotel_encode_us']:.1f} us;"
+                  f" SDK = build_span + start_span/end + BatchSpanProcessor")
+    res.add("per_span_otlp", "1. per-span cost: ccotel vs SDK (+ SDK OTLP encoder)", costs["ccotel_us"], "us",
+            costs["sdk_otlp_us"], "SDK", "", "", notes=f"{costs['spans']} spans")
+    res.details["per_span"] = costs
+
+
+# -- 2. report vs ccusage ------------------------------------------------------------
+
+
+def bench_report(res: Results, root: Path, exp: dict[str, Any], log_dir: Path, repeat: int) -> None:
+    _log("[2] ccotel report --json vs ccusage claude session --json --offline")
+    sys.path.insert(0, str(REPO))
+    from tests.support import ccusage as cc
+
+    binary = cc.ccusage_bin()
+    if not binary.exists():
+        res.add("report_time", "2. ccotel report vs ccusage", None, status="skipped",
+                notes="ccusage not installed: python -m tests.support.install_ccusage")
+        return
+    ours, theirs = [], []
+    home = Path(tempfile.mkdtemp(prefix="ccotel-bench-ccusage-"))
+    try:
+        for i in range(repeat):
+            ours.append(timed([PY, "-m", "ccotel", "report", "--json", "--root", str(root)], _env(), log_dir,
+                              f"report{i}"))
+            env = cc._private_env(home, root)  # noqa: SLF001 - the same private env the tests use
+            theirs.append(timed([str(binary), "claude", "session", "--json", "--offline", "--timezone", "UTC"],
+                                env, log_dir, f"ccusage{i}"))
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+    a = min(ours, key=lambda x: x["wall_s"])
+    b = min(theirs, key=lambda x: x["wall_s"])
+    res.add("report_time", "2. ccotel report --json vs ccusage (native)", a["wall_s"], "s", b["wall_s"], "ccusage",
+            "ccotel faster (< 1x)", _met(a["wall_s"] < b["wall_s"]),
+            notes=f"CPU {a['cpu_s']:.1f} s vs {b['cpu_s']:.1f} s; RSS {a['maxrss_mb']:.0f} vs {b['maxrss_mb']:.0f} MB")
+    keys = (("input_tokens", "inputTokens"), ("output_tokens", "outputTokens"),
+            ("cache_creation_tokens", "cacheCreationTokens"), ("cache_read_tokens", "cacheReadTokens"))
+    mine = {s["sessionId"]: {k: s[k] for _, k in keys} for s in orjson.loads(a["stdout"])["sessions"]}
+    cc_rows = {s["sessionId"]: {k: s[k] for _, k in keys} for s in orjson.loads(b["stdout"])["sessions"]}
+    gen = {sid: {ck: s[gk] for gk, ck in keys} for sid, s in exp["sessions"].items()}
+    calls_ok = all(s["apiCalls"] == exp["sessions"][s["sessionId"]]["api_calls"]
+                   for s in orjson.loads(a["stdout"])["sessions"])
+    ok = mine == cc_rows == gen and calls_ok
+    bad = [sid for sid in gen if mine.get(sid) != gen[sid] or cc_rows.get(sid) != gen[sid]]
+    total = sum(sum(v.values()) for v in gen.values())
+    res.add("report_totals", "2. per-session tokens: ccotel == ccusage == generator", len(mine), "sessions",
+            len(gen), "generator", "equal", "ok" if ok else "FAIL", ratio=False,
+            notes=(f"{total:,} tokens in all" if ok else f"differ: {bad[:3]}"))
+
+
+# -- 3. live latency -----------------------------------------------------------------
+
+
+def bench_live(res: Results, root: Path, exp: dict[str, Any], log_dir: Path, rate: float, duration: float) -> None:
+    files = main_files(root)
+    _log(f"[3] live latency: {exp['totals']['files']:,} files, {rate:g} tool results/s for {duration:g} s")
+    with receiver(log_dir, ids_prefix="toolu_live_") as rcv, appending(root, [f[0] for f in files]):
+        d = ccotel_run(str(root), rcv.endpoint, log_dir, "live", state_args("run", log_dir / "state-live"))
+        try:
+            caught = d.wait_for("following live", 300)
+            st = rcv.wait_spans(exp["totals"]["spans"], 120)
+            rcv.wait_quiet(1.0, 60)
+            if caught is None:
+                raise RuntimeError(f"ccotel run did not catch up: {d.stderr()[-2000:]}")
+            load = LiveLoad(files, "run")
+            load.run(rate, duration)
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                st = rcv.stats()
+                if len({i for i, _ in st["arrivals"]}) >= len(load.sent):
+                    break
+                time.sleep(0.1)
+        finally:
+            d.stop()
+        arrivals: dict[str, int] = {}
+        for tid, t in st["arrivals"]:
+            arrivals.setdefault(tid, t)
+        lat = sorted((arrivals[tid] - t) / 1e6 for tid, _p, t in load.sent if tid in arrivals)
+        missing = len(load.sent) - len(lat)
+        # baseline: a bare watchdog observer noticing the same kind of appends
+        base_out = log_dir / "watchbase.out"
+        w = Daemon([PY, "-m", "bench.watchbase", "--root", str(root)], _env(), log_dir, "watchbase", stdout=base_out)
+        try:
+            w.wait_for("watching", 60)
+            time.sleep(0.5)
+            bload = LiveLoad(files, "base")
+            bload.run(rate, duration)
+            time.sleep(1.0)
+        finally:
+            w.stop()
+    seen: dict[str, list[int]] = {}
+    for line in base_out.read_text().splitlines():
+        t, _, path = line.partition(" ")
+        seen.setdefault(path, []).append(int(t))
+    blat = []
+    for _tid, path, t in bload.sent:
+        times = seen.get(path, [])
+        k = bisect.bisect_left(times, t)
+        if k < len(times):
+            blat.append((times[k] - t) / 1e6)
+    blat.sort()
+    p50, p99 = _pct(lat, 50), _pct(lat, 99)
+    res.add("live_p50", "3. live append -> span p50", p50, "ms", _pct(blat, 50), "watchdog", "", "",
+            notes=f"{len(lat)} tool spans, {missing} missing; {exp['totals']['files']:,} files")
+    res.add("live_p99", "3. live append -> span p99", p99, "ms", _pct(blat, 99), "watchdog", "<= 50 ms",
+            _met(missing == 0 and p99 <= 50), notes=f"max {lat[-1] if lat else float('nan'):.1f} ms")
+    res.details["live"] = {"latencies_ms": lat, "baseline_ms": blat, "missing": missing, "rate": rate,
+                           "duration_s": duration, "files": exp["totals"]["files"]}
+
+
+# -- 4. idle CPU, peak RSS ---------------------------------------------------------
+
+
+def bench_idle(res: Results, root: Path, exp: dict[str, Any], log_dir: Path, duration: float,
+               settle: float = 2.0) -> None:
+    n_main = exp["totals"]["sessions"]
+    _log(f"[4] idle CPU: {n_main:,} sessions ({exp['totals']['files']:,} files) watched for {duration:g} s")
+    with receiver(log_dir) as rcv:
+        d = ccotel_run(str(root), rcv.endpoint, log_dir, "idle", state_args("run", log_dir / "state-idle"))
+        try:
+            if d.wait_for("following live", 600) is None:
+                raise RuntimeError(f"ccotel run did not catch up: {d.stderr()[-2000:]}")
+            rcv.wait_quiet(min(settle, 1.0), 120)
+            time.sleep(settle)
+            c0, t0 = d.cpu_ticks(), time.monotonic()
+            time.sleep(duration)
+            c1, t1 = d.cpu_ticks(), time.monotonic()
+        finally:
+            d.stop()
+    pct = (c1 - c0) / CLK_TCK / (t1 - t0) * 100
+    w = Daemon([PY, "-m", "bench.watchbase", "--root", str(root)], _env(), log_dir, "watchbase-idle")
+    try:
+        w.wait_for("watching", 120)
+        time.sleep(settle)
+        b0, s0 = w.cpu_ticks(), time.monotonic()
+        time.sleep(duration)
+        b1, s1 = w.cpu_ticks(), time.monotonic()
+    finally:
+        w.stop()
+    bpct = (b1 - b0) / CLK_TCK / (s1 - s0) * 100
+    res.add("idle_cpu", "4. idle CPU of ccotel run", pct, "% core", bpct, "watchdog", "<= 1%", _met(pct <= 1.0), notes=f"{n_main:,} session files, {duration:g} s, {CLK_TCK} ticks/s resolution")
+
+
+# -- 5. restart (and peak RSS of ccotel run after the big backfill) ------------------
+
+
+def bench_restart(res: Results, root: Path, exp: dict[str, Any], log_dir: Path, floor_rss: float | None) -> None:
+    state = supports("run", "--state-dir")
+    _log(f"[4/5] ccotel run on the big corpus: peak RSS, then restart ({'with' if state else 'no'} --state-dir)")
+    files = main_files(root)[:50]
+    extra = state_args("run", log_dir / "state-restart")
+    with receiver(log_dir, ids_prefix="toolu_live_") as rcv, appending(root, [f[0] for f in files]):
+        d = ccotel_run(str(root), rcv.endpoint, log_dir, "first", extra)
+        try:
+            first = d.wait_for("following live", 3600)
+            if first is None:
+                raise RuntimeError(f"ccotel run did not catch up: {d.stderr()[-2000:]}")
+            rcv.wait_spans(exp["totals"]["spans"], 600)
+            rcv.wait_quiet(1.0, 600)
+            hwm = d.status_kb("VmHWM") / 1024
+            rss = d.status_kb("VmRSS") / 1024
+            load = LiveLoad(files, "first")
+            p = load.start()
+            time.sleep(0.05)
+            load.finish(p)
+            first_live = _wait_arrival(rcv, load.sent[-1][0], load.sent[-1][2], 30)
+        finally:
+            d.stop()
+        res.add("peak_rss", "4. peak RSS (VmHWM) of ccotel run after backfill", hwm, "MB", floor_rss,
+                "floor", "<= 150 MB", _met(hwm <= 150),
+                notes=f"VmRSS {rss:.0f} MB when caught up; {exp['totals']['bytes'] / 1e6:,.0f} MB corpus")
+        # restart: a new tool call is written right after the process starts; time until its span arrives
+        load2 = LiveLoad(files, "restart")
+        t_start = time.perf_counter()
+        d2 = ccotel_run(str(root), rcv.endpoint, log_dir, "restart", extra)
+        try:
+            p = load2.start()
+            time.sleep(0.05)
+            load2.finish(p)
+            tid, _path, t_ns = load2.sent[-1]
+            arrived = _wait_arrival(rcv, tid, t_ns, max(60.0, 3 * first))
+            live_again = (time.perf_counter() - t_start) if arrived is not None else None
+        finally:
+            d2.stop()
+    if state:
+        status = _met(live_again is not None and live_again <= 2.0)
+        notes = "with --state-dir"
+    else:
+        status = "blocked-on-checkpoints"
+        notes = "ccotel run has no --state-dir yet: a restart reads and re-exports everything"
+    res.add("restart", "5. restart -> live again (new line's span arrives)", live_again, "s", first,
+            "first catch-up", "<= 2 s", status, notes=notes + (f"; first run live {first_live:.0f} ms" if first_live else ""))
+
+
+def _wait_arrival(rcv: Receiver, tool_id: str, t_ns: int, timeout_s: float) -> float | None:
+    """ms from t_ns until tool_id's span arrived (None on timeout)."""
+    deadline = time.monotonic() + timeout_s
+    since = 0
+    while time.monotonic() < deadline:
+        st = rcv.stats(since)
+        for tid, t in st["arrivals"]:
+            if tid == tool_id:
+                return (t - t_ns) / 1e6
+        since = st["arrivals_total"]
+        time.sleep(0.05)
+    return None
+
+
+# -- main --------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.run", description="ccotel benchmarks")
+    ap.add_argument("--size", type=corpus_mod.parse_size, default=None, help="main corpus size (default 1GB; --quick 20MB)")
+    ap.add_argument("--quick", action="store_true", help="small corpus and short runs (a smoke test)")
+    ap.add_argument("--workdir", default="/tmp/ccotel-bench", help="corpora and logs (not committed)")
+    ap.add_argument("--out", default=str(REPO / "bench" / "results.json"))
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--repeat", type=int, default=None, help="backfill/report runs, best taken (default 2; quick 1)")
+    ap.add_argument("--live-files", type=int, default=None, help="sessions in the live root (default 1000)")
+    ap.add_argument("--idle-files", type=int, default=None, help="sessions in the idle root (default 10000)")
+    ap.add_argument("--duration", type=float, default=None, help="live and idle seconds (default 30; quick 3)")
+    ap.add_argument("--rate", type=float, default=20.0, help="live tool results per second")
+    ap.add_argument("--src", default=None, help="dir holding the ccotel package to measure (default: this checkout)")
+    ap.add_argument("--compare-src", default=None,
+                    help="another dir holding a ccotel package: its backfill is timed in the same run (A/B)")
+    ap.add_argument("--only", default=None, help="comma list of: backfill,identity,report,live,idle,restart")
+    args = ap.parse_args(argv)
+    global SRC
+    if args.src:
+        SRC = Path(args.src).resolve()
+        if not (SRC / "ccotel" / "__init__.py").exists():
+            ap.error(f"--src {SRC}: no ccotel package there")
+    global COMPARE_SRC
+    if args.compare_src:
+        COMPARE_SRC = Path(args.compare_src).resolve()
+        if not (COMPARE_SRC / "ccotel" / "__init__.py").exists():
+            ap.error(f"--compare-src {COMPARE_SRC}: no ccotel package there")
+    q = args.quick
+    size = args.size or (20_000_000 if q else 1_000_000_000)
+    repeat = args.repeat or (1 if q else 2)
+    duration = args.duration or (3.0 if q else 30.0)
+    live_n = args.live_files or (200 if q else 1000)
+    idle_n = args.idle_files or (1000 if q else 10_000)
+    only = set(args.only.split(",")) if args.only else {"backfill", "identity", "report", "live", "idle", "restart"}
+    work = Path(args.workdir)
+    log_dir = work / "logs"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    t_all = time.perf_counter()
+    _log(f"ccotel bench: main corpus {size / 1e6:,.0f} MB, workdir {work}, {os.cpu_count()} CPUs")
+    main_root = work / f"main-{size}-s{args.seed}"
+    exp = ensure_corpus(main_root, size=size, seed=args.seed, session_mean=4_000_000 if size >= 200e6 else 1_000_000)
+    res = Results()
+    res.details["machine"] = {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()}
+    res.details["corpus"] = {k: v for k, v in exp.items() if k != "sessions"}
+    floor_rss = None
+    if "backfill" in only:
+        bench_backfill(res, main_root, exp, log_dir, repeat)
+        floor_rss = min(x["maxrss_mb"] for x in res.details["backfill"]["floor"])
+    if "identity" in only:
+        small = work / f"small-{'q' if q else 'f'}-s{args.seed + 1}"
+        sexp = ensure_corpus(small, size=2_000_000 if q else 10_000_000, seed=args.seed + 1, session_mean=300_000)
+        bench_identity(res, small, sexp, log_dir)
+    if "report" in only:
+        bench_report(res, main_root, exp, log_dir, repeat)
+    if "live" in only:
+        live_root = work / f"live-{live_n}-s{args.seed + 2}"
+        lexp = ensure_corpus(live_root, sessions=live_n, seed=args.seed + 2, session_mean=20_000)
+        bench_live(res, live_root, lexp, log_dir, args.rate, duration)
+    if "idle" in only:
+        idle_root = work / f"idle-{idle_n}-s{args.seed + 3}"
+        iexp = ensure_corpus(idle_root, sessions=idle_n, seed=args.seed + 3, session_mean=3_000)
+        bench_idle(res, idle_root, iexp, log_dir, duration, settle=0.5 if q else 2.0)
+    if "restart" in only:
+        bench_restart(res, main_root, exp, log_dir, floor_rss)
+    elapsed = time.perf_counter() - t_all
+    doc = {"when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "quick": q, "size": size,
+           "elapsed_s": elapsed, "rows": res.rows, "details": res.details,
+           "command": "python -m bench.run " + " ".join(argv if argv is not None else sys.argv[1:])}
+    Path(args.out).write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
+    print(res.table())
+    print(f"\n{len(res.rows)} rows in {elapsed:.0f} s; written to {args.out}")
+    return 0 if all(r["status"] != "FAIL" for r in res.rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
