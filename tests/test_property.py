@@ -4,8 +4,9 @@
    file, polled after each, ticked now and then, a catch-up on the first), gives the same spans as
    one read of the whole file; and the bad lines change nothing: the same spans as the file
    without them.
-2. Rule-based: appends of any size, truncations, restarts on the same state dir, a backend that
-   acknowledges or loses batches; in the end every span of the transcript is delivered exactly once.
+2. Rule-based: appends of any size, truncations, rescans, ticks, a backend that goes down and comes
+   back, crashes and restarts on the same state dir; in the end every span of the transcript is
+   delivered exactly once.
 
 Derandomized (the examples are the same on every run) with fixed ``max_examples``; the whole file
 runs in well under a minute.
@@ -127,7 +128,7 @@ def in_pieces(data: bytes, cuts: list[int], ticks: list[bool], catch_up_first: b
     try:
         root = os.path.join(d, "claude")
         path = write(main_path(root), b"")
-        now = [time.time_ns()]
+        now = [1_750_000_100_000_000_000]  # a fixed clock: the same run every time
         spans: list[SpanRecord] = []
         p = Pipeline(Options(roots=(root,), timeouts=NEVER), emit=spans.extend, clock=lambda: now[0])
         prev = 0
@@ -178,13 +179,29 @@ def test_any_split_of_any_stream_gives_the_spans_of_one_clean_read(stream, data)
 
 
 class Backend:
+    """Like the export queue: spans wait while the backend is down and are acknowledged in order when
+    it answers; a crash (restart) loses what was waiting."""
+
     def __init__(self) -> None:
         self.delivered: list[SpanRecord] = []
-        self.refuse = False
+        self.waiting: list[SpanRecord] = []
+        self.down = False
+        self.pipeline: Pipeline | None = None
+
+    def emit(self, spans: list[SpanRecord]) -> None:
+        self.waiting.extend(spans)
+        self.flush()
+
+    def flush(self) -> None:
+        if self.down or not self.waiting or self.pipeline is None:
+            return
+        batch, self.waiting = self.waiting, []
+        self.delivered.extend(batch)
+        self.pipeline.acknowledge(batch)
 
 
 class Delivery(RuleBasedStateMachine):
-    """A session file written in pieces while ccotel restarts and the backend loses batches."""
+    """A session file written in pieces while the backend goes down and ccotel crashes and restarts."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -192,7 +209,7 @@ class Delivery(RuleBasedStateMachine):
         self.root = os.path.join(self.dir, "claude")
         self.path = main_path(self.root)
         self.backend = Backend()
-        self.now = time.time_ns()
+        self.now = 1_750_000_100_000_000_000  # a fixed clock: the same run every time
         self.script = b""
         self.written = 0
         self.p: Pipeline | None = None
@@ -206,20 +223,14 @@ class Delivery(RuleBasedStateMachine):
         self._start()
 
     def _start(self) -> None:
+        """A (re)start after a crash: what waited for the backend is lost, the checkpoint stays."""
         if self.state is not None:
             self.state.close()
         self.state = State(os.path.join(self.dir, "state"))
-        holder: list[Pipeline] = []
-
-        def emit(spans: list[SpanRecord]) -> None:
-            if self.backend.refuse:
-                return  # lost on the way: never acknowledged
-            self.backend.delivered.extend(spans)
-            holder[0].acknowledge(spans)
-
-        self.p = Pipeline(Options(roots=(self.root,), timeouts=NEVER), emit=emit, clock=lambda: self.now,
+        self.backend.waiting = []
+        self.p = Pipeline(Options(roots=(self.root,), timeouts=NEVER), emit=self.backend.emit, clock=lambda: self.now,
                           state=self.state)
-        holder.append(self.p)
+        self.backend.pipeline = self.p
         self.p.backfill()
 
     @precondition(lambda self: self.written < len(self.script))
@@ -253,9 +264,10 @@ class Delivery(RuleBasedStateMachine):
     def rescan(self):
         self.p.rescan()
 
-    @rule(refuse=st.booleans())
-    def backend_state(self, refuse):
-        self.backend.refuse = refuse
+    @rule(down=st.booleans())
+    def backend_state(self, down):
+        self.backend.down = down
+        self.backend.flush()
 
     @invariant()
     def nothing_twice(self):
@@ -268,8 +280,8 @@ class Delivery(RuleBasedStateMachine):
                 return
             write(self.path, self.script[self.written:], "ab")  # the session ends
             self.written = len(self.script)
-            self.backend.refuse = False
-            self._start()  # what was lost in flight is read again from the checkpoint
+            self.backend.down = False
+            self._start()  # what was lost in the crash is read again from the checkpoint
             self.now += 3_000_000_000
             self.p.tick()
             self.p.backfill(close_all=True)
