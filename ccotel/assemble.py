@@ -198,6 +198,7 @@ class _Session:
     current_turn: Turn | None = None
     owner_of: dict[str, tuple[Owner, int]] = field(default_factory=dict)  # uuid -> (owner, ts)
     open_tools: dict[str, ToolCall] = field(default_factory=dict)
+    traced_tools: set[str] = field(default_factory=set)  # every tool_use id seen in this session
     agents: dict[str, AgentRun] = field(default_factory=dict)
     task_tools: dict[str, _TaskTool] = field(default_factory=dict)
     agent_links: dict[str, tuple[str, str]] = field(default_factory=dict)  # agent_id -> (tool_use_id, how)
@@ -258,6 +259,9 @@ class Assembler:
             self._link_agent(sess, entry.progress_agent_id, entry.parent_tool_use_id, "progress")
         if owner is None:
             return
+        if entry.uuid in sess.owner_of:
+            self._count("duplicate_uuid")
+            return  # the same line again (a file read again from its start, a re-emitted line)
         ts = entry.timestamp_ns if entry.timestamp_ns is not None else owner.last_ns
         if src.path not in owner.first_offsets:
             owner.first_offsets[src.path] = entry.offset
@@ -510,10 +514,16 @@ class Assembler:
             return
         if e.model == "<synthetic>" and not e.is_api_error:
             return  # "No response requested.": no API call was made
-        key = ids.call_key(e.message_id, e.request_id)
         call = owner.current
+        if e.request_id is None and call is not None and call.message_id == e.message_id:
+            key = call.key  # a line of the current response that lost its requestId
+        else:
+            key = ids.call_key(e.message_id, e.request_id)
         if call is None or call.key != key:
             if digest64(key) in self._seen_calls:
+                if key in owner.call_keys:
+                    self._late_line(sess, owner, key, e, ts)
+                    return
                 self._count("replayed_message_lines")
                 return  # the same API response replayed (resume, copied session): counted once
             if call is not None:
@@ -541,10 +551,22 @@ class Assembler:
             call.is_api_error = True
             call.error_text = e.error_text
             owner.api_errors += 1
-        for b in e.blocks:
-            if b.type == "tool_use" and b.id and b.id not in sess.open_tools:
-                self._tool_use(sess, owner, call, b.id, b.name or "unknown", b.input, ts)
+        self._tool_uses(sess, owner, call, e, ts)
         owner.final_seen = call.stop_reason in _FINAL_STOP or call.is_api_error
+
+    def _tool_uses(self, sess: _Session, owner: Owner, call: Call, e: Entry, ts: int) -> None:
+        for b in e.blocks:
+            if b.type == "tool_use" and b.id and b.id not in sess.traced_tools:
+                sess.traced_tools.add(b.id)  # a tool_use written twice (re-read, replay) is traced once
+                self._tool_use(sess, owner, call, b.id, b.name or "unknown", b.input, ts)
+
+    def _late_line(self, sess: _Session, owner: Owner, key: str, e: Entry, ts: int) -> None:
+        """A line of a response whose chat span already went out (another response's line came in
+        between): its tool calls are still traced, under that chat span."""
+        self._count("late_message_lines")
+        stub = Call(key=key, message_id=e.message_id or "", request_id=e.request_id, start_ns=ts, end_ns=ts,
+                    first_uuid=e.uuid, parent_uuid=e.parent_uuid, owner=owner)
+        self._tool_uses(sess, owner, stub, e, ts)
 
     def _tool_use(self, sess: _Session, owner: Owner, call: Call, tool_id: str, name: str,
                   tool_input: object, ts: int) -> None:

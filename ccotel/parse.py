@@ -95,7 +95,11 @@ def parse_line(data: bytes, offset: int, capture_content: bool = False) -> Parse
     try:
         objs: list[Any] = [orjson.loads(data)]
     except orjson.JSONDecodeError:
-        objs = _decode_glued(data, result)
+        try:
+            objs = _decode_glued(data, result)
+        except (RecursionError, ValueError):  # nesting deeper than any decoder goes, 4,300-digit ints
+            result.errors.append("malformed_json")
+            return result
     for obj in objs:
         if not isinstance(obj, dict):
             result.errors.append("not_an_object")
@@ -129,16 +133,68 @@ def _decode_glued(data: bytes, result: ParseResult) -> list[Any]:
         try:
             obj, pos = _decoder.raw_decode(text, pos)
         except json.JSONDecodeError:
+            # One counted error per broken stretch; resynchronise only on an object start from which
+            # the rest of the line decodes (a glued object), never inside a nested one.
             result.errors.append("malformed_json")
-            # Resynchronise on the next object start so a later glued object is still kept.
-            nxt = text.find('{"', pos + 1)
-            if nxt < 0:
+            rest = _resync(text, pos)
+            if rest is None:
                 break
-            pos = nxt
-            continue
+            objs.extend(rest)
+            break
         objs.append(obj)
-    return objs
+    return [_clean_surrogates(o) for o in objs]
 
+
+def _resync(text: str, pos: int, limit: int = 256) -> list[Any] | None:
+    """The objects from the first '{"' after pos from which everything up to the end decodes."""
+    start = pos
+    for _ in range(limit):
+        nxt = text.find('{"', start + 1)
+        if nxt < 0:
+            return None
+        found = _decode_all(text, nxt)
+        if found is not None:
+            return found
+        start = nxt
+    return None
+
+
+def _decode_all(text: str, pos: int) -> list[Any] | None:
+    out = []
+    n = len(text)
+    while pos < n:
+        while pos < n and text[pos] in " \t\r":
+            pos += 1
+        if pos >= n:
+            break
+        try:
+            obj, pos = _decoder.raw_decode(text, pos)
+        except json.JSONDecodeError:
+            return None
+        out.append(obj)
+    return out
+
+
+def _clean_surrogates(v: Any) -> Any:
+    """Lone surrogates (Node cutting a string inside an emoji) become U+FFFD: valid UTF-8 downstream."""
+    if isinstance(v, str):
+        return v.encode("utf-8", "replace").decode("utf-8") if _has_surrogate(v) else v
+    if isinstance(v, dict):
+        return {_clean_surrogates(k): _clean_surrogates(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_clean_surrogates(x) for x in v]
+    return v
+
+
+def _has_surrogate(s: str) -> bool:
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+_MAX_INT64 = 1 << 63
 
 # Unix seconds at the start of a 'YYYY-MM-DDTHH:MM' (a timestamp's first 16 characters); bounded.
 _MINUTE_SECS: dict[str, int] = {}
@@ -161,7 +217,8 @@ def parse_timestamp(value: Any) -> int | None:
                 if len(_MINUTE_SECS) >= 4096:
                     _MINUTE_SECS.clear()
                 _MINUTE_SECS[value[:16]] = minute
-            return (minute + int(value[17:19])) * 1_000_000_000 + int(value[20:23]) * 1_000_000
+            ns = (minute + int(value[17:19])) * 1_000_000_000 + int(value[20:23]) * 1_000_000
+            return ns if 0 <= ns < _MAX_INT64 else None
         secs = calendar.timegm(
             (int(value[0:4]), int(value[5:7]), int(value[8:10]),
              int(value[11:13]), int(value[14:16]), int(value[17:19]), 0, 0, 0)
@@ -181,7 +238,8 @@ def parse_timestamp(value: Any) -> int | None:
             if sign == 0 or len(rest) < 6:
                 return None
             secs -= sign * (int(rest[1:3]) * 3600 + int(rest[4:6]) * 60)
-        return secs * 1_000_000_000 + frac_ns
+        ns = secs * 1_000_000_000 + frac_ns
+        return ns if 0 <= ns < _MAX_INT64 else None  # before 1970 or past 2262: not a real time
     except (ValueError, IndexError):
         return None
 
@@ -202,13 +260,24 @@ def _str_value(v: Any, errors: list[str]) -> str | None:
 
 
 def _int(v: Any) -> int | None:
+    """A count: a non-negative integer that fits 63 bits (OTLP int64), else None."""
     if isinstance(v, bool):
         return None
-    if isinstance(v, int):
+    if isinstance(v, float) and v.is_integer() and abs(v) < _MAX_INT64:
+        v = int(v)
+    if isinstance(v, int) and 0 <= v < _MAX_INT64:
         return v
-    if isinstance(v, float) and v.is_integer():
-        return int(v)
     return None
+
+
+def _bool(obj: dict[str, Any], key: str, errors: list[str]) -> bool:
+    v = obj.get(key)
+    if v is None or v is False:
+        return False
+    if v is True:
+        return True
+    errors.append("bad_field")
+    return False
 
 
 def _usage(v: Any, errors: list[str]) -> Usage | None:
@@ -221,18 +290,28 @@ def _usage(v: Any, errors: list[str]) -> Usage | None:
     vals = [get("input_tokens"), get("output_tokens"), get("cache_read_input_tokens"),
             get("cache_creation_input_tokens")]
     if not (type(vals[0]) is int and type(vals[1]) is int and type(vals[2]) is int and type(vals[3]) is int
-            and vals[0] >= 0 and vals[1] >= 0 and vals[2] >= 0 and vals[3] >= 0):
+            and 0 <= vals[0] < _MAX_INT64 and 0 <= vals[1] < _MAX_INT64 and 0 <= vals[2] < _MAX_INT64
+            and 0 <= vals[3] < _MAX_INT64):
         for i, raw in enumerate(vals):
             n = _int(raw) if raw is not None else 0
-            if n is None or n < 0:
+            if n is None:
                 errors.append("bad_field")
                 n = 0
             vals[i] = n
     c5 = c1 = 0
     cc = get("cache_creation")
     if isinstance(cc, dict):
-        c5 = max(_int(cc.get("ephemeral_5m_input_tokens")) or 0, 0)
-        c1 = max(_int(cc.get("ephemeral_1h_input_tokens")) or 0, 0)
+        split = []
+        for key in ("ephemeral_5m_input_tokens", "ephemeral_1h_input_tokens"):
+            raw = cc.get(key)
+            n = _int(raw) if raw is not None else 0
+            if n is None:
+                errors.append("bad_field")
+                n = 0
+            split.append(n)
+        c5, c1 = split
+    elif cc is not None:
+        errors.append("bad_field")
     return _new_usage({"input_tokens": vals[0], "output_tokens": vals[1], "cache_read_input_tokens": vals[2],
                        "cache_creation_input_tokens": vals[3], "cache_creation_5m": c5, "cache_creation_1h": c1})
 
@@ -279,7 +358,7 @@ def _blocks(content: Any, capture: bool, errors: list[str]) -> tuple[Block, ...]
                 errors.append("bad_field")
                 continue
             text = _text_of(b.get("content"))
-            out.append(_new_block({"type": "tool_result", "id": tid, "is_error": b.get("is_error") is True,
+            out.append(_new_block({"type": "tool_result", "id": tid, "is_error": _bool(b, "is_error", errors),
                                    "text": _keep_text(text, capture)}))
         elif btype == "text":
             text = b.get("text")
@@ -340,9 +419,9 @@ def to_entry(obj: dict[str, Any], offset: int, capture: bool, errors: list[str])
         "logical_parent_uuid": strs[2],
         "session_id": strs[3],
         "timestamp_ns": ts,
-        "is_sidechain": get("isSidechain") is True,
-        "is_meta": get("isMeta") is True,
-        "is_compact_summary": get("isCompactSummary") is True,
+        "is_sidechain": _bool(obj, "isSidechain", errors),
+        "is_meta": _bool(obj, "isMeta", errors),
+        "is_compact_summary": _bool(obj, "isCompactSummary", errors),
         "agent_id": strs[4],
         "version": strs[5],
         "cwd": strs[6],
@@ -367,7 +446,7 @@ def to_entry(obj: dict[str, Any], offset: int, capture: bool, errors: list[str])
 
 def _assistant(obj: dict[str, Any], kw: dict[str, Any], capture: bool, errors: list[str]) -> None:
     kw["request_id"] = _str(obj, "requestId", errors)
-    kw["is_api_error"] = obj.get("isApiErrorMessage") is True
+    kw["is_api_error"] = _bool(obj, "isApiErrorMessage", errors)
     msg = obj.get("message")
     if msg is None:
         return
