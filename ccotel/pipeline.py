@@ -78,6 +78,7 @@ class _FileState:
     partial_since_ns: int | None = None
     has_user: bool = False
     has_assistant: bool = False
+    unreadable: bool = False
     changed_ns: int = 0
 
 
@@ -101,6 +102,7 @@ class Pipeline:
         self._owners_by_path: dict[str, dict[str, int]] = {}  # path -> {owner token: first offset}
         self._maybe_done: set[str] = set()  # owners to look at in the next process_acks
         self._marks: set[str] = set()
+        self._complete = False  # backfill --close-all: the files are known to be finished
         self._partial: set[str] = set()  # files whose last line is unterminated
         self._ghost_candidates: set[str] = set()  # main files with prompts and no assistant record yet
         self._dirty: set[str] = set()  # files read since the last checkpoint
@@ -151,6 +153,7 @@ class Pipeline:
         Files are read session by session (main file, then its subagents) and each finished
         session's state is dropped, so memory does not grow with history.
         """
+        self._complete = close_all
         files = self.discover()
         total = sum(max(_size(tf.path) - self._checkpoints.get(tf.path, (None, 0, 0))[1], 0) for _, tf in files)
         done = 0
@@ -167,6 +170,7 @@ class Pipeline:
         kept = self.assembler.flush(None if close_all else self.clock())
         self._emit()
         self.caught_up = True
+        self._complete = False
         if "caught_up" not in self._marks:
             self._marks.add("caught_up")  # from now on, and after any restart, events are counted
             self._new_marks.append("caught_up")
@@ -365,8 +369,9 @@ class Pipeline:
                 tf = classify(root, path)
                 if tf is not None:
                     return root, tf
-        if any(path.startswith(os.path.join(r, "projects")) for r in self.options.roots):
-            self._error("path_outside_root")
+        if not any(within_root(r, path) for r in self.options.roots) and \
+                any(path.startswith(os.path.join(r, "projects")) for r in self.options.roots):
+            self._error("path_outside_root")  # a symlink under the root that leads out of it
         return None
 
     def _scan_dir(self, path: str) -> None:
@@ -430,13 +435,25 @@ class Pipeline:
         if not within_root(state.root, state.tf.path):
             self._error("path_outside_root")
             return
-        res = state.tailer.read(accept_unterminated=accept_unterminated)
+        now = self.clock()
+        # A last line without its newline is taken, even broken, once its writer is surely gone: the
+        # data is known complete (--close-all), or the file has been silent past the stall timeout.
+        force = accept_unterminated and (
+            self._complete or now - _mtime_ns(state.tf.path) >= self.options.timeouts.stall_ns)
+        res = state.tailer.read(accept_unterminated=accept_unterminated, force_tail=force)
         if res.reset:
             self.stats.file_resets += 1
             state.read_to = 0
-        now = self.clock()
-        for err in res.errors:
-            self._error(err, count=True)
+        for err, end in zip(res.errors, res.error_ends):
+            if end < 0:  # the file itself (unreadable): once until it reads again
+                if not state.unreadable:
+                    state.unreadable = True
+                    self._error(err)
+            else:
+                self._error(err, f"{state.tf.path}@{end}", count=end > state.read_to)
+        if "unreadable" in res.errors:
+            return
+        state.unreadable = False
         capture = self.options.content is not None
         new_bytes = new_lines = 0
         for line in res.lines:
@@ -460,7 +477,7 @@ class Pipeline:
                 self.assembler.add(entry, state.tf, now if live else 0)
         if res.lines:
             state.changed_ns = now
-            state.read_to = max(state.read_to, res.lines[-1].end)
+        state.read_to = max(state.read_to, state.tailer.offset)
         if self.metrics is not None and new_lines:
             self.metrics.inc("ccotel_lines_read", value=new_lines)
             self.metrics.inc("ccotel_bytes_read", value=new_bytes)

@@ -10,6 +10,7 @@ limit are skipped with bounded memory and counted. A file that shrank or was rep
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from dataclasses import dataclass, field
 
@@ -53,24 +54,35 @@ def identity_of(path: str, st: os.stat_result | None = None) -> FileIdentity | N
 class ReadResult:
     lines: list[RawLine] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    error_ends: list[int] = field(default_factory=list)  # per error: where its line ends (-1: the file)
     reset: bool = False  # the file was truncated or replaced and is read again from 0
     gone: bool = False
+
+    def error(self, reason: str, end: int = -1) -> None:
+        self.errors.append(reason)
+        self.error_ends.append(end)
+
+
+# A line longer than this is measured on disk, not buffered, and read again only if it is within
+# the limit: skipping a 100 MB line costs no more memory than a chunk.
+_IN_MEMORY = 4 << 20
 
 
 @dataclass
 class Tailer:
     path: str
-    offset: int = 0
+    offset: int = 0  # always the start of a line: everything before it was read
     identity: FileIdentity | None = None
-    max_line_bytes: int = 64 << 20
-    _skip_from: int | None = None  # inside an over-long line: discard until its newline
+    max_line_bytes: int = 32 << 20
 
     @property
     def line_offset(self) -> int:
-        """The start of the next whole line (inside an over-long line: where it began)."""
-        return self._skip_from if self._skip_from is not None else self.offset
+        return self.offset
 
-    def read(self, accept_unterminated: bool = False, max_bytes: int = 1 << 62) -> ReadResult:
+    def read(self, accept_unterminated: bool = False, max_bytes: int = 1 << 62,
+             force_tail: bool = False) -> ReadResult:
+        """New whole lines. An unterminated last line is taken if ``accept_unterminated`` and it
+        is complete JSON, or always with ``force_tail`` (the writer is known to be done with it)."""
         res = ReadResult()
         try:
             st = os.stat(self.path)
@@ -78,17 +90,17 @@ class Tailer:
             res.gone = True
             return res
         except OSError:
-            res.errors.append("unreadable")
+            res.error("unreadable")
             return res
         self._check_identity(st, res)
-        if st.st_size <= self.offset and self._skip_from is None:
+        if st.st_size <= self.offset:
             return res
         try:
             with open(self.path, "rb") as f:
                 f.seek(self.offset)
-                self._read_lines(f, res, accept_unterminated, max_bytes)
+                self._read_lines(f, res, accept_unterminated or force_tail, force_tail, max_bytes)
         except OSError:
-            res.errors.append("unreadable")
+            res.error("unreadable")
         return res
 
     def _check_identity(self, st: os.stat_result, res: ReadResult) -> None:
@@ -112,62 +124,91 @@ class Tailer:
 
     def _restart(self, res: ReadResult) -> None:
         self.offset = 0
-        self._skip_from = None
         res.reset = True
 
-    def _read_lines(self, f, res: ReadResult, accept_unterminated: bool, max_bytes: int) -> None:  # type: ignore[no-untyped-def]
-        pos = self.offset
-        buf = b""
+    def _read_lines(self, f, res: ReadResult, take_tail: bool, force_tail: bool,  # type: ignore[no-untyped-def]
+                    max_bytes: int) -> None:
+        start = self.offset  # where the current, unfinished line begins
+        buf = bytearray()  # its bytes while it is short
+        length = 0  # its length once it is long (then only measured)
+        long_line = False
         budget = max_bytes
         while budget > 0:
             chunk = f.read(_CHUNK)
             if not chunk:
                 break
             budget -= len(chunk)
-            if self._skip_from is not None:
-                nl = chunk.find(b"\n")
-                if nl < 0:
-                    pos += len(chunk)
-                    self.offset = pos
-                    continue
-                pos += nl + 1
-                self.offset = pos
-                self._skip_from = None
-                res.errors.append("line_too_long")
-                chunk = chunk[nl + 1:]
-            data = buf + chunk if buf else chunk
-            start = 0
+            i = 0
             while True:
-                nl = data.find(b"\n", start)
+                nl = chunk.find(b"\n", i)
+                if nl >= 0 and not buf and not long_line:  # the common case: a whole line in this chunk
+                    if nl - i > self.max_line_bytes:
+                        res.error("line_too_long", start + nl - i + 1)
+                    elif nl > i:
+                        res.lines.append(RawLine(start, start + nl - i + 1, chunk[i:nl]))
+                    start += nl - i + 1
+                    self.offset = start
+                    i = nl + 1
+                    continue
+                piece_end = len(chunk) if nl < 0 else nl
+                if long_line:
+                    length += piece_end - i
+                else:
+                    buf += memoryview(chunk)[i:piece_end]
+                    if len(buf) > _IN_MEMORY:
+                        long_line, length, buf = True, len(buf), bytearray()
                 if nl < 0:
                     break
-                line = data[start:nl]
-                line_start = pos + start
-                if len(line) > self.max_line_bytes:
-                    res.errors.append("line_too_long")
-                elif line:
-                    res.lines.append(RawLine(line_start, pos + nl + 1, line))
-                start = nl + 1
-            pos += start
-            self.offset = pos
-            buf = data[start:]
-            if len(buf) > self.max_line_bytes:
-                # Over-long line still growing: drop what we have, skip to its newline.
-                self._skip_from = pos  # where the over-long line began
-                pos += len(buf)
-                self.offset = pos
-                buf = b""
-        if buf and accept_unterminated and self._skip_from is None:
-            try:
-                orjson.loads(buf)
-                ok = True
-            except orjson.JSONDecodeError:
-                ok = _has_glued_objects(buf)
-            if ok:
-                res.lines.append(RawLine(pos, pos + len(buf), buf))
-                self.offset = pos + len(buf)
+                size = length if long_line else len(buf)
+                self._line(f, res, start, size, None if long_line else buf)
+                start += size + 1
+                self.offset = start
+                buf, length, long_line = bytearray(), 0, False
+                i = nl + 1
+        size = length if long_line else len(buf)
+        if size and take_tail:
+            data = None if long_line else bytes(buf)
+            if force_tail or (data is not None and _complete_json(data)):
+                self._line(f, res, start, size, buf if data is not None else None, end=start + size)
+                self.offset = start + size
+
+    def _line(self, f, res: ReadResult, start: int, size: int, buf: bytearray | None,  # type: ignore[no-untyped-def]
+              end: int | None = None) -> None:
+        end = start + size + 1 if end is None else end
+        if size > self.max_line_bytes:
+            res.error("line_too_long", end)
+            return
+        if size == 0:
+            return
+        if buf is None:  # a long line within the limit: read it again from disk
+            here = f.tell()
+            f.seek(start)
+            data = f.read(size)
+            f.seek(here)
+        else:
+            data = bytes(buf)
+        res.lines.append(RawLine(start, end, data))
 
 
-def _has_glued_objects(buf: bytes) -> bool:
-    stripped = buf.strip()
-    return stripped.startswith(b"{") and stripped.endswith(b"}") and b"}{" in stripped
+def _complete_json(data: bytes) -> bool:
+    """The bytes are whole JSON values from first to last byte (one object, or several glued)."""
+    try:
+        orjson.loads(data)
+        return True
+    except orjson.JSONDecodeError:
+        pass
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    decoder = json.JSONDecoder()
+    pos, n = 0, len(text)
+    try:
+        while pos < n:
+            while pos < n and text[pos] in " \t\r":
+                pos += 1
+            if pos < n:
+                _, pos = decoder.raw_decode(text, pos)
+    except (ValueError, RecursionError):
+        return False
+    return True
