@@ -115,6 +115,7 @@ class _OwnerBase:
     trace_id: int | None = None  # None until the trace is known (subagents)
     parent_span_id: int | None = None
     current: Call | None = None
+    superseded: Call | None = None  # the response before current, held open for stray lines
     open_tools: dict[str, ToolCall] = field(default_factory=dict)
     final_seen: bool = False
     closed: bool = False
@@ -316,6 +317,7 @@ class Assembler:
                 continue
             running = alive(sess.session_id)
             for owner in owners:
+                self._release_superseded(owner)
                 quiet = now_ns - self._last_activity(sess, owner)
                 owes = bool(owner.open_tools) or owner.awaiting_model
                 if running is False and (owes or not owner.final_seen):
@@ -520,25 +522,20 @@ class Assembler:
         else:
             key = ids.call_key(e.message_id, e.request_id)
         if call is None or call.key != key:
-            if digest64(key) in self._seen_calls:
+            previous = owner.superseded
+            if previous is not None and previous.key == key:
+                # A line of the response before, after another response's line (a side branch):
+                # that response is still held open, so nothing of it is lost.
+                owner.superseded, owner.current = call, previous
+                call = previous
+            elif digest64(key) in self._seen_calls:
                 if key in owner.call_keys:
                     self._late_line(sess, owner, key, e, ts)
                     return
                 self._count("replayed_message_lines")
                 return  # the same API response replayed (resume, copied session): counted once
-            if call is not None:
-                self._finish_call(owner, call)
-            parent_ts = sess.owner_of.get(e.parent_uuid, (None, ts))[1] if e.parent_uuid else ts
-            call = Call(
-                key=key, message_id=e.message_id, request_id=e.request_id,
-                start_ns=min(parent_ts, ts), end_ns=ts, first_uuid=e.uuid, parent_uuid=e.parent_uuid,
-                is_sidechain=e.is_sidechain, agent_id=e.agent_id, owner=owner,
-            )
-            self._seen_calls.add(digest64(key))
-            owner.call_keys.append(key)
-            owner.current = call
-            owner.calls += 1
-            owner.final_seen = False
+            else:
+                call = self._new_call(sess, owner, key, e, ts)
         call.lines += 1
         call.end_ns = max(call.end_ns, ts)
         call.model = e.model or call.model
@@ -634,6 +631,30 @@ class Assembler:
         elif e.subtype == "turn_duration" and isinstance(owner, Turn) and not owner.open_tools:
             owner.final_seen = True
 
+    def _new_call(self, sess: _Session, owner: Owner, key: str, e: Entry, ts: int) -> Call:
+        """A new API response. The one before is held (superseded) until the one after it starts,
+        a tick, or the owner closes: a stray line of it may still come."""
+        if owner.superseded is not None:
+            self._emit(owner, owner.superseded)
+        owner.superseded = owner.current
+        parent_ts = sess.owner_of.get(e.parent_uuid, (None, ts))[1] if e.parent_uuid else ts
+        call = Call(
+            key=key, message_id=e.message_id or "", request_id=e.request_id,
+            start_ns=min(parent_ts, ts), end_ns=ts, first_uuid=e.uuid, parent_uuid=e.parent_uuid,
+            is_sidechain=e.is_sidechain, agent_id=e.agent_id, owner=owner,
+        )
+        self._seen_calls.add(digest64(key))
+        owner.call_keys.append(key)
+        owner.current = call
+        owner.calls += 1
+        owner.final_seen = False
+        return call
+
+    def _release_superseded(self, owner: Owner) -> None:
+        if owner.superseded is not None:
+            call, owner.superseded = owner.superseded, None
+            self._emit(owner, call)
+
     # -- finishing ---------------------------------------------------------------
 
     def _finish_call(self, owner: Owner, call: Call) -> None:
@@ -644,6 +665,7 @@ class Assembler:
     def _close(self, sess: _Session, owner: Owner, outcome: str) -> None:
         if owner.closed:
             return
+        self._release_superseded(owner)
         if owner.current is not None:
             self._finish_call(owner, owner.current)
         for tool in list(owner.open_tools.values()):
