@@ -733,25 +733,30 @@ class Assembler:
     def _resolve_leftover_agents(self, sess: _Session) -> None:
         """Agents whose spawning tool never appeared: under the turn running when they started,
         or in a trace of their own (a subagent file whose parent file is gone)."""
-        for agent in sorted(sess.agents.values(), key=lambda a: a.start_ns):
-            if agent.trace_id is not None:
-                continue
-            self._resolve_agents(sess)
-            if agent.trace_id is not None:
-                continue
-            if agent.tool_use_id is not None and agent.tool_use_id in sess.task_tools:
-                continue  # its parent agent resolves first; handled by _resolve_agents
-            turn = None
-            for start, trace, root in sess.turn_index:
-                if start <= agent.start_ns:
-                    turn = (trace, root)
-            if turn is not None:
-                agent.link = agent.link or "time"
-                self._set_context(agent, turn[0], turn[1])
-            else:
-                agent.link = agent.link or "none"
-                self._set_context(agent, ids.trace_id(sess.session_id, "agent", agent.key), None)
-            self._resolve_agents(sess)
+        agents = sorted(sess.agents.values(), key=lambda a: a.start_ns)
+        for cycle_pass in (False, True):
+            for agent in agents:
+                if agent.trace_id is not None:
+                    continue
+                self._resolve_agents(sess)
+                if agent.trace_id is not None:
+                    continue
+                if not cycle_pass and agent.tool_use_id is not None and agent.tool_use_id in sess.task_tools:
+                    continue  # its parent agent resolves first, unless they spawn each other (a cycle)
+                self._resolve_by_time(sess, agent)
+
+    def _resolve_by_time(self, sess: _Session, agent: AgentRun) -> None:
+        turn = None
+        for start, trace, root in sess.turn_index:
+            if start <= agent.start_ns:
+                turn = (trace, root)
+        if turn is not None:
+            agent.link = agent.link or "time"
+            self._set_context(agent, turn[0], turn[1])
+        else:
+            agent.link = agent.link or "none"
+            self._set_context(agent, ids.trace_id(sess.session_id, "agent", agent.key), None)
+        self._resolve_agents(sess)
 
     def _last_activity(self, sess: _Session, owner: Owner, depth: int = 0) -> int:
         """Latest line of the owner or of a subagent still working for one of its open tool calls:

@@ -24,7 +24,7 @@ from typing import Protocol, TextIO
 import orjson
 
 from . import __version__
-from .otlp import GrpcTransport, HttpTransport, TransportConfig, encode_request, parse_headers
+from .otlp import GrpcTransport, HttpTransport, TransportConfig, encode_request, encode_span, parse_headers
 from .records import SpanRecord
 
 __all__ = [
@@ -194,7 +194,12 @@ class OtlpSink:
             self._transport = HttpTransport(self.settings.transport)
 
     def export(self, spans: Sequence[SpanRecord]) -> bool:
-        body = encode_request(spans, self.resource, "ccotel", __version__)
+        try:
+            body = encode_request(spans, self.resource, "ccotel", __version__)
+        except Exception:  # noqa: BLE001 - one span that cannot be encoded must not block the rest
+            good = [s for s in spans if _encodes(s)]
+            log.error("dropped %d span(s) that cannot be encoded as OTLP", len(spans) - len(good))
+            body = encode_request(good, self.resource, "ccotel", __version__)
         try:
             return self._transport.send(body)
         except Exception:  # noqa: BLE001 - a broken backend must never stop the sidecar
@@ -206,6 +211,14 @@ class OtlpSink:
 
     def shutdown(self) -> None:
         self._transport.close()
+
+
+def _encodes(span: SpanRecord) -> bool:
+    try:
+        encode_span(span)
+        return True
+    except Exception:  # noqa: BLE001
+        return False
 
 
 def make_sink(name: str, env: dict[str, str] | None = None) -> SpanSink:

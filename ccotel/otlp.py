@@ -86,7 +86,7 @@ _BOOL_VALUES = {True: _T_BOOL2 + b"\x01", False: _T_BOOL2 + b"\x00"}
 
 def _any_value(v: Any) -> bytes:
     if isinstance(v, str):
-        return _ld(_T_STR1, v.encode("utf-8", "surrogatepass"))
+        return _ld(_T_STR1, v.encode("utf-8", "replace"))
     if isinstance(v, bool):
         return _T_BOOL2 + (b"\x01" if v else b"\x00")
     if isinstance(v, int):
@@ -97,7 +97,7 @@ def _any_value(v: Any) -> bytes:
         return _ld(_T_5LD, b"".join(_ld(_T_STR1, _any_value(x)) for x in v))
     if isinstance(v, bytes):
         return _ld(b"\x3a", v)
-    return _ld(_T_STR1, str(v).encode("utf-8", "surrogatepass"))
+    return _ld(_T_STR1, str(v).encode("utf-8", "replace"))
 
 
 # KeyValue.key field bytes per attribute key (a few dozen distinct keys; bounded all the same).
@@ -113,7 +113,7 @@ _KV_STR_VALUE_MAX = 128
 def _key(k: str) -> bytes:
     kb = _KEYS.get(k)
     if kb is None:
-        kb = _ld(_T_STR1, k.encode("utf-8", "surrogatepass"))
+        kb = _ld(_T_STR1, k.encode("utf-8", "replace"))
         if len(_KEYS) < 1024:
             _KEYS[k] = kb
     return kb
@@ -139,7 +139,7 @@ def _key_values(attrs: dict[str, Any], tag: bytes) -> bytes:
             append(kv)
             continue
         if t is str:
-            any_v = _ld(_T_STR1, v.encode("utf-8", "surrogatepass"))
+            any_v = _ld(_T_STR1, v.encode("utf-8", "replace"))
         elif t is int:
             any_v = _T_INT3 + _varint(v)
         elif t is bool:
@@ -166,21 +166,21 @@ def encode_span(s: SpanRecord) -> bytes:
     ]
     if s.parent_span_id:
         parts.append(b"\x22\x08" + s.parent_span_id.to_bytes(8, "big"))
-    parts.append(_ld(_T_5LD, s.name.encode("utf-8", "surrogatepass")))
+    parts.append(_ld(_T_5LD, s.name.encode("utf-8", "replace")))
     kind = _KIND_FIELD.get(s.kind)  # OTLP enum: INTERNAL=1, SERVER=2, CLIENT=3
     parts.append(kind if kind is not None else _T_KIND6 + _varint(int(s.kind) + 0))
     parts.append(_T_START7 + _pack_q(s.start_ns))
     parts.append(_T_END8 + _pack_q(s.end_ns))
     parts.append(_key_values(s.attributes, _T_9LD))
     for e in s.events:
-        body = _T_TIME1 + _pack_q(e.time_ns) + _ld(_T_2LD, e.name.encode("utf-8", "surrogatepass"))
+        body = _T_TIME1 + _pack_q(e.time_ns) + _ld(_T_2LD, e.name.encode("utf-8", "replace"))
         body += _key_values(e.attributes, _T_3LD)
         parts.append(_ld(_T_11LD, body))
     code = int(s.status)
     if code:
         status = b""
         if s.status_message and code == 2:
-            status += _ld(_T_2LD, s.status_message.encode("utf-8", "surrogatepass"))
+            status += _ld(_T_2LD, s.status_message.encode("utf-8", "replace"))
         status += _T_CODE3 + _varint(code)
         parts.append(_ld(_T_15LD, status))
     else:

@@ -132,11 +132,11 @@ def _decode_glued(data: bytes, result: ParseResult) -> list[Any]:
             break
         try:
             obj, pos = _decoder.raw_decode(text, pos)
-        except json.JSONDecodeError:
+        except json.JSONDecodeError as err:
             # One counted error per broken stretch; resynchronise only on an object start from which
             # the rest of the line decodes (a glued object), never inside a nested one.
             result.errors.append("malformed_json")
-            rest = _resync(text, pos)
+            rest = _resync(text, err.pos - 1) or _resync(text, pos)
             if rest is None:
                 break
             objs.extend(rest)
