@@ -581,7 +581,7 @@ class Assembler:
             prompt = info.get("prompt")
             prompt_key = info.get("prompt_key") or (text_key(prompt) if isinstance(prompt, str) else None)
             sess.task_tools[tool_id] = _TaskTool(
-                tool_id, owner, ids.span_id("tool", tool_id),
+                tool_id, owner, ids.span_id("tool", sess.session_id, tool_id),
                 info.get("subagent_type") if isinstance(info.get("subagent_type"), str) else None,
                 prompt_key, background,
             )

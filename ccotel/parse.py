@@ -136,7 +136,10 @@ def _decode_glued(data: bytes, result: ParseResult) -> list[Any]:
             # One counted error per broken stretch; resynchronise only on an object start from which
             # the rest of the line decodes (a glued object), never inside a nested one.
             result.errors.append("malformed_json")
-            rest = _resync(text, err.pos - 1) or _resync(text, pos)
+            # Where the decoder failed is where a glued object begins when the broken one ended
+            # just before it (e.g. cut after a complete nested copy); else the first start that works.
+            rest = _decode_all(text, err.pos) if text.startswith('{"', err.pos) else None
+            rest = rest or _resync(text, pos)
             if rest is None:
                 break
             objs.extend(rest)

@@ -193,7 +193,9 @@ def _tool(t: ToolCall, f: Finished, content: ContentPolicy | None) -> SpanRecord
         attrs["error.type"] = t.error_type or "tool_error"
     end = t.end_ns if t.end_ns is not None else t.start_ns
     return SpanRecord(
-        trace_id=f.trace_id, span_id=ids.span_id("tool", t.tool_use_id), parent_span_id=f.parent_span_id,
+        # tool_use ids are unique per API call; a session copied elsewhere is another trace
+        trace_id=f.trace_id, span_id=ids.span_id("tool", owner.session_id if owner else "", t.tool_use_id),
+        parent_span_id=f.parent_span_id,
         name=f"execute_tool {t.name}", kind=SpanKind.INTERNAL,
         start_ns=t.start_ns, end_ns=max(end, t.start_ns), attributes=attrs,
         status=status, status_message=message,

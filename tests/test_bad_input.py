@@ -306,7 +306,7 @@ def test_directory_created_later_is_read_when_polled(tmp_path):
     assert len(expected) == 6  # turn, 3 chats, the Task call, the agent
     assert_same_spans(spans, expected)
     agent = next(s for s in spans if s.name == "invoke_agent Explore")
-    assert agent.parent_span_id == ids.span_id("tool", "toolu_t")
+    assert agent.parent_span_id == ids.span_id("tool", SID, "toolu_t")
 
 
 def test_file_created_before_its_directory_watch_is_found_by_rescan(tmp_path):
