@@ -34,6 +34,44 @@ def _bigger(a: Usage, b: Usage) -> bool:
     return (a.output_tokens, a.total) > (b.output_tokens, b.total)
 
 
+class _Lite:
+    """The fields of an assistant Entry the usage rules read."""
+
+    __slots__ = ("type", "message_id", "request_id", "uuid", "session_id", "model", "is_api_error", "usage")
+
+    def __init__(self, *values: Any) -> None:
+        for name, v in zip(self.__slots__, values):
+            setattr(self, name, v)
+
+
+def _quick(line: bytes) -> _Lite | None:
+    """The usual compact, well-typed assistant line read without building an Entry; None: let
+    parse_line decide (glued objects, odd types, anything unusual)."""
+    try:
+        obj = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return None
+    if type(obj) is not dict or obj.get("type") != "assistant":
+        return _Lite("other", None, None, None, None, None, False, None) if type(obj) is dict else None
+    msg = obj.get("message")
+    if type(msg) is not dict:
+        return None
+    u = msg.get("usage")
+    mid, rid, uuid, sid, model = msg.get("id"), obj.get("requestId"), obj.get("uuid"), obj.get("sessionId"), msg.get("model")
+    if not all(v is None or type(v) is str for v in (mid, rid, uuid, sid, model)):
+        return None
+    usage = None
+    if u is not None:
+        if type(u) is not dict:
+            return None
+        vals = (u.get("input_tokens"), u.get("output_tokens"), u.get("cache_read_input_tokens"),
+                u.get("cache_creation_input_tokens"))
+        if not all(type(v) is int and v >= 0 for v in vals):
+            return None
+        usage = Usage(*vals)
+    return _Lite("assistant", mid, rid, uuid, sid, model, obj.get("isApiErrorMessage") is True, usage)
+
+
 def fast_report(roots: list[str]) -> dict[str, dict[str, int]]:
     pipeline = Pipeline(Options(roots=tuple(roots)), emit=lambda spans: None)
     calls: dict[str, list[Any]] = {}  # key -> [session, usage, is_api_error]
@@ -47,7 +85,8 @@ def fast_report(roots: list[str]) -> dict[str, dict[str, int]]:
                 offset += len(line) + 1
                 if _NEEDLE not in line:
                     continue
-                for e in parse_line(line, start).entries:
+                quick = _quick(line)
+                for e in (quick,) if quick is not None else parse_line(line, start).entries:
                     if e.type != "assistant" or e.message_id is None or e.uuid is None:
                         continue
                     sid = e.session_id or tf.session_id

@@ -1,6 +1,6 @@
 """ccotel benchmarks, one command:
 
-    .venv/bin/python -m bench.run                 # 1 GB corpus, 30 s live/idle runs (~10 min)
+    .venv/bin/python -m bench.run                 # 1 GB corpus, 30 s live, 150 s idle (~10 min)
     .venv/bin/python -m bench.run --quick         # 20 MB, a few seconds each (~1 min)
 
 Prints a table (each result beside the baseline measured in the same run, and the ratio; the
@@ -533,6 +533,9 @@ def bench_report(res: Results, root: Path, exp: dict[str, Any], log_dir: Path, r
     res.add("report_time", "2. ccotel report --json vs ccusage (native)", a["wall_s"], "s", b["wall_s"], "ccusage",
             "ccotel faster (< 1x)", _met(a["wall_s"] < b["wall_s"]),
             notes=f"CPU {a['cpu_s']:.1f} s vs {b['cpu_s']:.1f} s; RSS {a['maxrss_mb']:.0f} vs {b['maxrss_mb']:.0f} MB")
+    proto = [timed([PY, "-m", "bench.report_fast", "--root", str(root)], _env(), log_dir, f"report_fast{i}")
+             for i in range(repeat)]
+    c = min(proto, key=lambda x: x["wall_s"])
     keys = (("input_tokens", "inputTokens"), ("output_tokens", "outputTokens"),
             ("cache_creation_tokens", "cacheCreationTokens"), ("cache_read_tokens", "cacheReadTokens"))
     mine = {s["sessionId"]: {k: s[k] for _, k in keys} for s in orjson.loads(a["stdout"])["sessions"]}
@@ -546,6 +549,10 @@ def bench_report(res: Results, root: Path, exp: dict[str, Any], log_dir: Path, r
     res.add("report_totals", "2. per-session tokens: ccotel == ccusage == generator", len(mine), "sessions",
             len(gen), "generator", "equal", "ok" if ok else "FAIL", ratio=False,
             notes=(f"{total:,} tokens in all" if ok else f"differ: {bad[:3]}"))
+    fast = {sid: {k: s[k] for _, k in keys} for sid, s in orjson.loads(c["stdout"])["sessions"].items()}
+    res.add("report_fast", "2. usage-only prototype (bench/report_fast.py) vs ccusage", c["wall_s"], "s", b["wall_s"],
+            "ccusage", "", "same totals" if fast == gen else "totals DIFFER",
+            notes="not part of ccotel: what a usage-only report path would cost (NOTES.md)")
 
 
 # -- 3. live latency -----------------------------------------------------------------
@@ -612,7 +619,10 @@ def bench_live(res: Results, root: Path, exp: dict[str, Any], log_dir: Path, rat
 
 
 def bench_idle(res: Results, root: Path, exp: dict[str, Any], log_dir: Path, duration: float,
-               settle: float = 2.0) -> None:
+               window: float, settle: float = 2.0) -> None:
+    """CPU of an idle ``ccotel run`` over ``duration`` s, sampled in windows: the mean over the
+    whole time (which should span one periodic rescan, every 120 s in ccotel run), and the
+    quietest and busiest window."""
     n_main = exp["totals"]["sessions"]
     _log(f"[4] idle CPU: {n_main:,} sessions ({exp['totals']['files']:,} files) watched for {duration:g} s")
     with receiver(log_dir) as rcv:
@@ -622,23 +632,29 @@ def bench_idle(res: Results, root: Path, exp: dict[str, Any], log_dir: Path, dur
                 raise RuntimeError(f"ccotel run did not catch up: {d.stderr()[-2000:]}")
             rcv.wait_quiet(min(settle, 1.0), 120)
             time.sleep(settle)
-            c0, t0 = d.cpu_ticks(), time.monotonic()
-            time.sleep(duration)
-            c1, t1 = d.cpu_ticks(), time.monotonic()
+            samples = [(d.cpu_ticks(), time.monotonic())]
+            while samples[-1][1] - samples[0][1] < duration - 1e-3:
+                time.sleep(min(window, duration - (samples[-1][1] - samples[0][1])))
+                samples.append((d.cpu_ticks(), time.monotonic()))
         finally:
             d.stop()
-    pct = (c1 - c0) / CLK_TCK / (t1 - t0) * 100
+    pct = (samples[-1][0] - samples[0][0]) / CLK_TCK / (samples[-1][1] - samples[0][1]) * 100
+    windows = [(b[0] - a[0]) / CLK_TCK / (b[1] - a[1]) * 100 for a, b in zip(samples, samples[1:])]
     w = Daemon([PY, "-m", "bench.watchbase", "--root", str(root)], _env(), log_dir, "watchbase-idle")
+    base_s = min(duration, 30.0)
     try:
         w.wait_for("watching", 120)
         time.sleep(settle)
         b0, s0 = w.cpu_ticks(), time.monotonic()
-        time.sleep(duration)
+        time.sleep(base_s)
         b1, s1 = w.cpu_ticks(), time.monotonic()
     finally:
         w.stop()
     bpct = (b1 - b0) / CLK_TCK / (s1 - s0) * 100
-    res.add("idle_cpu", "4. idle CPU of ccotel run", pct, "% core", bpct, "watchdog", "<= 1%", _met(pct <= 1.0), notes=f"{n_main:,} session files, {duration:g} s, {CLK_TCK} ticks/s resolution")
+    res.add("idle_cpu", "4. idle CPU of ccotel run", pct, "% core", bpct, "watchdog", "<= 1%", _met(pct <= 1.0),
+            notes=f"{n_main:,} session files ({exp['totals']['files']:,} in all); mean over {duration:g} s; "
+                  f"{window:g} s windows {min(windows):.2f}-{max(windows):.2f}%; watchdog over {base_s:g} s")
+    res.details["idle"] = {"windows_pct": windows, "window_s": window, "duration_s": duration}
 
 
 # -- 5. restart (and peak RSS of ccotel run after the big backfill) ------------------
@@ -719,7 +735,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=None, help="backfill/report runs, best taken (default 2; quick 1)")
     ap.add_argument("--live-files", type=int, default=None, help="sessions in the live root (default 1000)")
     ap.add_argument("--idle-files", type=int, default=None, help="sessions in the idle root (default 10000)")
-    ap.add_argument("--duration", type=float, default=None, help="live and idle seconds (default 30; quick 3)")
+    ap.add_argument("--duration", type=float, default=None, help="live seconds (default 30; quick 3, also the idle time)")
+    ap.add_argument("--idle-duration", type=float, default=None,
+                    help="idle seconds (default 150: spans ccotel run's 120 s rescan; quick: --duration)")
     ap.add_argument("--rate", type=float, default=20.0, help="live tool results per second")
     ap.add_argument("--src", default=None, help="dir holding the ccotel package to measure (default: this checkout)")
     ap.add_argument("--compare-src", default=None,
@@ -770,7 +788,8 @@ def main(argv: list[str] | None = None) -> int:
     if "idle" in only:
         idle_root = work / f"idle-{idle_n}-s{args.seed + 3}"
         iexp = ensure_corpus(idle_root, sessions=idle_n, seed=args.seed + 3, session_mean=3_000)
-        bench_idle(res, idle_root, iexp, log_dir, duration, settle=0.5 if q else 2.0)
+        bench_idle(res, idle_root, iexp, log_dir, args.idle_duration or (duration if q else 150.0),
+                   window=1.0 if q else 30.0, settle=0.5 if q else 2.0)
     if "restart" in only:
         bench_restart(res, main_root, exp, log_dir, floor_rss)
     elapsed = time.perf_counter() - t_all

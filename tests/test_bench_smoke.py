@@ -81,6 +81,7 @@ def test_generator_is_deterministic(tmp_path):
     assert _digest(tmp_path / "a" / "projects") == _digest(tmp_path / "b" / "projects")
     assert a["sessions"] == b["sessions"]
     assert _digest(tmp_path / "a" / "projects") != _digest(tmp_path / "c" / "projects")
+    assert a["sessions"].keys() != c["sessions"].keys()
 
 
 def test_parse_size():
