@@ -252,6 +252,9 @@ class Assembler:
         if session_id is None or entry.uuid is None:
             return  # summaries, snapshots, queue operations: not part of the conversation tree
         sess = self._session(session_id)
+        if entry.uuid in sess.owner_of:
+            self._count("duplicate_uuid")
+            return  # the same line again (a file read again from its start, a re-emitted line)
         if src.kind is FileKind.MAIN and not entry.is_sidechain:
             owner = self._main_owner(sess, entry)
         else:
@@ -260,9 +263,6 @@ class Assembler:
             self._link_agent(sess, entry.progress_agent_id, entry.parent_tool_use_id, "progress")
         if owner is None:
             return
-        if entry.uuid in sess.owner_of:
-            self._count("duplicate_uuid")
-            return  # the same line again (a file read again from its start, a re-emitted line)
         ts = entry.timestamp_ns if entry.timestamp_ns is not None else owner.last_ns
         if src.path not in owner.first_offsets:
             owner.first_offsets[src.path] = entry.offset
@@ -408,7 +408,8 @@ class Assembler:
             return found[0]
         if sess.current_turn is not None and not sess.current_turn.closed:
             return sess.current_turn
-        if e.type == "assistant" and e.message_id and not self._is_replay(e):
+        if e.type == "assistant" and e.message_id and not self._is_replay(e) \
+                and not (e.uuid and digest64(e.uuid) in self._seen_prompts):
             # Lines that answer no prompt we saw (a continuation after a closed turn, a file
             # read from a checkpoint): their calls still get a trace.
             return self._start_turn(sess, e, "continuation")

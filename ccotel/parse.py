@@ -132,34 +132,49 @@ def _decode_glued(data: bytes, result: ParseResult) -> list[Any]:
             break
         try:
             obj, pos = _decoder.raw_decode(text, pos)
-        except json.JSONDecodeError as err:
-            # One counted error per broken stretch; resynchronise only on an object start from which
-            # the rest of the line decodes (a glued object), never inside a nested one.
+        except json.JSONDecodeError:
+            # One counted error per broken stretch, then resynchronise on a glued object.
             result.errors.append("malformed_json")
-            # Where the decoder failed is where a glued object begins when the broken one ended
-            # just before it (e.g. cut after a complete nested copy); else the first start that works.
-            rest = _decode_all(text, err.pos) if text.startswith('{"', err.pos) else None
-            rest = rest or _resync(text, pos)
-            if rest is None:
+            nxt, tail = _resync(text, pos)
+            if tail is not None:
+                objs.extend(tail)
                 break
-            objs.extend(rest)
-            break
+            if nxt is None:
+                break
+            pos = nxt
+            continue
         objs.append(obj)
     return [_clean_surrogates(o) for o in objs]
 
 
-def _resync(text: str, pos: int, limit: int = 256) -> list[Any] | None:
-    """The objects from the first '{"' after pos from which everything up to the end decodes."""
+def _resync(text: str, pos: int, limit: int = 256) -> tuple[int | None, list[Any] | None]:
+    """Where decoding can go on after a broken stretch that starts at pos.
+
+    A transcript line starts with {"parentUuid"; objects nested in a broken line (a progress
+    line's copy of a subagent message) never do. So the first such start that holds a whole
+    object wins: (its position, None). Failing that, the first start of any kind from which
+    everything up to the end decodes (a summary glued at the end): (None, those objects).
+    """
+    candidates = []
     start = pos
     for _ in range(limit):
         nxt = text.find('{"', start + 1)
         if nxt < 0:
-            return None
-        found = _decode_all(text, nxt)
-        if found is not None:
-            return found
+            break
+        candidates.append(nxt)
         start = nxt
-    return None
+    for c in candidates:
+        if text.startswith('{"parentUuid"', c):
+            try:
+                _decoder.raw_decode(text, c)
+                return c, None
+            except json.JSONDecodeError:
+                continue
+    for c in candidates:
+        found = _decode_all(text, c)
+        if found is not None:
+            return None, found
+    return None, None
 
 
 def _decode_all(text: str, pos: int) -> list[Any] | None:
