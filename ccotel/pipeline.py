@@ -75,6 +75,7 @@ class _FileState:
     saved_read_to: int = -1
     read_to: int = 0  # bytes already counted in the health counters (survives restarts)
     meta_loaded: bool = False
+    meta_mtime_ns: int = 0
     partial_since_ns: int | None = None
     has_user: bool = False
     has_assistant: bool = False
@@ -106,6 +107,7 @@ class Pipeline:
         self._partial: set[str] = set()  # files whose last line is unterminated
         self._ghost_candidates: set[str] = set()  # main files with prompts and no assistant record yet
         self._dirty: set[str] = set()  # files read since the last checkpoint
+        self._agent_files: set[tuple[str | None, str]] = set()  # (session, agent id) with a transcript
         self._new_marks: list[str] = []
         self._checkpoints: dict[str, tuple[object, int, int]] = {}
         self._acked_before: set[int] = set()
@@ -339,6 +341,8 @@ class Pipeline:
         stall = self.options.timeouts.stall_ns
         for sid, agent_id in self.assembler.missing_agents(now, stall):
             mark = f"missing_agent:{sid}:{agent_id}"
+            if (sid, agent_id) in self._agent_files or (None, agent_id) in self._agent_files:
+                continue  # its transcript is there (its lines were read before this session state)
             if mark not in self._marks:
                 self._marks.add(mark)
                 self._new_marks.append(mark)
@@ -398,6 +402,8 @@ class Pipeline:
                                saved_read_to=read_to if ckpt else -1, read_to=read_to, changed_ns=self.clock())
             self.files[tf.path] = state
             self.stats.files += 1
+            if tf.agent_id is not None and os.path.exists(tf.path):
+                self._agent_files.add((tf.session_id, tf.agent_id))
         return state
 
     def _meta_changed(self, path: str) -> None:
@@ -406,6 +412,8 @@ class Pipeline:
         if found is None:
             return
         state = self._track(*found)
+        if state.meta_loaded and _mtime_ns(path) == state.meta_mtime_ns:
+            return  # a directory walk saw it again: unchanged, already known
         state.meta_loaded = False
         self._load_meta(state)
 
@@ -425,6 +433,7 @@ class Pipeline:
             self._error("bad_meta_json")
             return
         state.meta_loaded = True
+        state.meta_mtime_ns = _mtime_ns(tf.meta_path)
         if isinstance(meta, dict):
             self.assembler.set_agent_meta(tf.session_id, tf.agent_id, meta, self.clock())
 

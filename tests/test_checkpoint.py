@@ -197,3 +197,25 @@ def test_missing_subagent_transcript_is_counted_once(tmp_path):
     p2.backfill()
     p2.tick()
     assert m2.value("ccotel_missing_transcripts", "subagent") == 1
+
+
+def test_meta_json_seen_again_after_a_catch_up_counts_no_missing_subagent(tmp_path):
+    """The watcher's first walk reports every meta.json again; finished sessions must not come back
+    as subagents without a transcript."""
+    root = str(tmp_path / "claude")
+    t = Transcript(SID, t_ms=int(time.time() * 1000) - 3_600_000)
+    t.prompt("go", parent=None)
+    t.response("msg_1", [tool_use("toolu_t", name="Agent", subagent_type="Explore", prompt="subagent task a9")],
+               stop_reason="tool_use")
+    subagent_files(root, t, "a9", "toolu_t")
+    t.tool_result("toolu_t", "r", tool_use_result={"status": "completed", "agentId": "a9"})
+    t.response("msg_2", [text("ok")], stop_reason="end_turn")
+    t.write(os.path.join(proj(root), f"{SID}.jsonl"))
+    clock = [int(time.time() * 1e9)]
+    m = Metrics()
+    p = start(root, str(tmp_path / "st"), Backend(), clock=lambda: clock[0], metrics=m)
+    p.backfill()
+    p.poll([os.path.join(root, "projects")])  # the watcher's first event: the whole tree
+    clock[0] += 600 * 10**9
+    p.tick()
+    assert m.value("ccotel_missing_transcripts", "subagent") == 0
