@@ -203,7 +203,6 @@ class _Session:
     agents: dict[str, AgentRun] = field(default_factory=dict)
     task_tools: dict[str, _TaskTool] = field(default_factory=dict)
     agent_links: dict[str, tuple[str, str]] = field(default_factory=dict)  # agent_id -> (tool_use_id, how)
-    agent_named: dict[str, int] = field(default_factory=dict)  # agent_id -> when a line or meta.json named it
     turn_index: list[tuple[int, int, int]] = field(default_factory=list)  # (start, trace_id, root span)
     open_owners: list[Owner] = field(default_factory=list)
 
@@ -241,6 +240,8 @@ class Assembler:
         # digests (state.digest64) of API calls and prompts already traced: counted once
         self._seen_calls: set[int] = set()
         self._seen_prompts: set[int] = set()
+        self._unseen_agents: dict[tuple[str, str], int] = {}  # named subagents with no line yet
+        self._active: set[str] = set()  # sessions with open owners: the only ones tick looks at
         self.new_owners: list[Owner] = []  # every owner created since the pipeline last looked
         self._out: list[Finished] = []
         self.counters: dict[str, int] = {}
@@ -265,6 +266,8 @@ class Assembler:
             return
         ts = entry.timestamp_ns if entry.timestamp_ns is not None else owner.last_ns
         if src.path not in owner.first_offsets:
+            if not owner.first_offsets and isinstance(owner, AgentRun) and owner.agent_id:
+                self._unseen_agents.pop((sess.session_id, owner.agent_id), None)
             owner.first_offsets[src.path] = entry.offset
             self.new_owners.append(owner)  # its lines in this file hold that file's checkpoint
         sess.owner_of[entry.uuid] = (owner, ts)
@@ -311,10 +314,13 @@ class Assembler:
         writing a session still runs (True/False), or None when unknown (no sessions/<pid>.json).
         """
         t = self.timeouts
-        for sess in list(self._sessions.values()):
-            owners = self._open_owners(sess)
+        for sid in list(self._active):
+            sess = self._sessions.get(sid)
+            owners = self._open_owners(sess) if sess is not None else []
             if not owners:
+                self._active.discard(sid)  # idle sessions cost nothing per tick
                 continue
+            assert sess is not None
             running = alive(sess.session_id)
             for owner in owners:
                 self._release_superseded(owner)
@@ -339,13 +345,12 @@ class Assembler:
 
     def missing_agents(self, now_ns: int, after_ns: int) -> list[tuple[str, str]]:
         """(session, agent id) of subagents named (by toolUseResult.agentId or meta.json) at least
-        ``after_ns`` ago whose transcript never had a line."""
+        ``after_ns`` ago whose transcript never had a line; each is returned once."""
         out = []
-        for sess in self._sessions.values():
-            for agent_id, named in sess.agent_named.items():
-                agent = sess.agents.get(agent_id)
-                if (agent is None or not agent.first_offsets) and now_ns - named >= after_ns:
-                    out.append((sess.session_id, agent_id))
+        for key, named in list(self._unseen_agents.items()):
+            if now_ns - named >= after_ns:
+                del self._unseen_agents[key]
+                out.append(key)
         return out
 
     def current_turn(self, session_id: str) -> Turn | None:
@@ -354,7 +359,8 @@ class Assembler:
         return sess.current_turn if sess is not None else None
 
     def stalled_now(self) -> int:
-        return sum(1 for sess in self._sessions.values() for o in self._open_owners(sess) if o.stalled)
+        return sum(1 for sid in self._active if sid in self._sessions
+                   for o in self._open_owners(self._sessions[sid]) if o.stalled)
 
     def flush(self, now_ns: int | None = None, session_id: str | None = None) -> int:
         """End of a backfill pass: close every owner that is safe to close.
@@ -437,6 +443,7 @@ class Assembler:
         self.new_owners.append(turn)
         sess.current_turn = turn
         sess.open_owners.append(turn)
+        self._active.add(sess.session_id)
         sess.turn_index.append((ts, trace, turn.span_id))
         return turn
 
@@ -451,6 +458,7 @@ class Assembler:
             if owner.closed and isinstance(owner, AgentRun):
                 owner.closed = False
                 sess.open_owners.append(owner)  # type: ignore[arg-type]
+                self._active.add(sess.session_id)
             return owner
         agent = self._agent(sess, e.agent_id or e.uuid or "unknown", e.agent_id, e)
         if e.type == "user" and e.blocks and e.blocks[0].type == "text" and agent.tool_use_id is None:
@@ -478,11 +486,14 @@ class Assembler:
                 agent.closed = False  # late lines of a closed agent: same span ids, new children
             if agent not in sess.open_owners:
                 sess.open_owners.append(agent)  # type: ignore[arg-type]
+                self._active.add(sess.session_id)
         return agent
 
     def _link_agent(self, sess: _Session, agent_id: str, tool_use_id: str, how: str, named_ns: int = 0) -> None:
         if named_ns:
-            sess.agent_named.setdefault(agent_id, named_ns)
+            agent = sess.agents.get(agent_id)
+            if (agent is None or not agent.first_offsets) and (sess.session_id, agent_id) not in self._unseen_agents:
+                self._unseen_agents[(sess.session_id, agent_id)] = named_ns
         if agent_id in sess.agent_links:
             return
         sess.agent_links[agent_id] = (tool_use_id, how)
