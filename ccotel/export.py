@@ -30,7 +30,6 @@ from .records import SpanRecord
 __all__ = [
     "ConsoleSink",
     "ExportQueue",
-    "MemorySink",
     "NoneSink",
     "OtlpSink",
     "SpanSink",
@@ -55,28 +54,6 @@ class NoneSink:
 
     def describe(self) -> str:
         return "nowhere (--traces-exporter none)"
-
-    def shutdown(self) -> None:
-        pass
-
-
-class MemorySink:
-    """The test double: keeps every acknowledged span; can be told to refuse."""
-
-    def __init__(self) -> None:
-        self.spans: list[SpanRecord] = []
-        self.refuse = False
-        self.calls = 0
-
-    def export(self, spans: Sequence[SpanRecord]) -> bool:
-        self.calls += 1
-        if self.refuse:
-            return False
-        self.spans.extend(spans)
-        return True
-
-    def describe(self) -> str:
-        return "memory"
 
     def shutdown(self) -> None:
         pass

@@ -125,11 +125,7 @@ def _decode_glued(data: bytes, result: ParseResult) -> list[Any]:
         text = text.replace("\x00", "")
     objs: list[Any] = []
     pos, n = 0, len(text)
-    while pos < n:
-        while pos < n and text[pos] in " \t\r":
-            pos += 1
-        if pos >= n:
-            break
+    while (pos := _skip_blank(text, pos)) < n:
         try:
             obj, pos = _decoder.raw_decode(text, pos)
         except json.JSONDecodeError:
@@ -177,20 +173,36 @@ def _resync(text: str, pos: int, limit: int = 256) -> tuple[int | None, list[Any
     return None, None
 
 
-def _decode_all(text: str, pos: int) -> list[Any] | None:
-    out = []
+def _skip_blank(text: str, pos: int) -> int:
     n = len(text)
-    while pos < n:
-        while pos < n and text[pos] in " \t\r":
-            pos += 1
-        if pos >= n:
-            break
-        try:
+    while pos < n and text[pos] in " \t\r":
+        pos += 1
+    return pos
+
+
+def _decode_all(text: str, pos: int) -> list[Any] | None:
+    """Every JSON value from pos to the end, or None if any part does not decode."""
+    out = []
+    try:
+        while (pos := _skip_blank(text, pos)) < len(text):
             obj, pos = _decoder.raw_decode(text, pos)
-        except json.JSONDecodeError:
-            return None
-        out.append(obj)
+            out.append(obj)
+    except (json.JSONDecodeError, RecursionError):
+        return None
     return out
+
+
+def is_complete_json(data: bytes) -> bool:
+    """The bytes are whole JSON values from first to last byte (one object, or several glued)."""
+    try:
+        orjson.loads(data)
+        return True
+    except orjson.JSONDecodeError:
+        pass
+    try:
+        return _decode_all(data.decode("utf-8"), 0) is not None
+    except (UnicodeDecodeError, ValueError):
+        return False
 
 
 def _clean_surrogates(v: Any) -> Any:

@@ -302,8 +302,8 @@ class Pipeline:
     def _checkpoint_offsets(self, commit: Commit, moved: set[str]) -> None:
         """Offsets of the files read since the last commit, or whose blocking owner just finished."""
         for log_ in self.logs:
-            if log_.tailer.line_offset != log_.saved_offset:
-                log_.saved_offset = log_.tailer.line_offset
+            if log_.tailer.offset != log_.saved_offset:
+                log_.saved_offset = log_.tailer.offset
                 commit.offsets[log_.path] = (log_.tailer.identity, log_.saved_offset, log_.saved_offset)
         paths, self._dirty = self._dirty | moved, set()
         for path in paths:
@@ -311,7 +311,7 @@ class Pipeline:
             if st is None:
                 continue
             blocking = self._owners_by_path.get(path)
-            safe = min(min(blocking.values()) if blocking else 1 << 62, st.tailer.line_offset)
+            safe = min(min(blocking.values()) if blocking else 1 << 62, st.tailer.offset)
             if safe != st.saved_offset or st.read_to != st.saved_read_to:
                 st.saved_offset, st.saved_read_to = safe, st.read_to
                 commit.offsets[path] = (st.tailer.identity, safe, st.read_to)

@@ -47,10 +47,11 @@ def price_for(model: str | None) -> Price | None:
     return best[1] if best else None
 
 
-def cost_usd(model: str | None, u: Usage) -> float:
+def cost_usd(model: str | None, u: Usage) -> float | None:
+    """None for a model without a known price."""
     p = price_for(model)
     if p is None:
-        return 0.0
+        return None
     # Cache writes split by TTL when the transcript says so; otherwise all at the 5-minute rate.
     split = u.cache_creation_5m + u.cache_creation_1h
     w5 = u.cache_creation_5m if split else u.cache_creation_input_tokens

@@ -12,7 +12,7 @@ from typing import Any
 from . import ids
 from .assemble import AgentRun, Call, Finished, ToolCall, Turn
 from .content import ContentPolicy
-from .pricing import cost_usd, price_for
+from .pricing import cost_usd
 from .records import SpanEvent, SpanKind, SpanRecord, StatusCode
 
 __all__ = ["build_span"]
@@ -146,8 +146,9 @@ def _chat(c: Call, f: Finished) -> SpanRecord:
         if u.cache_creation_5m or u.cache_creation_1h:
             attrs["claude_code.usage.cache_creation.ephemeral_5m_input_tokens"] = u.cache_creation_5m
             attrs["claude_code.usage.cache_creation.ephemeral_1h_input_tokens"] = u.cache_creation_1h
-        if price_for(model) is not None:
-            attrs["claude_code.cost.usd"] = round(cost_usd(model, u), 9)
+        cost = cost_usd(model, u)
+        if cost is not None:
+            attrs["claude_code.cost.usd"] = round(cost, 9)
     status, message = StatusCode.UNSET, None
     if c.is_api_error:
         status, message = StatusCode.ERROR, c.error_text or "api_error"

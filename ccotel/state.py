@@ -18,7 +18,6 @@ import hashlib
 import os
 import sqlite3
 import threading
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from .tail import FileIdentity

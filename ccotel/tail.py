@@ -10,12 +10,10 @@ limit are skipped with bounded memory and counted. A file that shrank or was rep
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from dataclasses import dataclass, field
 
-import orjson
-
+from .parse import is_complete_json
 from .records import RawLine
 
 __all__ = ["FileIdentity", "Tailer", "ReadResult", "identity_of"]
@@ -74,10 +72,6 @@ class Tailer:
     offset: int = 0  # always the start of a line: everything before it was read
     identity: FileIdentity | None = None
     max_line_bytes: int = 32 << 20
-
-    @property
-    def line_offset(self) -> int:
-        return self.offset
 
     def read(self, accept_unterminated: bool = False, max_bytes: int = 1 << 62,
              force_tail: bool = False) -> ReadResult:
@@ -168,7 +162,7 @@ class Tailer:
         size = length if long_line else len(buf)
         if size and take_tail:
             data = None if long_line else bytes(buf)
-            if force_tail or (data is not None and _complete_json(data)):
+            if force_tail or (data is not None and is_complete_json(data)):
                 self._line(f, res, start, size, buf if data is not None else None, end=start + size)
                 self.offset = start + size
 
@@ -188,27 +182,3 @@ class Tailer:
         else:
             data = bytes(buf)
         res.lines.append(RawLine(start, end, data))
-
-
-def _complete_json(data: bytes) -> bool:
-    """The bytes are whole JSON values from first to last byte (one object, or several glued)."""
-    try:
-        orjson.loads(data)
-        return True
-    except orjson.JSONDecodeError:
-        pass
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        return False
-    decoder = json.JSONDecoder()
-    pos, n = 0, len(text)
-    try:
-        while pos < n:
-            while pos < n and text[pos] in " \t\r":
-                pos += 1
-            if pos < n:
-                _, pos = decoder.raw_decode(text, pos)
-    except (ValueError, RecursionError):
-        return False
-    return True
