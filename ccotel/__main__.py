@@ -1,3 +1,4 @@
 from .cli import main
 
-raise SystemExit(main())
+if __name__ == "__main__":  # multiprocessing (spawn) imports this module in its workers
+    raise SystemExit(main())

@@ -54,6 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="Claude config dir to read (repeatable; default $CLAUDE_CONFIG_DIR or ~/.claude)")
         sp.add_argument("--since", type=parse_since, default=None,
                         help="only turns started after this date or duration ago (2025-06-01, 7d, 12h)")
+        sp.add_argument("--workers", type=int, default=None,
+                        help="processes that read a large history in parallel (default: the cores, at most 4)")
         sp.add_argument("-v", "--verbose", action="store_true")
 
     def tracing(sp: argparse.ArgumentParser) -> None:
@@ -234,7 +236,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from .report import build_report
 
-    sessions = sorted(build_report(_options(args)).values(), key=lambda u: u.last_ns)
+    sessions = sorted(build_report(_options(args), workers=args.workers).values(), key=lambda u: u.last_ns)
     if args.json:
         totals = {k: sum(int(u.as_dict()[k]) for u in sessions)  # type: ignore[call-overload]
                   for k in ("inputTokens", "outputTokens", "cacheCreationTokens", "cacheReadTokens",

@@ -330,7 +330,11 @@ def _usage(v: Any, errors: list[str]) -> Usage | None:
             vals[i] = n
     c5 = c1 = 0
     cc = get("cache_creation")
-    if isinstance(cc, dict):
+    if type(cc) is dict and type(c5 := cc.get("ephemeral_5m_input_tokens", 0)) is int \
+            and type(c1 := cc.get("ephemeral_1h_input_tokens", 0)) is int and 0 <= c5 < _MAX_INT64 \
+            and 0 <= c1 < _MAX_INT64:
+        pass  # the usual shape: both plain counts (None and odd values take the checked path)
+    elif isinstance(cc, dict):
         split = []
         for key in ("ephemeral_5m_input_tokens", "ephemeral_1h_input_tokens"):
             raw = cc.get(key)

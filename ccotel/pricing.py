@@ -6,6 +6,7 @@ in the transcript. Unknown models cost 0 and are reported as unpriced.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from .records import Usage
@@ -37,6 +38,7 @@ _PRICES: tuple[tuple[str, Price], ...] = (
 )
 
 
+@functools.lru_cache(maxsize=1024)  # a handful of model names, looked up once per API call
 def price_for(model: str | None) -> Price | None:
     if not model:
         return None

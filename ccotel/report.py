@@ -1,16 +1,37 @@
-"""``ccotel report``: token usage and estimated cost per session, read from the same spans
-ccotel exports (so the report and the traces can never disagree). Like ``ccusage session --json``.
+"""``ccotel report``: token usage and estimated cost per session, like ``ccusage session --json``.
+
+The report reads only what usage needs: assistant lines (a byte search finds them; tool results,
+most of the bytes, are never decoded), with the assembler's rules for API calls: one call per
+(message.id, requestId) across ALL files, the first file in time order keeps it, its largest
+usage snapshot counts, ``<synthetic>`` lines are no call unless an API error, a failed call is
+not billed, the same uuid twice in a session is one line. A big history is read by several
+processes, split so that no call can be in two of them (shard.py), and merged in time order.
+
+``session_usage`` sums the same figures from exported chat spans: the tests hold the two equal,
+so the report and the traces cannot disagree.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import os
+from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any
 
-from .pipeline import Options, Pipeline
-from .records import SpanRecord
+import orjson
 
-__all__ = ["SessionUsage", "session_usage", "build_report"]
+from . import ids
+from .parse import _MAX_INT64, _STR_OR_NONE, parse_line, parse_timestamp
+from .pipeline import Options, Pipeline, _session_groups
+from .pricing import cost_usd
+from .records import SpanRecord, Usage
+from .shard import Group, balance, plan_shards, process_context
+
+__all__ = ["SessionUsage", "session_usage", "build_report", "default_workers"]
+
+# Below this much to read, starting worker processes costs more than it saves.
+PARALLEL_MIN_BYTES = 64 << 20
 
 
 @dataclass
@@ -30,6 +51,19 @@ class SessionUsage:
     def total_tokens(self) -> int:
         return self.input_tokens + self.output_tokens + self.cache_creation_tokens + self.cache_read_tokens
 
+    def add(self, u: Usage, cost: float | None, model: str | None, first_ns: int, last_ns: int) -> None:
+        self.input_tokens += u.input_tokens
+        self.output_tokens += u.output_tokens
+        self.cache_creation_tokens += u.cache_creation_input_tokens
+        self.cache_read_tokens += u.cache_read_input_tokens
+        self.cost_usd += cost or 0.0
+        self.api_calls += 1
+        if model:
+            self.models.add(model)
+        if first_ns:
+            self.first_ns = min(self.first_ns, first_ns) if self.first_ns else first_ns
+        self.last_ns = max(self.last_ns, last_ns)
+
     def as_dict(self) -> dict[str, object]:
         return {
             "sessionId": self.session_id, "inputTokens": self.input_tokens, "outputTokens": self.output_tokens,
@@ -40,6 +74,7 @@ class SessionUsage:
 
 
 def session_usage(spans: Iterable[SpanRecord], into: dict[str, SessionUsage] | None = None) -> dict[str, SessionUsage]:
+    """Per-session usage of exported chat spans (the reference the fast report is held to)."""
     out = {} if into is None else into
     for s in spans:
         a = s.attributes
@@ -48,23 +83,255 @@ def session_usage(spans: Iterable[SpanRecord], into: dict[str, SessionUsage] | N
         sid = str(a.get("gen_ai.conversation.id", ""))
         u = out.get(sid)
         if u is None:
-            u = out[sid] = SessionUsage(sid, first_ns=s.start_ns)
-        u.input_tokens += int(a.get("claude_code.usage.input_tokens", 0))
-        u.output_tokens += int(a["gen_ai.usage.output_tokens"])
-        u.cache_creation_tokens += int(a.get("gen_ai.usage.cache_creation.input_tokens", 0))
-        u.cache_read_tokens += int(a.get("gen_ai.usage.cache_read.input_tokens", 0))
-        u.cost_usd += float(a.get("claude_code.cost.usd", 0.0))
-        u.api_calls += 1
+            u = out[sid] = SessionUsage(sid)
+        usage = Usage(int(a.get("claude_code.usage.input_tokens", 0)), int(a["gen_ai.usage.output_tokens"]),
+                      int(a.get("gen_ai.usage.cache_read.input_tokens", 0)),
+                      int(a.get("gen_ai.usage.cache_creation.input_tokens", 0)))
         model = a.get("gen_ai.response.model")
-        if isinstance(model, str):
-            u.models.add(model)
-        u.first_ns = min(u.first_ns, s.start_ns)
-        u.last_ns = max(u.last_ns, s.end_ns)
+        cost = a.get("claude_code.cost.usd")
+        u.add(usage, float(cost) if cost is not None else None, model if isinstance(model, str) else None,
+              s.start_ns, s.end_ns)
     return out
 
 
-def build_report(options: Options) -> dict[str, SessionUsage]:
-    totals: dict[str, SessionUsage] = {}
-    pipeline = Pipeline(options, emit=lambda spans: session_usage(spans, totals))
-    pipeline.backfill(close_all=True)
-    return totals
+# A call's usage as a plain tuple, cheap to build, merge and send between processes:
+# (input, output, cache read, cache creation, cache creation 5m, cache creation 1h).
+UsageTuple = tuple[int, int, int, int, int, int]
+
+
+@dataclass(slots=True)
+class _Call:
+    """One API call as the report sees it (merged over all the lines that carry its key)."""
+
+    session_id: str
+    usage: UsageTuple | None
+    is_api_error: bool
+    model: str | None
+    first_ns: int
+    last_ns: int
+
+    def flat(self) -> tuple[Any, ...]:
+        return (self.session_id, self.usage, self.is_api_error, self.model, self.first_ns, self.last_ns)
+
+    def merge(self, other: "_Call") -> None:
+        """``other`` is the same call seen later (another file or process)."""
+        self.merge_line(other.usage, other.is_api_error, other.model, other.first_ns)
+        self.last_ns = max(self.last_ns, other.last_ns)
+
+    def merge_line(self, usage: UsageTuple | None, is_api_error: bool, model: str | None, ts: int) -> None:
+        """A later line of the same call."""
+        if usage is not None and (self.usage is None or _bigger(usage, self.usage)):
+            self.usage = usage
+        self.is_api_error = self.is_api_error or is_api_error
+        self.model = model or self.model
+        if ts:
+            self.first_ns = min(self.first_ns, ts) if self.first_ns else ts
+            self.last_ns = max(self.last_ns, ts)
+
+
+def _bigger(a: UsageTuple, b: UsageTuple) -> bool:
+    """The assembler's rule (the largest snapshot of a response counts): output, then the total."""
+    return (a[1], a[0] + a[1] + a[2] + a[3]) > (b[1], b[0] + b[1] + b[2] + b[3])
+
+
+def _as_tuple(u: Usage | None) -> UsageTuple | None:
+    return None if u is None else (u.input_tokens, u.output_tokens, u.cache_read_input_tokens,
+                                   u.cache_creation_input_tokens, u.cache_creation_5m, u.cache_creation_1h)
+
+
+_NEEDLE = b'"assistant"'
+_CHUNK = 4 << 20
+_INT = frozenset((int,))
+# One assistant line: message id, request id, uuid, session id, usage, is API error, model, time.
+_Line = tuple[Any, ...]
+
+
+def _quick(line: bytes) -> _Line | None:
+    """A compact, well-typed assistant line read without building an Entry. None: let
+    ``parse_line`` decide (glued objects, odd types, missing counts, anything unusual)."""
+    try:
+        obj = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return None
+    if type(obj) is not dict:
+        return None
+    get = obj.get
+    if get("type") != "assistant":
+        return ()
+    msg = get("message")
+    if type(msg) is not dict:
+        return None
+    mid, model, u = msg.get("id"), msg.get("model"), msg.get("usage")
+    rid, uuid, sid, api_error, ts_raw = get("requestId"), get("uuid"), get("sessionId"), get("isApiErrorMessage"), \
+        get("timestamp")
+    ts = parse_timestamp(ts_raw)
+    if not (_STR_OR_NONE.issuperset(map(type, (mid, rid, uuid, sid, model)))
+            and api_error in (None, True, False) and (ts is not None or ts_raw is None)):
+        return None
+    usage: UsageTuple | None = None
+    if u is not None:
+        if type(u) is not dict:
+            return None
+        g = u.get
+        cc = g("cache_creation")
+        c5 = c1 = 0
+        if type(cc) is dict:
+            c5, c1 = cc.get("ephemeral_5m_input_tokens", 0), cc.get("ephemeral_1h_input_tokens", 0)
+        elif cc is not None:
+            return None
+        usage = (g("input_tokens"), g("output_tokens"), g("cache_read_input_tokens"),
+                 g("cache_creation_input_tokens"), c5, c1)  # type: ignore[assignment]
+        if not (_INT.issuperset(map(type, usage)) and min(usage) >= 0 and max(usage) < _MAX_INT64):
+            return None  # parse.py's checked path decides (missing, float, negative, huge)
+    return (mid, rid, uuid, sid, usage, api_error is True, model, ts or 0)
+
+
+def _slow(line: bytes, offset: int) -> list[_Line]:
+    return [(e.message_id, e.request_id, e.uuid, e.session_id, _as_tuple(e.usage), e.is_api_error, e.model,
+             e.timestamp_ns or 0) for e in parse_line(line, offset).entries if e.type == "assistant"]
+
+
+def _lines_with(path: str, needle: bytes, max_line_bytes: int, chunk_size: int = _CHUNK) -> Iterator[tuple[int, bytes]]:
+    """(offset, line) of every line of a file that contains ``needle``, found by a byte search
+    over 4 MiB chunks: the other lines cost no Python work at all. A line longer than the limit
+    is skipped with bounded memory (as the tail stage does); a last line may lack its newline."""
+    try:
+        f = open(path, "rb")
+    except OSError:
+        return
+    with f:
+        base = 0  # file offset of chunk[0]
+        carry = b""  # the start of a line the previous chunk did not finish
+        skipping = False  # inside a line over the limit: drop bytes up to its newline
+        while True:
+            try:
+                chunk = f.read(chunk_size)
+            except OSError:
+                return
+            if not chunk:
+                break
+            start = 0
+            if carry or skipping:
+                nl = chunk.find(b"\n")
+                head = chunk if nl < 0 else chunk[:nl]
+                if not skipping:
+                    carry += head
+                    skipping = len(carry) > max_line_bytes
+                if nl < 0:
+                    carry = b"" if skipping else carry
+                    base += len(chunk)
+                    continue
+                if not skipping and needle in carry:
+                    yield base - (len(carry) - nl), carry
+                carry, skipping, start = b"", False, nl + 1
+            end = chunk.rfind(b"\n", start)
+            if end < 0:
+                end = start - 1  # no whole line left in this chunk
+            pos = chunk.find(needle, start, max(end, start))
+            while pos >= 0:
+                first = chunk.rfind(b"\n", start, pos) + 1 or start
+                stop = chunk.find(b"\n", pos)
+                if stop - first <= max_line_bytes:
+                    yield base + first, chunk[first:stop]
+                pos = chunk.find(needle, stop, end)
+            carry = chunk[end + 1:]
+            skipping = len(carry) > max_line_bytes
+            carry = b"" if skipping else carry
+            base += len(chunk)
+        if carry and not skipping and needle in carry:
+            yield base - len(carry), carry
+
+
+def _read_group(group: Group, max_line_bytes: int) -> dict[str, _Call]:
+    """The calls of one session group, by call key, in the order they first appear."""
+    calls: dict[str, _Call] = {}
+    seen_uuids: set[tuple[str, str]] = set()
+    for _root, tf in group:
+        for offset, raw in _lines_with(tf.path, _NEEDLE, max_line_bytes):
+            one = _quick(raw)
+            for mid, rid, uuid, sid, usage, api_error, model, ts in \
+                    ((one,) if one else () if one is not None else _slow(raw, offset)):
+                sid = sid or tf.session_id
+                if mid is None or uuid is None or sid is None or (model == "<synthetic>" and not api_error):
+                    continue
+                if (sid, uuid) in seen_uuids:
+                    continue  # the same line again (a re-emitted line): the assembler drops it too
+                seen_uuids.add((sid, uuid))
+                key = ids.call_key(mid, rid)
+                have = calls.get(key)
+                if have is None:
+                    calls[key] = _Call(sid, usage, api_error, model, ts, ts)
+                else:
+                    have.merge_line(usage, api_error, model, ts)
+    return calls
+
+
+def _read_shard(groups: list[tuple[int, Group]], max_line_bytes: int) -> list[tuple[Any, ...]]:
+    """Calls of these groups (in time order), merged: one flat tuple per call, cheap to send back."""
+    calls: dict[str, tuple[int, _Call]] = {}
+    for index, group in groups:
+        for key, call in _read_group(group, max_line_bytes).items():
+            have = calls.get(key)
+            if have is None:
+                calls[key] = (index, call)
+            else:
+                have[1].merge(call)
+    return [(key, index, *c.flat()) for key, (index, c) in calls.items()]
+
+
+def default_workers() -> int:
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cpus = os.cpu_count() or 1
+    return max(1, min(cpus, 4))
+
+
+def build_report(options: Options, workers: int | None = None,
+                 parallel_min_bytes: int = PARALLEL_MIN_BYTES) -> dict[str, SessionUsage]:
+    groups = _session_groups(Pipeline(options, emit=lambda spans: None).discover())
+    weights = [sum(_size(tf.path) for _root, tf in g) for g in groups]
+    n = default_workers() if workers is None else max(1, workers)
+    if n == 1 or sum(weights) < parallel_min_bytes:
+        return _totals([_read_shard(list(enumerate(groups)), options.max_line_bytes)], options.since_ns)
+    bins = balance(plan_shards(groups, weights), weights, n)
+    jobs = [[(i, groups[i]) for i in b] for b in bins]
+    if len(jobs) == 1:
+        return _totals([_read_shard(jobs[0], options.max_line_bytes)], options.since_ns)
+    with ProcessPoolExecutor(len(jobs) - 1, mp_context=process_context()) as pool:
+        futures = [pool.submit(_read_shard, job, options.max_line_bytes) for job in jobs[1:]]
+        results = [_read_shard(jobs[0], options.max_line_bytes)]  # this process reads a share too
+        results += [f.result() for f in futures]
+    return _totals(results, options.since_ns)
+
+
+def _totals(results: Sequence[list[tuple[Any, ...]]], since_ns: int | None) -> dict[str, SessionUsage]:
+    """Merge the shards (a call in two of them: the earlier group keeps it), then sum per session."""
+    rows: dict[str, tuple[Any, ...]] = {}
+    for shard_rows in results:
+        for row in shard_rows:
+            have = rows.setdefault(row[0], row)
+            if have is not row:  # only if the shard plan missed a link: still counted once
+                first, later = (row, have) if row[1] < have[1] else (have, row)
+                call = _Call(*first[2:])
+                call.merge(_Call(*later[2:]))
+                rows[row[0]] = (row[0], first[1], *call.flat())
+    out: dict[str, SessionUsage] = {}
+    for _key, _index, sid, usage, is_api_error, model, first_ns, last_ns in sorted(rows.values(), key=lambda r: r[1]):
+        if usage is None or is_api_error or (since_ns is not None and first_ns < since_ns):
+            continue
+        model = model if model and model != "<synthetic>" else None
+        u = Usage(*usage)
+        cost = cost_usd(model, u)
+        s = out.get(sid)
+        if s is None:
+            s = out[sid] = SessionUsage(sid)
+        s.add(u, round(cost, 9) if cost is not None else None, model, first_ns, last_ns)
+    return out
+
+
+def _size(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0

@@ -1,0 +1,92 @@
+"""Splitting a large catch-up over processes: which session groups may be read apart.
+
+An API call is counted once across ALL files (DESIGN.md: resumed, forked and copied sessions
+replay the same message.id/requestId), and the first file in time order keeps it. Reading
+two sessions in different processes is therefore exact only when no call can appear in both.
+Claude Code writes a resumed, forked or copied session under the project directory of its
+working directory, and a copy starts with the original's first lines. So a shard holds whole
+projects, and sessions of different projects whose main files begin with the same uuid are
+kept together too. Within a shard, groups keep their global (oldest first) order.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import threading
+from collections.abc import Sequence
+from multiprocessing.context import BaseContext
+
+from .records import FileKind, TranscriptFile
+
+__all__ = ["Group", "plan_shards", "balance", "first_uuid", "process_context"]
+
+Group = list[tuple[str, TranscriptFile]]  # (root, file), main file first
+
+
+def first_uuid(path: str, limit: int = 1 << 16) -> str | None:
+    """The uuid of the first line that has one, from the file's first 64 KiB."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(limit)
+    except OSError:
+        return None
+    i = head.find(b'"uuid":"')
+    if i < 0:
+        return None
+    end = head.find(b'"', i + 8)
+    return head[i + 8:end].decode("utf-8", "replace") if 0 < end - i - 8 <= 64 else None
+
+
+def plan_shards(groups: Sequence[Group], weights: Sequence[int]) -> list[list[int]]:
+    """Indices of ``groups`` per shard (each list ascending), heaviest shard first (weights are
+    bytes to read). Groups that may share API calls are always in the same shard; shards are
+    handed to worker processes as they come free, so the heaviest go first."""
+    parent = list(range(len(groups)))
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    def union(a: int, b: int) -> None:
+        ra, rb = find(a), find(b)
+        if ra != rb:
+            parent[max(ra, rb)] = min(ra, rb)
+
+    by_key: dict[tuple[str, str], int] = {}
+    for i, group in enumerate(groups):
+        keys = [("project", os.path.join(root, "projects", tf.project)) for root, tf in group]
+        main = next((tf for _root, tf in group if tf.kind is FileKind.MAIN), None)
+        if main is not None:
+            uuid = first_uuid(main.path)
+            if uuid is not None:
+                keys.append(("uuid", uuid))
+        for key in keys:
+            j = by_key.setdefault(key, i)
+            union(i, j)
+    components: dict[int, list[int]] = {}
+    for i in range(len(groups)):
+        components.setdefault(find(i), []).append(i)
+    return sorted(components.values(), key=lambda m: -sum(weights[i] for i in m))
+
+
+def balance(shards: list[list[int]], weights: Sequence[int], n: int) -> list[list[int]]:
+    """At most ``n`` bins of shards, by weight (heaviest shard into the lightest bin); each bin's
+    group indices ascending, so every process reads its sessions in time order."""
+    bins: list[list[int]] = [[] for _ in range(max(1, min(n, len(shards))))]
+    loads = [0] * len(bins)
+    for members in sorted(shards, key=lambda m: -sum(weights[i] for i in m)):
+        k = loads.index(min(loads))
+        loads[k] += sum(weights[i] for i in members)
+        bins[k].extend(members)
+    return [sorted(b) for b in bins if b]
+
+
+def process_context() -> BaseContext:
+    """fork when this process has no other thread (instant, nothing to re-import), else spawn:
+    forking a process with threads can copy a lock some thread holds."""
+    if threading.active_count() == 1 and "fork" in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("fork")
+    return multiprocessing.get_context("spawn")

@@ -1,0 +1,99 @@
+"""ccotel report: the usage-only read equals the spans ccotel exports, in one process or several."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ccotel.pipeline import Options, Pipeline
+from ccotel.report import SessionUsage, _lines_with, build_report, session_usage
+from tests.harness.fixtures import list_fixtures, load_fixture
+from tests.support.fixtures import realdata_config_dir  # noqa: F401
+
+
+
+
+def from_spans(root: str) -> dict[str, SessionUsage]:
+    """The reference: the whole pipeline, chat spans summed."""
+    totals: dict[str, SessionUsage] = {}
+    Pipeline(Options(roots=(root,)), emit=lambda spans: session_usage(spans, totals)).backfill(close_all=True)
+    return totals
+
+
+def figures(report: dict[str, SessionUsage]) -> dict[str, tuple[object, ...]]:
+    return {sid: (u.input_tokens, u.output_tokens, u.cache_creation_tokens, u.cache_read_tokens, u.api_calls,
+                  round(u.cost_usd, 6), sorted(u.models), u.last_ns) for sid, u in report.items()}
+
+
+@pytest.mark.parametrize("name", list_fixtures())
+def test_fixture_report_equals_spans(name):
+    root = str(load_fixture(name).config_dir)
+    assert figures(build_report(Options(roots=(root,)), workers=1)) == figures(from_spans(root))
+
+
+def test_realdata_report_equals_spans_in_one_and_three_processes(realdata_config_dir):  # noqa: F811
+    root = str(realdata_config_dir)
+    ref = figures(from_spans(root))
+    assert len(ref) >= 50
+    assert figures(build_report(Options(roots=(root,)), workers=1)) == ref
+    assert figures(build_report(Options(roots=(root,)), workers=3, parallel_min_bytes=0)) == ref
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from bench.corpus import generate
+
+    out = tmp_path_factory.mktemp("corpus")
+    generate(str(out), 6_000_000, seed=3, session_mean=300_000, projects=5)
+    return out
+
+
+def test_corpus_report_equals_spans_and_generator(corpus):
+    import orjson
+
+    root = str(corpus)
+    ref = figures(from_spans(root))
+    parallel = build_report(Options(roots=(root,)), workers=2, parallel_min_bytes=0)
+    assert figures(parallel) == ref
+    expected = orjson.loads((corpus / "expected.json").read_bytes())["sessions"]
+    assert {sid: (u.input_tokens, u.output_tokens, u.api_calls) for sid, u in parallel.items()} == \
+        {sid: (s["input_tokens"], s["output_tokens"], s["api_calls"]) for sid, s in expected.items()}
+
+
+def test_a_session_copied_into_another_project_is_counted_once(tmp_path):
+    """The shard plan keeps sessions with the same first line together, even across projects."""
+    src = load_fixture("s02_resume_two_turns").config_dir
+    main = next((src / "projects").rglob("*.jsonl"))
+    for project in ("-a", "-b"):
+        (tmp_path / "projects" / project).mkdir(parents=True)
+    (tmp_path / "projects" / "-a" / main.name).write_bytes(main.read_bytes())
+    copy = main.read_bytes().replace(main.stem.encode(), b"00000000-0000-4000-8000-000000000000")
+    (tmp_path / "projects" / "-b" / "00000000-0000-4000-8000-000000000000.jsonl").write_bytes(copy)
+    os.utime(tmp_path / "projects" / "-b" / "00000000-0000-4000-8000-000000000000.jsonl")
+    root = str(tmp_path)
+    ref = figures(from_spans(root))
+    assert len(ref) == 1  # the copy adds no call: the first session keeps them all
+    assert figures(build_report(Options(roots=(root,)), workers=2, parallel_min_bytes=0)) == ref
+
+
+lines = st.lists(st.one_of(st.just(b""), st.binary(max_size=40).map(lambda b: b.replace(b"\n", b"")),
+                           st.builds(lambda a, b: a.replace(b"\n", b"") + b"NEEDLE" + b.replace(b"\n", b""),
+                                     st.binary(max_size=30), st.binary(max_size=30))), max_size=30)
+
+
+@settings(max_examples=400, deadline=None)
+@given(lines=lines, final_newline=st.booleans(), chunk=st.integers(1, 64), limit=st.integers(1, 80))
+def test_lines_with_equals_a_plain_split(tmp_path_factory, lines, final_newline, chunk, limit):
+    data = b"\n".join(lines) + (b"\n" if final_newline and lines else b"")
+    path = tmp_path_factory.mktemp("lw") / "f"
+    path.write_bytes(data)
+    want, offset = [], 0
+    for line in data.split(b"\n"):
+        if b"NEEDLE" in line and len(line) <= limit:
+            want.append((offset, line))
+        offset += len(line) + 1
+    assert list(_lines_with(str(path), b"NEEDLE", limit, chunk_size=chunk)) == want
