@@ -9,6 +9,7 @@ import signal
 import sys
 import threading
 import time
+from collections import Counter
 from datetime import datetime, timezone
 
 import orjson
@@ -17,11 +18,13 @@ from . import __version__
 from .assemble import Timeouts
 from .content import DEFAULT_REDACTIONS, ContentPolicy
 from .discover import default_roots
+from .catchup import CatchUpResult, catch_up_in_parallel
 from .export import ExportQueue, make_sink
 from .metrics import Metrics, serve
 from .orchestrator import DEFAULT_PATTERNS, load_patterns, parse_log_arg
-from .state import State, default_state_dir
 from .pipeline import Options, Pipeline
+from .shard import default_workers
+from .state import State, default_state_dir
 from .watch import Watcher
 
 __all__ = ["main", "build_parser", "parse_since"]
@@ -56,6 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="only turns started after this date or duration ago (2025-06-01, 7d, 12h)")
         sp.add_argument("--workers", type=int, default=None,
                         help="processes that read a large history in parallel (default: the cores, at most 4)")
+        sp.add_argument("--parallel-min-mb", type=float, default=256.0,
+                        help="a history smaller than this (MB to read) is read by one process")
         sp.add_argument("-v", "--verbose", action="store_true")
 
     def tracing(sp: argparse.ArgumentParser) -> None:
@@ -166,9 +171,27 @@ def _start(args: argparse.Namespace, metrics: Metrics | None = None) -> tuple[Pi
     return pipeline, queue
 
 
+def _catch_up_in_parallel(args: argparse.Namespace, progress: _Progress, close_all: bool = False,
+                          metrics: bool = False) -> CatchUpResult | None:
+    """A large history is first read by several processes (catchup.py); the pipeline then reads
+    only what they left open."""
+    if args.state_dir == "none":
+        return None  # without checkpoints the pipeline would read it all again
+    workers = default_workers() if args.workers is None else args.workers
+    done = catch_up_in_parallel(_options(args), args.state_dir or default_state_dir(), args.traces_exporter,
+                                workers, progress, close_all=close_all, min_bytes=int(args.parallel_min_mb * 1e6),
+                                metrics=metrics)
+    if done is not None:
+        log.info("%d processes read %d files, %d lines and exported %d spans in %.1f s%s", done.workers,
+                 done.files, done.lines, done.spans_exported, done.seconds,
+                 f"; {done.failed_workers} failed (their part is read again)" if done.failed_workers else "")
+    return done
+
+
 def cmd_backfill(args: argparse.Namespace) -> int:
-    pipeline, queue = _start(args)
     progress = _Progress()
+    parallel = _catch_up_in_parallel(args, progress, close_all=args.close_all)
+    pipeline, queue = _start(args)
     kept = pipeline.backfill(progress, close_all=args.close_all)
     progress.end()
     if queue.pending():
@@ -176,9 +199,13 @@ def cmd_backfill(args: argparse.Namespace) -> int:
     queue.close(timeout_s=None)
     pipeline.process_acks()
     st = pipeline.stats
-    errors = ", ".join(f"{k}={v}" for k, v in sorted(st.errors.items())) or "none"
-    log.info("backfill: %d files, %d lines, %d spans exported, bad input: %s%s", st.files, st.lines,
-             queue.exported, errors, f"; {kept} turns still open (ccotel run follows them)" if kept else "")
+    lines, exported, errors = st.lines, queue.exported, Counter(st.errors)
+    if parallel is not None:  # the files are the same; the lines and spans add up
+        lines, exported = lines + parallel.lines, exported + parallel.spans_exported
+        errors.update(parallel.errors)
+    bad = ", ".join(f"{k}={v}" for k, v in sorted(errors.items())) or "none"
+    log.info("backfill: %d files, %d lines, %d spans exported, bad input: %s%s", st.files, lines,
+             exported, bad, f"; {kept} turns still open (ccotel run follows them)" if kept else "")
     return 0
 
 
@@ -193,15 +220,20 @@ def _metrics_server(args: argparse.Namespace, metrics: Metrics) -> None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     metrics = Metrics()
+    if args.state_dir != "none":  # served from the start, with the totals of the last run
+        saved = State(args.state_dir or default_state_dir())
+        metrics.restore(saved.counters())
+        saved.close()
+    _metrics_server(args, metrics)
+    watcher = Watcher(_options(args).roots, force_polling=args.poll)
+    watcher.start()  # before the catch-up, so nothing written meanwhile is missed
+    progress = _Progress()
+    _catch_up_in_parallel(args, progress, metrics=True)
     pipeline, queue = _start(args, metrics)
     metrics.gauges = lambda: {**pipeline.gauges(), "ccotel_export_queue_spans": float(queue.pending())}
-    _metrics_server(args, metrics)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    watcher = Watcher(pipeline.options.roots, force_polling=args.poll)
-    watcher.start()  # before the catch-up, so nothing written meanwhile is missed
-    progress = _Progress()
     pipeline.backfill(progress)
     progress.end()
     log.info("caught up: %d files, %d spans; following live (%s)", pipeline.stats.files,
@@ -236,7 +268,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from .report import build_report
 
-    sessions = sorted(build_report(_options(args), workers=args.workers).values(), key=lambda u: u.last_ns)
+    report = build_report(_options(args), workers=args.workers, parallel_min_bytes=int(args.parallel_min_mb * 1e6))
+    sessions = sorted(report.values(), key=lambda u: u.last_ns)
     if args.json:
         totals = {k: sum(int(u.as_dict()[k]) for u in sessions)  # type: ignore[call-overload]
                   for k in ("inputTokens", "outputTokens", "cacheCreationTokens", "cacheReadTokens",

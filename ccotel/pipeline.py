@@ -31,11 +31,12 @@ from .orchestrator import DEFAULT_PATTERNS, OrchestratorLog, Pattern
 from .parse import parse_line, parse_timestamp
 from .procs import pid_alive, read_session_pids
 from .records import FileKind, SpanRecord, TranscriptFile
+from .shard import Group
 from .spans import build_span
 from .state import Commit, State, digest64
 from .tail import Tailer
 
-__all__ = ["Pipeline", "PipelineStats", "Options"]
+__all__ = ["Pipeline", "PipelineStats", "Options", "discover", "session_groups", "unread_bytes"]
 
 log = logging.getLogger("ccotel.pipeline")
 
@@ -139,27 +140,23 @@ class Pipeline:
     # -- backfill ----------------------------------------------------------------
 
     def discover(self) -> list[tuple[str, TranscriptFile]]:
-        found = []
-        for root in self.options.roots:
-            for tf in scan(root):
-                if self.options.since_ns is not None and _mtime_ns(tf.path) < self.options.since_ns \
-                        and tf.path not in self._checkpoints:
-                    continue
-                found.append((root, tf))
-        return found
+        return discover(self.options, self._checkpoints)
 
     def backfill(self, progress: Callable[[int, int], None] | None = None,
-                 close_all: bool = False) -> int:
+                 close_all: bool = False, groups: list[Group] | None = None, final: bool = True) -> int:
         """Read every transcript once (from its checkpoint). Returns how many turns stay open.
 
         Files are read session by session (main file, then its subagents) and each finished
-        session's state is dropped, so memory does not grow with history.
+        session's state is dropped, so memory does not grow with history. ``groups``: only these
+        sessions (a worker's shard, catchup.py); ``final=False``: the catch-up is not complete
+        when this returns (events are not counted from here on).
         """
         self._complete = close_all
-        files = self.discover()
-        total = sum(max(_size(tf.path) - self._checkpoints.get(tf.path, (None, 0, 0))[1], 0) for _, tf in files)
+        if groups is None:
+            groups = session_groups(self.discover())
+        total = sum(unread_bytes(tf.path, self._checkpoints) for group in groups for _, tf in group)
         done = 0
-        for group in _session_groups(files):
+        for group in groups:
             for root, tf in group:
                 state = self._track(root, tf)
                 before = state.tailer.offset
@@ -171,8 +168,11 @@ class Pipeline:
             self.process_acks()
         kept = self.assembler.flush(None if close_all else self.clock())
         self._emit()
-        self.caught_up = True
         self._complete = False
+        if not final:
+            self.process_acks()
+            return kept
+        self.caught_up = True
         if "caught_up" not in self._marks:
             self._marks.add("caught_up")  # from now on, and after any restart, events are counted
             self._new_marks.append("caught_up")
@@ -605,10 +605,25 @@ def _mtime_ns(path: str) -> int:
         return 0
 
 
-def _session_groups(files: list[tuple[str, TranscriptFile]]) -> list[list[tuple[str, TranscriptFile]]]:
+def discover(options: Options, checkpoints: dict[str, tuple[object, int, int]]) -> list[tuple[str, TranscriptFile]]:
+    """Every transcript under the roots (with --since: those written since, or already followed)."""
+    found = []
+    for root in options.roots:
+        for tf in scan(root):
+            if options.since_ns is not None and _mtime_ns(tf.path) < options.since_ns and tf.path not in checkpoints:
+                continue
+            found.append((root, tf))
+    return found
+
+
+def unread_bytes(path: str, checkpoints: dict[str, tuple[object, int, int]]) -> int:
+    return max(_size(path) - checkpoints.get(path, (None, 0, 0))[1], 0)
+
+
+def session_groups(files: list[tuple[str, TranscriptFile]]) -> list[Group]:
     """Main file + subagent files of one session together; a project with 2.0.x flat agent
     files is one group (their session is only named inside them)."""
-    groups: dict[tuple[str, str, str | None], list[tuple[str, TranscriptFile]]] = {}
+    groups: dict[tuple[str, str, str | None], Group] = {}
     flat_projects = {(root, tf.project) for root, tf in files if tf.kind is FileKind.FLAT_AGENT}
     for root, tf in files:
         key = (root, tf.project, None if (root, tf.project) in flat_projects else tf.session_id)

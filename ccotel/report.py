@@ -23,16 +23,12 @@ import orjson
 
 from . import ids
 from .parse import _MAX_INT64, _STR_OR_NONE, parse_line, parse_timestamp
-from .pipeline import Options, Pipeline, _session_groups
+from .pipeline import Options, discover, session_groups
 from .pricing import cost_usd
 from .records import SpanRecord, Usage
-from .shard import Group, balance, plan_shards, process_context
+from .shard import Group, balance, default_workers, plan_shards, process_context
 
-__all__ = ["SessionUsage", "session_usage", "build_report", "default_workers"]
-
-# Below this much to read, starting worker processes costs more than it saves.
-PARALLEL_MIN_BYTES = 64 << 20
-
+__all__ = ["SessionUsage", "session_usage", "build_report"]
 
 @dataclass
 class SessionUsage:
@@ -279,17 +275,9 @@ def _read_shard(groups: list[tuple[int, Group]], max_line_bytes: int) -> list[tu
     return [(key, index, *c.flat()) for key, (index, c) in calls.items()]
 
 
-def default_workers() -> int:
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        cpus = os.cpu_count() or 1
-    return max(1, min(cpus, 4))
-
-
 def build_report(options: Options, workers: int | None = None,
-                 parallel_min_bytes: int = PARALLEL_MIN_BYTES) -> dict[str, SessionUsage]:
-    groups = _session_groups(Pipeline(options, emit=lambda spans: None).discover())
+                 parallel_min_bytes: int = 64 << 20) -> dict[str, SessionUsage]:
+    groups = session_groups(discover(options, {}))
     weights = [sum(_size(tf.path) for _root, tf in g) for g in groups]
     n = default_workers() if workers is None else max(1, workers)
     if n == 1 or sum(weights) < parallel_min_bytes:

@@ -19,7 +19,7 @@ from multiprocessing.context import BaseContext
 
 from .records import FileKind, TranscriptFile
 
-__all__ = ["Group", "plan_shards", "balance", "first_uuid", "process_context"]
+__all__ = ["Group", "plan_shards", "balance", "default_workers", "first_uuid", "process_context"]
 
 Group = list[tuple[str, TranscriptFile]]  # (root, file), main file first
 
@@ -90,3 +90,11 @@ def process_context() -> BaseContext:
     if threading.active_count() == 1 and "fork" in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("fork")
     return multiprocessing.get_context("spawn")
+
+
+def default_workers() -> int:
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cpus = os.cpu_count() or 1
+    return max(1, min(cpus, 4))

@@ -27,12 +27,14 @@ from tests.transcript import Transcript, text, tool_use
 SEED = 20261121
 
 
-def start_ccotel(root: Path, state: Path, endpoint: str) -> subprocess.Popen:
+def start_ccotel(root: Path, state: Path, endpoint: str, parallel: bool = False) -> subprocess.Popen:
+    """``parallel``: the catch-up is read by 3 worker processes whatever its size (catchup.py)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] = endpoint
+    workers = ["--workers", "3", "--parallel-min-mb", "0"] if parallel else ["--workers", "1"]
     return subprocess.Popen(
         [sys.executable, "-m", "ccotel", "run", "--root", str(root), "--state-dir", str(state),
-         "--metrics-addr", "none", "--no-status", "--stall-timeout", "3600"],
+         "--metrics-addr", "none", "--no-status", "--stall-timeout", "3600", *workers],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 
@@ -54,7 +56,7 @@ def history(root: Path, rng: random.Random) -> None:
                        stop_reason="tool_use")
             t.tool_result(f"toolu_h{i}_{j}", "y" * rng.randint(10, 20000))
             t.response(f"msg_h{i}_{j}b", [text("done")], stop_reason="end_turn")
-        t.write(str(root / "projects" / "-tmp-hist" / f"{sid}.jsonl"))
+        t.write(str(root / "projects" / f"-tmp-hist-{i % 5}" / f"{sid}.jsonl"))
 
 
 def live_turn(t: Transcript, tag: str) -> bytes:
@@ -85,13 +87,13 @@ def test_sigkill_during_backfill_and_live_tailing(tmp_path):
     with OtlpReceiver() as rx:
         # 1. backfill, killed at random points
         t0 = time.monotonic()
-        for _ in range(12):
-            proc = start_ccotel(root, state, rx.endpoint)
+        for k in range(12):
+            proc = start_ccotel(root, state, rx.endpoint, parallel=k % 2 == 0)
             time.sleep(rng.uniform(0.3, 1.8))
             kill(proc)
             kills_backfill += 1
         history_ids = expected_span_ids(root)
-        proc = start_ccotel(root, state, rx.endpoint)
+        proc = start_ccotel(root, state, rx.endpoint, parallel=True)
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and not history_ids <= {s["span_id"] for s in rx.spans}:
             time.sleep(0.2)
@@ -114,7 +116,7 @@ def test_sigkill_during_backfill_and_live_tailing(tmp_path):
                     kill(proc)
                     kills_live += 1
                     time.sleep(rng.uniform(0.0, 0.3))
-                    proc = start_ccotel(root, state, rx.endpoint)
+                    proc = start_ccotel(root, state, rx.endpoint, parallel=kills_live % 2 == 0)
                     next_kill = time.monotonic() + rng.uniform(0.2, 0.8)
             n_turns += 1
         t2 = time.monotonic()

@@ -1,0 +1,150 @@
+"""A large catch-up read by several processes, one shard of sessions each.
+
+One Python process is bound by its per-line work (parse, assemble, build and encode spans).
+When the history to read is large, worker processes each run the ordinary pipeline over a
+shard of the sessions (shard.py: sessions that may share API calls stay together) with their
+own OTLP exporter, writing the same checkpoint database. The ordinary rules make this safe:
+a worker moves a file's checkpoint only past turns whose every span the backend acknowledged,
+and adds its counter increments (State(shared_counters=True)). Afterwards the caller's own
+pipeline starts from those checkpoints: it re-reads only the turns still open, skips spans
+already delivered, and is the one that declares the catch-up complete. A worker that dies
+loses nothing: whatever it did not checkpoint is read again by the caller.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import logging
+import os
+import signal
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from multiprocessing.sharedctypes import Synchronized
+from typing import Any
+
+from .export import ExportQueue, make_sink
+from .metrics import Metrics
+from .pipeline import Options, Pipeline, discover, session_groups, unread_bytes
+from .shard import Group, balance, plan_shards, process_context
+from .state import State
+
+__all__ = ["CatchUpResult", "catch_up_in_parallel", "PARALLEL_MIN_BYTES"]
+
+log = logging.getLogger("ccotel.catchup")
+
+# Below this much to read, starting worker processes costs more than it saves.
+PARALLEL_MIN_BYTES = 256 << 20
+
+
+@dataclass
+class CatchUpResult:
+    workers: int
+    files: int = 0
+    lines: int = 0
+    spans_exported: int = 0
+    errors: Counter[str] = field(default_factory=Counter)  # bad input, by reason
+    failed_workers: int = 0
+    seconds: float = 0.0
+
+
+def catch_up_in_parallel(options: Options, state_dir: str, exporter: str, workers: int,
+                         progress: Callable[[int, int], None] | None = None, close_all: bool = False,
+                         min_bytes: int = PARALLEL_MIN_BYTES, metrics: bool = True) -> CatchUpResult | None:
+    """Read the unread history in ``workers`` processes. None if it is too small to split (or
+    cannot be split: one shard); the caller's pipeline then reads it all, as it always does.
+    ``metrics``: the caller keeps metrics (``ccotel run``), so the workers add to its counters."""
+    if workers < 2 or exporter == "console":  # console: several processes would interleave the output
+        return None
+    t0 = time.monotonic()
+    state = State(state_dir)
+    try:
+        checkpoints = state.files()
+    finally:
+        state.close()
+    groups = session_groups(discover(options, checkpoints))
+    weights = [sum(unread_bytes(tf.path, checkpoints) for _root, tf in g) for g in groups]
+    total = sum(weights)
+    if total < min_bytes:
+        return None
+    bins = balance(plan_shards(groups, weights), weights, workers)
+    if len(bins) < 2:
+        return None
+    worker_options = dataclasses.replace(options, orchestrator_logs=())  # the caller follows those
+    ctx = process_context()
+    done = ctx.Value("q", 0)
+    procs = []
+    for b in bins:
+        reader, writer = ctx.Pipe(duplex=False)
+        proc = ctx.Process(target=_worker, name="ccotel-catchup", daemon=True,
+                           args=(worker_options, state_dir, exporter, [groups[i] for i in b], close_all, metrics,
+                                 done, writer, os.getpid()))
+        proc.start()
+        writer.close()
+        procs.append((proc, reader))
+    log.info("catching up on %.1f MB in %d processes", total / 1e6, len(procs))
+    result = CatchUpResult(workers=len(procs))
+    for proc, reader in procs:
+        while proc.is_alive() and not reader.poll(0.2):
+            if progress is not None:
+                progress(min(done.value, total), total)
+        stats = _receive(reader)
+        proc.join()
+        if stats is None:
+            result.failed_workers += 1
+            log.warning("a catch-up worker ended with exit code %s; its unfinished part is read again",
+                        proc.exitcode)
+            continue
+        result.files += stats["files"]
+        result.lines += stats["lines"]
+        result.spans_exported += stats["exported"]
+        result.errors.update(stats["errors"])
+    if progress is not None:
+        progress(min(done.value, total), total)
+    result.seconds = time.monotonic() - t0
+    return result
+
+
+def _receive(reader: Any) -> dict[str, Any] | None:
+    try:
+        return reader.recv() if reader.poll(1.0) else None
+    except (EOFError, OSError):
+        return None
+
+
+def _worker(options: Options, state_dir: str, exporter: str, groups: list[Group], close_all: bool,
+            count: bool, done: Synchronized, writer: Any, parent_pid: int) -> None:  # type: ignore[type-arg]
+    _die_with_parent(parent_pid)
+    state = State(state_dir, shared_counters=True)
+    metrics = Metrics() if count else None
+    queue = ExportQueue(make_sink(exporter), notify=lambda msg: log.warning("%s", msg),
+                        on_failure=(lambda: metrics.inc("ccotel_export_failures")) if metrics else None)
+    pipeline = Pipeline(options, emit=queue.submit, state=state, metrics=metrics)
+    queue.on_ack = pipeline.acknowledge
+    last = [0]
+
+    def progress(n: int, _total: int) -> None:
+        with done.get_lock():
+            done.value += n - last[0]
+        last[0] = n
+
+    pipeline.backfill(progress, close_all=close_all, groups=groups, final=False)
+    queue.close(timeout_s=None)
+    pipeline.process_acks()
+    state.close()
+    writer.send({"files": pipeline.stats.files, "lines": pipeline.stats.lines, "exported": queue.exported,
+                 "errors": dict(pipeline.stats.errors)})
+    writer.close()
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """A worker must not outlive ccotel: a restarted ccotel would read its sessions a second time."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass  # not Linux: the parent's pid is checked below and on every progress poll instead
+    if os.getppid() != parent_pid:
+        os._exit(1)

@@ -1,0 +1,107 @@
+"""A catch-up read by several processes (catchup.py) delivers exactly what one process does."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import shutil
+import signal
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+from ccotel.catchup import catch_up_in_parallel
+from ccotel.export import ExportQueue, OtlpSink
+from ccotel.metrics import Metrics
+from ccotel.pipeline import Options, Pipeline
+from ccotel.state import State
+from tests.harness.fixtures import list_fixtures, load_fixture
+from tests.otlp_receiver import OtlpReceiver
+from tests.support.fixtures import realdata_config_dir  # noqa: F401
+
+
+def catch_up(root: Path, state_dir: Path, endpoint: str, workers: int,
+             monkeypatch) -> tuple[dict[str, float], int, int]:
+    """What ``ccotel run`` does up to 'caught up': parallel catch-up, then its own pipeline.
+    Returns the counters, how many processes read and how many of them failed."""
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", endpoint)
+    options = Options(roots=(str(root),))
+    done = catch_up_in_parallel(options, str(state_dir), "otlp", workers, min_bytes=0, metrics=True)
+    state, metrics = State(str(state_dir)), Metrics()
+    queue = ExportQueue(OtlpSink())
+    pipeline = Pipeline(options, emit=queue.submit, state=state, metrics=metrics)
+    queue.on_ack = pipeline.acknowledge
+    pipeline.backfill()
+    assert queue.close(timeout_s=60)
+    pipeline.process_acks()
+    state.close()
+    return metrics.totals(), (done.workers if done else 1), (done.failed_workers if done else 0)
+
+
+def spans_by_id(rx: OtlpReceiver) -> dict[str, dict]:
+    counts = Counter(s["span_id"] for s in rx.spans)
+    assert max(counts.values()) == 1, "a span was delivered twice"
+    return {s["span_id"]: {k: v for k, v in s.items() if k != "arrived_ns"} for s in rx.spans}
+
+
+def compare(root: Path, tmp_path: Path, monkeypatch, workers: int) -> int:
+    with OtlpReceiver() as one, OtlpReceiver() as many:
+        counters_one, _, _ = catch_up(root, tmp_path / "state-one", one.endpoint, 1, monkeypatch)
+        counters_many, processes, _ = catch_up(root, tmp_path / "state-many", many.endpoint, workers, monkeypatch)
+        assert spans_by_id(many) == spans_by_id(one)
+    assert counters_many == counters_one
+    assert counters_one["ccotel_lines_read\x1f"] > 0
+    db_one, db_many = State(str(tmp_path / "state-one")), State(str(tmp_path / "state-many"))
+    assert db_many.files() == db_one.files()
+    assert db_many.calls() == db_one.calls() and db_many.prompts() == db_one.prompts()
+    assert db_many.marks() == db_one.marks() == {"caught_up"}
+    return processes
+
+
+def test_realdata_in_three_processes_equals_one(realdata_config_dir, tmp_path, monkeypatch):  # noqa: F811
+    assert compare(realdata_config_dir, tmp_path, monkeypatch, workers=3) == 3
+
+
+def test_fixtures_and_a_corpus_in_two_processes_equal_one(tmp_path, monkeypatch):
+    from bench.corpus import generate
+
+    root = tmp_path / "claude"
+    generate(str(root), 4_000_000, seed=5, session_mean=250_000, projects=4)
+    for name in list_fixtures():
+        shutil.copytree(load_fixture(name).config_dir / "projects", root / "projects", dirs_exist_ok=True)
+    assert compare(root, tmp_path, monkeypatch, workers=2) == 2
+
+
+def test_small_history_is_read_by_one_process(tmp_path, monkeypatch):
+    root = load_fixture("s03_parallel_subagents").config_dir
+    assert catch_up_in_parallel(Options(roots=(str(root),)), str(tmp_path / "s"), "none", 4) is None
+
+
+def test_killed_workers_lose_nothing(tmp_path, monkeypatch):
+    """Workers SIGKILLed mid-way: the caller's pipeline reads what they did not checkpoint."""
+    from bench.corpus import generate
+
+    root = tmp_path / "claude"
+    generate(str(root), 8_000_000, seed=6, session_mean=200_000, projects=3)
+    killed: list[int] = []
+
+    def kill_workers() -> None:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and not killed:
+            kids = [p for p in multiprocessing.active_children() if p.name == "ccotel-catchup"]
+            if len(kids) == 3:
+                time.sleep(0.4)  # started, imported, part-way through their shard
+                for p in kids:
+                    os.kill(p.pid, signal.SIGKILL)
+                    killed.append(p.pid)
+            time.sleep(0.01)
+
+    with OtlpReceiver() as one, OtlpReceiver() as many:
+        catch_up(root, tmp_path / "state-one", one.endpoint, 1, monkeypatch)
+        killer = threading.Thread(target=kill_workers)
+        killer.start()
+        _, processes, failed = catch_up(root, tmp_path / "state-many", many.endpoint, 3, monkeypatch)
+        killer.join()
+        assert processes == 3 and failed >= 1 and len(killed) == 3  # (a worker may finish first)
+        assert 0 < len({s["span_id"] for s in many.spans}) and spans_by_id(many) == spans_by_id(one)
