@@ -8,7 +8,6 @@ import shutil
 import signal
 import threading
 import time
-from collections import Counter
 from pathlib import Path
 
 from ccotel.catchup import catch_up_in_parallel
@@ -39,10 +38,18 @@ def catch_up(root: Path, state_dir: Path, endpoint: str, workers: int,
     return metrics.totals(), (done.workers if done else 1), (done.failed_workers if done else 0)
 
 
-def spans_by_id(rx: OtlpReceiver) -> dict[str, dict]:
-    counts = Counter(s["span_id"] for s in rx.spans)
-    assert max(counts.values()) == 1, "a span was delivered twice"
-    return {s["span_id"]: {k: v for k, v in s.items() if k != "arrived_ns"} for s in rx.spans}
+def spans_by_id(rx: OtlpReceiver, resent_ok: int = 0) -> dict[str, dict]:
+    """Spans by id. ``resent_ok``: how many may come twice (a process killed after the backend took
+    a batch and before it committed the acknowledgement sends it again: the same bytes)."""
+    out: dict[str, dict] = {}
+    resent = 0
+    for s in rx.spans:
+        span = {k: v for k, v in s.items() if k != "arrived_ns"}
+        if out.setdefault(s["span_id"], span) is not span:
+            assert out[s["span_id"]] == span, "a span sent again differs"
+            resent += 1
+    assert resent <= resent_ok, f"{resent} spans delivered twice"
+    return out
 
 
 def compare(root: Path, tmp_path: Path, monkeypatch, workers: int) -> int:
@@ -83,7 +90,7 @@ def test_killed_workers_lose_nothing(tmp_path, monkeypatch):
     from bench.corpus import generate
 
     root = tmp_path / "claude"
-    generate(str(root), 8_000_000, seed=6, session_mean=200_000, projects=3)
+    generate(str(root), 16_000_000, seed=6, session_mean=200_000, projects=3)
     killed: list[int] = []
 
     def kill_workers() -> None:
@@ -93,8 +100,11 @@ def test_killed_workers_lose_nothing(tmp_path, monkeypatch):
             if len(kids) == 3:
                 time.sleep(0.4)  # started, imported, part-way through their shard
                 for p in kids:
-                    os.kill(p.pid, signal.SIGKILL)
-                    killed.append(p.pid)
+                    try:
+                        os.kill(p.pid, signal.SIGKILL)
+                        killed.append(p.pid)
+                    except ProcessLookupError:
+                        pass  # this one finished its shard first
             time.sleep(0.01)
 
     with OtlpReceiver() as one, OtlpReceiver() as many:
@@ -103,5 +113,6 @@ def test_killed_workers_lose_nothing(tmp_path, monkeypatch):
         killer.start()
         _, processes, failed = catch_up(root, tmp_path / "state-many", many.endpoint, 3, monkeypatch)
         killer.join()
-        assert processes == 3 and failed >= 1 and len(killed) == 3  # (a worker may finish first)
-        assert 0 < len({s["span_id"] for s in many.spans}) and spans_by_id(many) == spans_by_id(one)
+        assert processes == 3 and failed >= 1 and len(killed) >= failed
+        # Each killed worker may have had one batch (512 spans) taken but not yet acknowledged.
+        assert spans_by_id(many, resent_ok=512 * len(killed)) == spans_by_id(one)
