@@ -22,14 +22,16 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from multiprocessing.sharedctypes import Synchronized
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .export import ExportQueue, make_sink
 from .metrics import Metrics
 from .pipeline import Options, Pipeline, discover, session_groups, unread_bytes
 from .shard import Group, balance, plan_shards, process_context
 from .state import State
+
+if TYPE_CHECKING:
+    from multiprocessing.sharedctypes import Synchronized
 
 __all__ = ["CatchUpResult", "catch_up_in_parallel", "PARALLEL_MIN_BYTES"]
 
@@ -48,6 +50,7 @@ class CatchUpResult:
     errors: Counter[str] = field(default_factory=Counter)  # bad input, by reason
     failed_workers: int = 0
     seconds: float = 0.0
+    worker_seconds: list[float] = field(default_factory=list)
 
 
 def catch_up_in_parallel(options: Options, state_dir: str, exporter: str, workers: int,
@@ -101,6 +104,7 @@ def catch_up_in_parallel(options: Options, state_dir: str, exporter: str, worker
         result.lines += stats["lines"]
         result.spans_exported += stats["exported"]
         result.errors.update(stats["errors"])
+        result.worker_seconds.append(stats["seconds"])
     if progress is not None:
         progress(min(done.value, total), total)
     result.seconds = time.monotonic() - t0
@@ -115,8 +119,9 @@ def _receive(reader: Any) -> dict[str, Any] | None:
 
 
 def _worker(options: Options, state_dir: str, exporter: str, groups: list[Group], close_all: bool,
-            count: bool, done: Synchronized, writer: Any, parent_pid: int) -> None:  # type: ignore[type-arg]
+            count: bool, done: "Synchronized[int]", writer: Any, parent_pid: int) -> None:
     _die_with_parent(parent_pid)
+    t0 = time.monotonic()
     state = State(state_dir, shared_counters=True)
     metrics = Metrics() if count else None
     queue = ExportQueue(make_sink(exporter), notify=lambda msg: log.warning("%s", msg),
@@ -135,7 +140,7 @@ def _worker(options: Options, state_dir: str, exporter: str, groups: list[Group]
     pipeline.process_acks()
     state.close()
     writer.send({"files": pipeline.stats.files, "lines": pipeline.stats.lines, "exported": queue.exported,
-                 "errors": dict(pipeline.stats.errors)})
+                 "errors": dict(pipeline.stats.errors), "seconds": time.monotonic() - t0})
     writer.close()
 
 

@@ -3,8 +3,10 @@
 One database, written in one transaction per acknowledged batch:
 - files: per transcript its identity (device, inode, fingerprint of the first bytes) and the
   offset before which every line is fully delivered (its spans acknowledged by the backend);
-- acked: span ids already delivered for turns still open (a restart re-reads an open turn
-  from its first line and must not send those spans again);
+- acked_ids: span ids already delivered for turns still open (a restart re-reads an open turn
+  from its first line and must not send those spans again), one row per owner and batch with
+  the ids packed (8 bytes each): a row per span made this most of a catch-up's SQLite time.
+  (``acked``, one row per span, is what states written before that hold; still read.)
 - calls, prompts: digests of API responses and prompts of finished turns, so a history
   replayed into another file after a restart is still counted once;
 - counters: the metric totals, so a restart never makes a counter jump or count twice;
@@ -17,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import os
 import sqlite3
+import struct
 import threading
 from dataclasses import dataclass, field
 
@@ -33,6 +36,8 @@ CREATE TABLE IF NOT EXISTS files (
     offset INTEGER NOT NULL, read_to INTEGER NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS acked (span_id INTEGER PRIMARY KEY, owner TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS acked_owner ON acked(owner);
+CREATE TABLE IF NOT EXISTS acked_ids (owner TEXT NOT NULL, span_ids BLOB NOT NULL);
+CREATE INDEX IF NOT EXISTS acked_ids_owner ON acked_ids(owner);
 CREATE TABLE IF NOT EXISTS calls (digest INTEGER PRIMARY KEY);
 CREATE TABLE IF NOT EXISTS prompts (digest INTEGER PRIMARY KEY);
 CREATE TABLE IF NOT EXISTS counters (key TEXT PRIMARY KEY, value REAL NOT NULL);
@@ -105,7 +110,10 @@ class State:
         return out
 
     def acked(self) -> set[int]:
-        return {_unsigned(row[0]) for row in self._db.execute("SELECT span_id FROM acked")}
+        out = {_unsigned(row[0]) for row in self._db.execute("SELECT span_id FROM acked")}
+        for (blob,) in self._db.execute("SELECT span_ids FROM acked_ids"):
+            out.update(_unpack(blob))
+        return out
 
     def calls(self) -> set[int]:
         return {row[0] for row in self._db.execute("SELECT digest FROM calls")}
@@ -135,7 +143,12 @@ class State:
                          ident.head_len if ident else None, ident.fingerprint if ident else None, offset,
                          read_to))
                 db.executemany("DELETE FROM files WHERE path = ?", ((p,) for p in c.forget_files))
-                db.executemany("INSERT OR IGNORE INTO acked VALUES (?, ?)", ((_signed(s), o) for s, o in c.acked))
+                by_owner: dict[str, list[int]] = {}
+                for span_id, owner in c.acked:
+                    by_owner.setdefault(owner, []).append(span_id)
+                db.executemany("INSERT INTO acked_ids VALUES (?, ?)",
+                               ((o, _pack(ids)) for o, ids in by_owner.items()))
+                db.executemany("DELETE FROM acked_ids WHERE owner = ?", ((o,) for o in c.done_owners))
                 db.executemany("DELETE FROM acked WHERE owner = ?", ((o,) for o in c.done_owners))
                 db.executemany("INSERT OR IGNORE INTO calls VALUES (?)", ((d,) for d in c.calls))
                 db.executemany("INSERT OR IGNORE INTO prompts VALUES (?)", ((d,) for d in c.prompts))
@@ -158,9 +171,13 @@ class State:
             self._db.close()
 
 
-def _signed(span_id: int) -> int:
-    return span_id - (1 << 64) if span_id >= (1 << 63) else span_id
-
-
 def _unsigned(span_id: int) -> int:
     return span_id + (1 << 64) if span_id < 0 else span_id
+
+
+def _pack(span_ids: list[int]) -> bytes:
+    return struct.pack(f">{len(span_ids)}Q", *span_ids)
+
+
+def _unpack(blob: bytes) -> tuple[int, ...]:
+    return struct.unpack(f">{len(blob) // 8}Q", blob[: len(blob) // 8 * 8])

@@ -219,3 +219,16 @@ def test_meta_json_seen_again_after_a_catch_up_counts_no_missing_subagent(tmp_pa
     clock[0] += 600 * 10**9
     p.tick()
     assert m.value("ccotel_missing_transcripts", "subagent") == 0
+
+
+def test_acked_ids_packed_per_owner_and_rows_of_older_states_still_count(tmp_path):
+    from ccotel.state import Commit, State
+
+    st = State(str(tmp_path))
+    st._db.execute("INSERT INTO acked VALUES (?, ?)", (-5, "old-owner"))  # as a state before acked_ids
+    big = (1 << 64) - 3
+    st.commit(Commit(acked=[(1, "a"), (big, "a"), (7, "b")]))
+    assert st.acked() == {1, big, 7, (1 << 64) - 5}
+    assert st._db.execute("SELECT count(*) FROM acked_ids").fetchone()[0] == 2  # one row per owner
+    st.commit(Commit(done_owners=["a", "old-owner"]))
+    assert st.acked() == {7}
