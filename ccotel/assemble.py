@@ -256,8 +256,9 @@ class Assembler:
         if entry.uuid in sess.owner_of:
             self._count("duplicate_uuid")
             return  # the same line again (a file read again from its start, a re-emitted line)
+        kind = classify_user(entry) if entry.type == "user" else None
         if src.kind is FileKind.MAIN and not entry.is_sidechain:
-            owner = self._main_owner(sess, entry)
+            owner = self._main_owner(sess, entry, kind)
         else:
             owner = self._agent_owner(sess, entry, src)
         if entry.type == "progress" and entry.progress_agent_id and entry.parent_tool_use_id:
@@ -282,9 +283,8 @@ class Assembler:
             owner.awaiting_model = False
             self._assistant(sess, owner, entry, ts)
         elif entry.type == "user":
-            kind = classify_user(entry)
             owner.awaiting_model = kind in ("prompt", "tool_result", "notification")
-            self._user(sess, owner, entry, ts)
+            self._user(sess, owner, entry, ts, kind)
         elif entry.type == "system":
             self._system(owner, entry, ts)
 
@@ -401,8 +401,8 @@ class Assembler:
             sess = self._sessions[session_id] = _Session(session_id)
         return sess
 
-    def _main_owner(self, sess: _Session, e: Entry) -> Owner | None:
-        kind = classify_user(e) if e.type == "user" else None
+    def _main_owner(self, sess: _Session, e: Entry, kind: str | None) -> Owner | None:
+        """``kind``: classify_user of a user line, else None."""
         if kind in ("prompt", "command") or (kind == "notification" and sess.current_turn is None):
             if e.uuid is not None and digest64(e.uuid) in self._seen_prompts:
                 self._count("replayed_prompts")
@@ -602,8 +602,7 @@ class Assembler:
                     self._set_agent_tool(sess, sess.agents[agent_id], tool_id, how)
             self._resolve_agents(sess)
 
-    def _user(self, sess: _Session, owner: Owner, e: Entry, ts: int) -> None:
-        kind = classify_user(e)
+    def _user(self, sess: _Session, owner: Owner, e: Entry, ts: int, kind: str | None) -> None:
         if kind == "interrupt":
             owner.interrupted = True
             return

@@ -9,6 +9,7 @@ Nothing outside a root is ever read: symlinks are resolved and checked.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Iterator
 
@@ -27,10 +28,16 @@ def default_roots(env: dict[str, str] | None = None) -> list[str]:
 
 
 def within_root(root: str, path: str) -> bool:
-    """True if path, with every symlink resolved, is inside root (also resolved)."""
-    real_root = os.path.realpath(root)
+    """True if path, with every symlink resolved, is inside root (resolved once per process: the
+    root ccotel was started on is the one it keeps to)."""
+    real_root = _real_root(root)
     real = os.path.realpath(path)
     return real == real_root or real.startswith(real_root.rstrip(os.sep) + os.sep)
+
+
+@functools.lru_cache(maxsize=64)
+def _real_root(root: str) -> str:
+    return os.path.realpath(root)
 
 
 def classify(root: str, path: str) -> TranscriptFile | None:

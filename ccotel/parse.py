@@ -37,6 +37,7 @@ _CLASSIFY_PREFIX = 80
 _TASK_TOOLS = frozenset({"Task", "Agent"})
 _decoder = json.JSONDecoder()
 _STR_OR_NONE = frozenset((str, type(None)))
+_BOOL_OR_NONE = frozenset((bool, type(None)))
 
 
 def _fast_constructor(cls: type, probe: dict[str, Any]) -> Callable[[dict[str, Any]], Any]:
@@ -445,7 +446,14 @@ def to_entry(obj: dict[str, Any], offset: int, capture: bool, errors: list[str])
             get("version"), get("cwd"), get("gitBranch"), get("entrypoint"), get("subtype"))
     if not _STR_OR_NONE.issuperset(map(type, strs)):
         strs = tuple(_str_value(v, errors) for v in strs)
+    flags = (get("isSidechain"), get("isMeta"), get("isCompactSummary"))
+    if not _BOOL_OR_NONE.issuperset(map(type, flags)):
+        flags = (_bool(obj, "isSidechain", errors), _bool(obj, "isMeta", errors),
+                 _bool(obj, "isCompactSummary", errors))
     kw: dict[str, Any] = {
+        "is_sidechain": flags[0] is True,
+        "is_meta": flags[1] is True,
+        "is_compact_summary": flags[2] is True,
         "type": etype,
         "offset": offset,
         "uuid": strs[0],
@@ -453,9 +461,6 @@ def to_entry(obj: dict[str, Any], offset: int, capture: bool, errors: list[str])
         "logical_parent_uuid": strs[2],
         "session_id": strs[3],
         "timestamp_ns": ts,
-        "is_sidechain": _bool(obj, "isSidechain", errors),
-        "is_meta": _bool(obj, "isMeta", errors),
-        "is_compact_summary": _bool(obj, "isCompactSummary", errors),
         "agent_id": strs[4],
         "version": strs[5],
         "cwd": strs[6],
@@ -487,10 +492,15 @@ def _assistant(obj: dict[str, Any], kw: dict[str, Any], capture: bool, errors: l
     if not isinstance(msg, dict):
         errors.append("bad_field")
         return
-    kw["message_id"] = _str(msg, "id", errors)
-    kw["model"] = _str(msg, "model", errors)
-    kw["stop_reason"] = _str(msg, "stop_reason", errors)
-    kw["usage"] = _usage(msg.get("usage"), errors)
+    get = msg.get
+    strs = (get("id"), get("model"), get("stop_reason"))
+    if _STR_OR_NONE.issuperset(map(type, strs)):
+        kw["message_id"], kw["model"], kw["stop_reason"] = strs
+    else:
+        kw["message_id"] = _str(msg, "id", errors)
+        kw["model"] = _str(msg, "model", errors)
+        kw["stop_reason"] = _str(msg, "stop_reason", errors)
+    kw["usage"] = _usage(get("usage"), errors)
     content = msg.get("content")
     if isinstance(content, str):
         kw["blocks"] = (_new_block({"type": "text", "text": _keep_text(content, capture)}),)
