@@ -67,11 +67,12 @@ def catch_up_in_parallel(options: Options, state_dir: str, exporter: str, worker
         checkpoints = state.files()
     finally:
         state.close()
-    groups = session_groups(discover(options, checkpoints))
+    files = discover(options, checkpoints)
+    if sum(unread_bytes(tf.path, checkpoints) for _root, tf in files) < min_bytes:
+        return None
+    groups = session_groups(files, checkpoints)
     weights = [sum(unread_bytes(tf.path, checkpoints) for _root, tf in g) for g in groups]
     total = sum(weights)
-    if total < min_bytes:
-        return None
     bins = balance(plan_shards(groups, weights), weights, workers)
     if len(bins) < 2:
         return None

@@ -11,6 +11,7 @@ import threading
 import time
 from collections import Counter
 from datetime import datetime, timezone
+from typing import TYPE_CHECKING
 
 import orjson
 
@@ -18,7 +19,6 @@ from . import __version__
 from .assemble import Timeouts
 from .content import DEFAULT_REDACTIONS, ContentPolicy
 from .discover import default_roots
-from .catchup import CatchUpResult, catch_up_in_parallel
 from .export import ExportQueue, make_sink
 from .metrics import Metrics, serve
 from .orchestrator import DEFAULT_PATTERNS, load_patterns, parse_log_arg
@@ -26,6 +26,9 @@ from .pipeline import Options, Pipeline
 from .shard import default_workers
 from .state import State, default_state_dir
 from .watch import Watcher
+
+if TYPE_CHECKING:
+    from .catchup import CatchUpResult
 
 __all__ = ["main", "build_parser", "parse_since"]
 
@@ -177,6 +180,8 @@ def _catch_up_in_parallel(args: argparse.Namespace, progress: _Progress, close_a
     only what they left open."""
     if args.state_dir == "none":
         return None  # without checkpoints the pipeline would read it all again
+    from .catchup import catch_up_in_parallel  # multiprocessing and ctypes: only when needed
+
     workers = default_workers() if args.workers is None else args.workers
     done = catch_up_in_parallel(_options(args), args.state_dir or default_state_dir(), args.traces_exporter,
                                 workers, progress, close_all=close_all, min_bytes=int(args.parallel_min_mb * 1e6),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import os
+import stat
 from collections.abc import Iterator
 
 from .records import FileKind, TranscriptFile
@@ -31,8 +32,29 @@ def within_root(root: str, path: str) -> bool:
     """True if path, with every symlink resolved, is inside root (resolved once per process: the
     root ccotel was started on is the one it keeps to)."""
     real_root = _real_root(root)
-    real = os.path.realpath(path)
+    real = _realpath(path)
     return real == real_root or real.startswith(real_root.rstrip(os.sep) + os.sep)
+
+
+def _realpath(path: str) -> str:
+    """os.path.realpath with the directory's resolution reused while that directory is the same
+    one (device and inode, as its path resolves now): two lstat calls instead of one per path
+    component, for every read of every transcript."""
+    path = os.path.abspath(path)
+    parent, name = os.path.split(path)
+    try:
+        st = os.lstat(parent)
+        leaf = os.lstat(path)
+    except OSError:
+        return os.path.realpath(path)
+    if stat.S_ISLNK(leaf.st_mode) or stat.S_ISLNK(st.st_mode) or name in ("", ".", ".."):
+        return os.path.realpath(path)
+    return os.path.join(_real_dir(parent, st.st_dev, st.st_ino), name)
+
+
+@functools.lru_cache(maxsize=4096)
+def _real_dir(parent: str, _dev: int, _ino: int) -> str:
+    return os.path.realpath(parent)
 
 
 @functools.lru_cache(maxsize=64)

@@ -108,6 +108,10 @@ _KEYS: dict[str, bytes] = {}
 _KV_CACHE: dict[tuple[bytes, str, Any], bytes] = {}
 _KV_CACHE_MAX = 4096
 _KV_STR_VALUE_MAX = 128
+# Ids unique to one span: caching them would only evict the values that do repeat.
+_NEVER_CACHED = frozenset(("claude_code.uuid", "claude_code.parent_uuid", "claude_code.request_id",
+                           "gen_ai.response.id", "gen_ai.tool.call.id", "gen_ai.agent.id",
+                           "gen_ai.agent.description", "claude_code.tool.agent_id"))
 
 
 def _key(k: str) -> bytes:
@@ -127,8 +131,9 @@ def _key_values(attrs: dict[str, Any], tag: bytes) -> bytes:
         if v is None:
             continue
         t = type(v)
-        if (t is str and len(v) <= _KV_STR_VALUE_MAX) or (t is tuple and len(v) == 1 and type(v[0]) is str
-                                                          and len(v[0]) <= _KV_STR_VALUE_MAX):
+        if ((t is str and len(v) <= _KV_STR_VALUE_MAX) or (t is tuple and len(v) == 1 and type(v[0]) is str
+                                                           and len(v[0]) <= _KV_STR_VALUE_MAX)) \
+                and k not in _NEVER_CACHED:
             ck = (tag, k, v)
             kv = cache.get(ck)
             if kv is None:

@@ -153,7 +153,7 @@ class Pipeline:
         """
         self._complete = close_all
         if groups is None:
-            groups = session_groups(self.discover())
+            groups = session_groups(self.discover(), self._checkpoints)
         total = sum(unread_bytes(tf.path, self._checkpoints) for group in groups for _, tf in group)
         done = 0
         for group in groups:
@@ -440,7 +440,6 @@ class Pipeline:
     def _read(self, state: _FileState, accept_unterminated: bool, live: bool = True) -> None:
         """Read new whole lines of a file into the assembler. ``live``: the lines arrive now (their
         arrival time counts as activity); history read during a catch-up has only its timestamps."""
-        self._load_meta(state)
         if not within_root(state.root, state.tf.path):
             self._error("path_outside_root")
             return
@@ -463,6 +462,8 @@ class Pipeline:
         if "unreadable" in res.errors:
             return
         state.unreadable = False
+        if res.lines:
+            self._load_meta(state)  # before its lines: agentType and the spawning tool call
         capture = self.options.content is not None
         new_bytes = new_lines = 0
         for line in res.lines:
@@ -620,9 +621,11 @@ def unread_bytes(path: str, checkpoints: dict[str, tuple[object, int, int]]) -> 
     return max(_size(path) - checkpoints.get(path, (None, 0, 0))[1], 0)
 
 
-def session_groups(files: list[tuple[str, TranscriptFile]]) -> list[Group]:
+def session_groups(files: list[tuple[str, TranscriptFile]],
+                   checkpoints: dict[str, tuple[object, int, int]] | None = None) -> list[Group]:
     """Main file + subagent files of one session together; a project with 2.0.x flat agent
-    files is one group (their session is only named inside them)."""
+    files is one group (their session is only named inside them). With ``checkpoints``, groups
+    with nothing left to read come first, in no particular order (their files are not opened)."""
     groups: dict[tuple[str, str, str | None], Group] = {}
     flat_projects = {(root, tf.project) for root, tf in files if tf.kind is FileKind.FLAT_AGENT}
     for root, tf in files:
@@ -633,7 +636,12 @@ def session_groups(files: list[tuple[str, TranscriptFile]]) -> list[Group]:
     # Oldest session first: when a session's history was copied into a new session file, the
     # original (same first line, but it ends earlier) is read first and keeps its traces and
     # usage; ccotel counts each API call once.
-    return sorted(groups.values(), key=lambda g: _time_span(g[0][1].path))
+    def order(group: Group) -> tuple[int, int]:
+        if checkpoints is not None and not any(unread_bytes(tf.path, checkpoints) for _, tf in group):
+            return (0, 0)
+        return _time_span(group[0][1].path)
+
+    return sorted(groups.values(), key=order)
 
 
 def _time_span(path: str) -> tuple[int, int]:

@@ -1012,3 +1012,20 @@ def test_bad_lines_in_an_open_turn_are_counted_once_across_a_restart(tmp_path):
         assert metrics.value("ccotel_parse_errors", "line_too_long") == 1
         state.close()
     assert_once(backend)
+
+
+def test_a_session_dir_swapped_for_a_symlink_out_of_the_root_is_refused(tmp_path):
+    """within_root reuses a directory's resolution only while the path still names that directory."""
+    from ccotel.discover import within_root
+
+    root = tmp_path / "claude"
+    session_dir = root / "projects" / "-p" / "s1" / "subagents"
+    session_dir.mkdir(parents=True)
+    (session_dir / "agent-a.jsonl").write_text("{}\n")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "agent-a.jsonl").write_text("{}\n")
+    assert within_root(str(root), str(session_dir / "agent-a.jsonl"))
+    session_dir.rename(tmp_path / "moved")
+    session_dir.symlink_to(outside)
+    assert not within_root(str(root), str(session_dir / "agent-a.jsonl"))
