@@ -17,6 +17,7 @@ import ctypes
 import dataclasses
 import logging
 import os
+import resource
 import signal
 import time
 from collections import Counter
@@ -51,6 +52,7 @@ class CatchUpResult:
     failed_workers: int = 0
     seconds: float = 0.0
     worker_seconds: list[float] = field(default_factory=list)
+    worker_peak_rss_mb: list[float] = field(default_factory=list)
 
 
 def catch_up_in_parallel(options: Options, state_dir: str, exporter: str, workers: int,
@@ -106,6 +108,7 @@ def catch_up_in_parallel(options: Options, state_dir: str, exporter: str, worker
         result.spans_exported += stats["exported"]
         result.errors.update(stats["errors"])
         result.worker_seconds.append(stats["seconds"])
+        result.worker_peak_rss_mb.append(stats["peak_rss_mb"])
     if progress is not None:
         progress(min(done.value, total), total)
     result.seconds = time.monotonic() - t0
@@ -141,7 +144,8 @@ def _worker(options: Options, state_dir: str, exporter: str, groups: list[Group]
     pipeline.process_acks()
     state.close()
     writer.send({"files": pipeline.stats.files, "lines": pipeline.stats.lines, "exported": queue.exported,
-                 "errors": dict(pipeline.stats.errors), "seconds": time.monotonic() - t0})
+                 "errors": dict(pipeline.stats.errors), "seconds": time.monotonic() - t0,
+                 "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024})
     writer.close()
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
+from typing import Any, NamedTuple
 
 __all__ = [
     "Block",
@@ -42,9 +42,9 @@ class TranscriptFile:
     meta_path: str | None = None  # agent-<id>.meta.json beside a subagent file
 
 
-@dataclass(frozen=True)
-class RawLine:
-    """One complete physical line of a file, without its newline."""
+class RawLine(NamedTuple):
+    """One complete physical line of a file, without its newline. (A NamedTuple, not a frozen
+    dataclass: one is made per line read, and a tuple is made four times faster.)"""
 
     offset: int  # byte offset of the line's first byte
     end: int  # byte offset just past the newline (or EOF for a final unterminated line)

@@ -867,7 +867,9 @@ def test_pathological_json_does_not_crash(tmp_path):
     assert not raised, raised
     t = base()
     got, p = spans_of_file(str(tmp_path), insert(t, 2, *(line + b"\n" for line in PATHOLOGICAL)))
-    assert sum(p.stats.errors.values()) >= 3
+    # The 5,000-digit integer is valid JSON in a field ccotel ignores: the typed fast path reads
+    # that line (Python's json refuses such an int, so the checked path counted it malformed).
+    assert sum(p.stats.errors.values()) == 2
     assert set(p.stats.errors) <= {"malformed_json", "bad_field"}
     assert_same_spans(got, spans_of_file(str(tmp_path), dump(t.lines))[0])
 
