@@ -1,7 +1,8 @@
 """``ccotel report``: token usage and estimated cost per session, like ``ccusage session --json``.
 
 The report reads only what usage needs: assistant lines (a byte search finds them; tool results,
-most of the bytes, are never decoded), with the assembler's rules for API calls: one call per
+most of the bytes, are never decoded), and of those only ids, model, usage and time (msgspec
+skips the content), with the assembler's rules for API calls: one call per
 (message.id, requestId) across ALL files, the first file in time order keeps it, its largest
 usage snapshot counts, ``<synthetic>`` lines are no call unless an API error, a failed call is
 not billed, the same uuid twice in a session is one line. A big history is read by several
@@ -17,12 +18,13 @@ import os
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from operator import itemgetter
+from typing import Any, Optional
 
-import orjson
+import msgspec
 
 from . import ids
-from .parse import _MAX_INT64, _STR_OR_NONE, parse_line, parse_timestamp
+from .parse import _JUsage, parse_line, parse_timestamp
 from .pipeline import Options, discover, session_groups
 from .pricing import cost_usd
 from .records import SpanRecord, Usage
@@ -47,11 +49,11 @@ class SessionUsage:
     def total_tokens(self) -> int:
         return self.input_tokens + self.output_tokens + self.cache_creation_tokens + self.cache_read_tokens
 
-    def add(self, u: Usage, cost: float | None, model: str | None, first_ns: int, last_ns: int) -> None:
-        self.input_tokens += u.input_tokens
-        self.output_tokens += u.output_tokens
-        self.cache_creation_tokens += u.cache_creation_input_tokens
-        self.cache_read_tokens += u.cache_read_input_tokens
+    def add(self, u: UsageTuple, cost: float | None, model: str | None, first_ns: int, last_ns: int) -> None:
+        self.input_tokens += u[0]
+        self.output_tokens += u[1]
+        self.cache_read_tokens += u[2]
+        self.cache_creation_tokens += u[3]
         self.cost_usd += cost or 0.0
         self.api_calls += 1
         if model:
@@ -80,9 +82,9 @@ def session_usage(spans: Iterable[SpanRecord], into: dict[str, SessionUsage] | N
         u = out.get(sid)
         if u is None:
             u = out[sid] = SessionUsage(sid)
-        usage = Usage(int(a.get("claude_code.usage.input_tokens", 0)), int(a["gen_ai.usage.output_tokens"]),
-                      int(a.get("gen_ai.usage.cache_read.input_tokens", 0)),
-                      int(a.get("gen_ai.usage.cache_creation.input_tokens", 0)))
+        usage = (int(a.get("claude_code.usage.input_tokens", 0)), int(a["gen_ai.usage.output_tokens"]),
+                 int(a.get("gen_ai.usage.cache_read.input_tokens", 0)),
+                 int(a.get("gen_ai.usage.cache_creation.input_tokens", 0)), 0, 0)
         model = a.get("gen_ai.response.model")
         cost = a.get("claude_code.cost.usd")
         u.add(usage, float(cost) if cost is not None else None, model if isinstance(model, str) else None,
@@ -137,49 +139,52 @@ def _as_tuple(u: Usage | None) -> UsageTuple | None:
 
 _NEEDLE = b'"assistant"'
 _CHUNK = 4 << 20
-_INT = frozenset((int,))
 # One assistant line: message id, request id, uuid, session id, usage, is API error, model, time.
 _Line = tuple[Any, ...]
 
 
+class _RMessage(msgspec.Struct):
+    id: Optional[str] = None
+    model: Optional[str] = None
+    usage: Optional[_JUsage] = None  # parse.py's: counts typed and in range, else the line steps aside
+
+
+class _RLine(msgspec.Struct):
+    """What usage needs of a line; the message content (most of an assistant line) is skipped."""
+
+    type: str
+    uuid: Optional[str] = None
+    sessionId: Optional[str] = None
+    requestId: Optional[str] = None
+    timestamp: Optional[str] = None
+    isApiErrorMessage: Optional[bool] = None
+    message: Optional[_RMessage] = None
+
+
+_decoder = msgspec.json.Decoder(_RLine)
+
+
 def _quick(line: bytes) -> _Line | None:
-    """A compact, well-typed assistant line read without building an Entry. None: let
-    ``parse_line`` decide (glued objects, odd types, missing counts, anything unusual)."""
+    """An assistant line of the usual shape, decoded into a small struct. None: let
+    ``parse_line`` decide (glued objects, odd types, anything unusual)."""
     try:
-        obj = orjson.loads(line)
-    except orjson.JSONDecodeError:
+        o = _decoder.decode(line)
+    except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError):
         return None
-    if type(obj) is not dict:
-        return None
-    get = obj.get
-    if get("type") != "assistant":
+    if o.type != "assistant":
         return ()
-    msg = get("message")
-    if type(msg) is not dict:
-        return None
-    mid, model, u = msg.get("id"), msg.get("model"), msg.get("usage")
-    rid, uuid, sid, api_error, ts_raw = get("requestId"), get("uuid"), get("sessionId"), get("isApiErrorMessage"), \
-        get("timestamp")
-    ts = parse_timestamp(ts_raw)
-    if not (_STR_OR_NONE.issuperset(map(type, (mid, rid, uuid, sid, model)))
-            and api_error in (None, True, False) and (ts is not None or ts_raw is None)):
+    msg = o.message
+    ts = parse_timestamp(o.timestamp)
+    if msg is None or (ts is None and o.timestamp is not None):
         return None
     usage: UsageTuple | None = None
+    u = msg.usage
     if u is not None:
-        if type(u) is not dict:
-            return None
-        g = u.get
-        cc = g("cache_creation")
-        c5 = c1 = 0
-        if type(cc) is dict:
-            c5, c1 = cc.get("ephemeral_5m_input_tokens", 0), cc.get("ephemeral_1h_input_tokens", 0)
-        elif cc is not None:
-            return None
-        usage = (g("input_tokens"), g("output_tokens"), g("cache_read_input_tokens"),
-                 g("cache_creation_input_tokens"), c5, c1)  # type: ignore[assignment]
-        if not (_INT.issuperset(map(type, usage)) and min(usage) >= 0 and max(usage) < _MAX_INT64):
-            return None  # parse.py's checked path decides (missing, float, negative, huge)
-    return (mid, rid, uuid, sid, usage, api_error is True, model, ts or 0)
+        cc = u.cache_creation
+        usage = (u.input_tokens or 0, u.output_tokens or 0, u.cache_read_input_tokens or 0,
+                 u.cache_creation_input_tokens or 0, (cc.ephemeral_5m_input_tokens or 0) if cc else 0,
+                 (cc.ephemeral_1h_input_tokens or 0) if cc else 0)
+    return (msg.id, o.requestId, o.uuid, o.sessionId, usage, o.isApiErrorMessage is True, msg.model, ts or 0)
 
 
 def _slow(line: bytes, offset: int) -> list[_Line]:
@@ -272,7 +277,15 @@ def _read_shard(groups: list[tuple[int, Group]], max_line_bytes: int) -> list[tu
                 calls[key] = (index, call)
             else:
                 have[1].merge(call)
-    return [(key, index, *c.flat()) for key, (index, c) in calls.items()]
+    return [_row(key, index, c) for key, (index, c) in calls.items()]
+
+
+def _row(key: str, index: int, c: _Call) -> tuple[Any, ...]:
+    """A call as sent back to the merging process, its cost computed here (in parallel)."""
+    cost = None
+    if c.usage is not None:
+        cost = cost_usd(c.model if c.model and c.model != "<synthetic>" else None, Usage(*c.usage))
+    return (key, index, *c.flat(), round(cost, 9) if cost is not None else None)
 
 
 def build_report(options: Options, workers: int | None = None,
@@ -301,20 +314,18 @@ def _totals(results: Sequence[list[tuple[Any, ...]]], since_ns: int | None) -> d
             have = rows.setdefault(row[0], row)
             if have is not row:  # only if the shard plan missed a link: still counted once
                 first, later = (row, have) if row[1] < have[1] else (have, row)
-                call = _Call(*first[2:])
-                call.merge(_Call(*later[2:]))
-                rows[row[0]] = (row[0], first[1], *call.flat())
+                call = _Call(*first[2:8])
+                call.merge(_Call(*later[2:8]))
+                rows[row[0]] = _row(row[0], first[1], call)
     out: dict[str, SessionUsage] = {}
-    for _key, _index, sid, usage, is_api_error, model, first_ns, last_ns in sorted(rows.values(), key=lambda r: r[1]):
+    for _key, _index, sid, usage, is_api_error, model, first_ns, last_ns, cost in sorted(rows.values(),
+                                                                                         key=itemgetter(1)):
         if usage is None or is_api_error or (since_ns is not None and first_ns < since_ns):
             continue
-        model = model if model and model != "<synthetic>" else None
-        u = Usage(*usage)
-        cost = cost_usd(model, u)
         s = out.get(sid)
         if s is None:
             s = out[sid] = SessionUsage(sid)
-        s.add(u, round(cost, 9) if cost is not None else None, model, first_ns, last_ns)
+        s.add(usage, cost, model if model and model != "<synthetic>" else None, first_ns, last_ns)
     return out
 
 
