@@ -3,10 +3,12 @@
 An API call is counted once across ALL files (DESIGN.md: resumed, forked and copied sessions
 replay the same message.id/requestId), and the first file in time order keeps it. Reading
 two sessions in different processes is therefore exact only when no call can appear in both.
-Claude Code writes a resumed, forked or copied session under the project directory of its
-working directory, and a copy starts with the original's first lines. So a shard holds whole
-projects, and sessions of different projects whose main files begin with the same uuid are
-kept together too. Within a shard, groups keep their global (oldest first) order.
+A session's subagents are in its group already; a resumed session appends to its own file; a
+forked or copied session starts with the original's lines (the same uuids, message ids and
+request ids, FORMAT.md). So sessions whose main files begin with the same uuid, or whose first
+API response has the same message id, share a shard; other sessions may be read apart, also
+within one project (most of a heavy user's history is often one project). Within a shard,
+groups keep their global (oldest first) order.
 """
 
 from __future__ import annotations
@@ -19,23 +21,29 @@ from multiprocessing.context import BaseContext
 
 from .records import FileKind, TranscriptFile
 
-__all__ = ["Group", "plan_shards", "balance", "default_workers", "first_uuid", "process_context"]
+__all__ = ["Group", "plan_shards", "balance", "default_workers", "head_keys", "process_context"]
 
 Group = list[tuple[str, TranscriptFile]]  # (root, file), main file first
 
 
-def first_uuid(path: str, limit: int = 1 << 16) -> str | None:
-    """The uuid of the first line that has one, from the file's first 64 KiB."""
+def head_keys(path: str, limit: int = 1 << 16) -> list[tuple[str, str]]:
+    """What a copy of this session would share with it: the first uuid and the first message id
+    (of an API response: "msg_..."), from the file's first 64 KiB."""
     try:
         with open(path, "rb") as f:
             head = f.read(limit)
     except OSError:
-        return None
-    i = head.find(b'"uuid":"')
-    if i < 0:
-        return None
-    end = head.find(b'"', i + 8)
-    return head[i + 8:end].decode("utf-8", "replace") if 0 < end - i - 8 <= 64 else None
+        return []
+    keys = []
+    for kind, needle in (("uuid", b'"uuid":"'), ("message", b'"id":"msg_')):
+        i = head.find(needle)
+        if i < 0:
+            continue
+        start = i + len(needle) - (4 if kind == "message" else 0)
+        end = head.find(b'"', start)
+        if 0 < end - start <= 128:
+            keys.append((kind, head[start:end].decode("utf-8", "replace")))
+    return keys
 
 
 def plan_shards(groups: Sequence[Group], weights: Sequence[int]) -> list[list[int]]:
@@ -57,12 +65,8 @@ def plan_shards(groups: Sequence[Group], weights: Sequence[int]) -> list[list[in
 
     by_key: dict[tuple[str, str], int] = {}
     for i, group in enumerate(groups):
-        keys = [("project", os.path.join(root, "projects", tf.project)) for root, tf in group]
         main = next((tf for _root, tf in group if tf.kind is FileKind.MAIN), None)
-        if main is not None:
-            uuid = first_uuid(main.path)
-            if uuid is not None:
-                keys.append(("uuid", uuid))
+        keys = head_keys(main.path) if main is not None else []
         for key in keys:
             j = by_key.setdefault(key, i)
             union(i, j)

@@ -10,6 +10,8 @@ import threading
 import time
 from pathlib import Path
 
+import orjson
+
 from ccotel.catchup import catch_up_in_parallel
 from ccotel.export import ExportQueue, OtlpSink
 from ccotel.metrics import Metrics
@@ -116,3 +118,31 @@ def test_killed_workers_lose_nothing(tmp_path, monkeypatch):
         assert processes == 3 and failed >= 1 and len(killed) >= failed
         # Each killed worker may have had one batch (512 spans) taken but not yet acknowledged.
         assert spans_by_id(many, resent_ok=512 * len(killed)) == spans_by_id(one)
+
+
+def test_shard_plan_keeps_copies_together_and_splits_a_project(tmp_path):
+    from ccotel.discover import scan
+    from ccotel.pipeline import session_groups
+    from ccotel.shard import balance, plan_shards
+
+    proj = tmp_path / "projects" / "-one-project"
+    proj.mkdir(parents=True)
+
+    def session(name: str, first_uuid: str, first_msg: str) -> None:
+        lines = [{"type": "user", "uuid": first_uuid, "sessionId": name, "timestamp": "2026-01-01T00:00:00.000Z",
+                  "message": {"role": "user", "content": "hi"}},
+                 {"type": "assistant", "uuid": f"{name}-a", "sessionId": name, "timestamp": "2026-01-01T00:00:01.000Z",
+                  "requestId": "req_1", "message": {"id": first_msg, "model": "claude-sonnet-4-5", "content": []}}]
+        (proj / f"{name}.jsonl").write_bytes(b"".join(orjson.dumps(x) + b"\n" for x in lines))
+
+    session("s-orig", "u-1", "msg_1")
+    session("s-copy", "u-1", "msg_1")  # a copy: the same lines first
+    session("s-fork", "u-9", "msg_1")  # its uuids rewritten, its first response the same
+    for i in range(6):
+        session(f"s-other{i}", f"u-o{i}", f"msg_o{i}")
+    groups = session_groups([(str(tmp_path), tf) for tf in scan(str(tmp_path))])
+    shards = plan_shards(groups, [1] * len(groups))
+    names = [{groups[i][0][1].session_id for i in shard} for shard in shards]
+    assert {"s-orig", "s-copy", "s-fork"} in names
+    bins = balance(shards, [1] * len(groups), 2)
+    assert len(bins) == 2  # one project, read by two processes
