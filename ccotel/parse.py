@@ -527,7 +527,7 @@ def _assistant(obj: dict[str, Any], kw: dict[str, Any], capture: bool, errors: l
     elif content is not None:
         kw["blocks"] = _blocks(content, capture, errors)
     if kw["is_api_error"]:
-        text = next((b.text for b in kw["blocks"] if b.type == "text" and b.text), None)
+        text = next((b.text for b in kw.get("blocks", ()) if b.type == "text" and b.text), None)
         kw["error_text"] = (text or "")[:200] or None
 
 
@@ -721,7 +721,7 @@ def _entry_of(o: _JLine, offset: int, capture: bool) -> Entry:
             elif content is not None:
                 kw["blocks"] = _fast_blocks(content, capture)
             if kw["is_api_error"]:
-                text = next((b.text for b in kw["blocks"] if b.type == "text" and b.text), None)
+                text = next((b.text for b in kw.get("blocks", ()) if b.type == "text" and b.text), None)
                 kw["error_text"] = (text or "")[:200] or None
     elif etype == "user":
         if msg is not None:

@@ -25,12 +25,12 @@ import msgspec
 
 from . import ids
 from .parse import _JUsage, parse_line, parse_timestamp
-from .pipeline import Options, discover, session_groups
+from .pipeline import Options, Pipeline, discover, session_groups
 from .pricing import cost_usd
 from .records import SpanRecord, Usage
 from .shard import Group, balance, default_workers, plan_shards, process_context
 
-__all__ = ["SessionUsage", "session_usage", "build_report"]
+__all__ = ["SessionUsage", "session_usage", "build_report", "report_from_spans"]
 
 @dataclass
 class SessionUsage:
@@ -95,6 +95,13 @@ def session_usage(spans: Iterable[SpanRecord], into: dict[str, SessionUsage] | N
 # A call's usage as a plain tuple, cheap to build, merge and send between processes:
 # (input, output, cache read, cache creation, cache creation 5m, cache creation 1h).
 UsageTuple = tuple[int, int, int, int, int, int]
+
+
+def report_from_spans(options: Options) -> dict[str, SessionUsage]:
+    """The reference: the whole pipeline, its chat spans summed."""
+    totals: dict[str, SessionUsage] = {}
+    Pipeline(options, emit=lambda spans: session_usage(spans, totals)).backfill(close_all=True)
+    return totals
 
 
 @dataclass(slots=True)
@@ -248,6 +255,7 @@ def _read_group(group: Group, max_line_bytes: int) -> dict[str, _Call]:
     calls: dict[str, _Call] = {}
     seen_uuids: set[tuple[str, str]] = set()
     for _root, tf in group:
+        last: tuple[str, str] | None = None  # message id and key of the file's last response line
         for offset, raw in _lines_with(tf.path, _NEEDLE, max_line_bytes):
             one = _quick(raw)
             for mid, rid, uuid, sid, usage, api_error, model, ts in \
@@ -258,7 +266,10 @@ def _read_group(group: Group, max_line_bytes: int) -> dict[str, _Call]:
                 if (sid, uuid) in seen_uuids:
                     continue  # the same line again (a re-emitted line): the assembler drops it too
                 seen_uuids.add((sid, uuid))
-                key = ids.call_key(mid, rid)
+                # A line that lost its requestId belongs to the response just before it with the
+                # same message id (the assembler's rule for its owner's current response).
+                key = last[1] if rid is None and last is not None and last[0] == mid else ids.call_key(mid, rid)
+                last = (mid, key)
                 have = calls.get(key)
                 if have is None:
                     calls[key] = _Call(sid, usage, api_error, model, ts, ts)
@@ -290,23 +301,27 @@ def _row(key: str, index: int, c: _Call) -> tuple[Any, ...]:
 
 def build_report(options: Options, workers: int | None = None,
                  parallel_min_bytes: int = 64 << 20) -> dict[str, SessionUsage]:
+    if options.since_ns is not None:
+        # --since keeps or drops whole turns by when they started, as the traces do; only the
+        # assembler knows turns, so this report is summed from the spans (slower, and exact).
+        return report_from_spans(options)
     groups = session_groups(discover(options, {}))
     weights = [sum(_size(tf.path) for _root, tf in g) for g in groups]
     n = default_workers() if workers is None else max(1, workers)
     if n == 1 or sum(weights) < parallel_min_bytes:
-        return _totals([_read_shard(list(enumerate(groups)), options.max_line_bytes)], options.since_ns)
+        return _totals([_read_shard(list(enumerate(groups)), options.max_line_bytes)])
     bins = balance(plan_shards(groups, weights), weights, n)
     jobs = [[(i, groups[i]) for i in b] for b in bins]
     if len(jobs) == 1:
-        return _totals([_read_shard(jobs[0], options.max_line_bytes)], options.since_ns)
+        return _totals([_read_shard(jobs[0], options.max_line_bytes)])
     with ProcessPoolExecutor(len(jobs) - 1, mp_context=process_context()) as pool:
         futures = [pool.submit(_read_shard, job, options.max_line_bytes) for job in jobs[1:]]
         results = [_read_shard(jobs[0], options.max_line_bytes)]  # this process reads a share too
         results += [f.result() for f in futures]
-    return _totals(results, options.since_ns)
+    return _totals(results)
 
 
-def _totals(results: Sequence[list[tuple[Any, ...]]], since_ns: int | None) -> dict[str, SessionUsage]:
+def _totals(results: Sequence[list[tuple[Any, ...]]]) -> dict[str, SessionUsage]:
     """Merge the shards (a call in two of them: the earlier group keeps it), then sum per session."""
     rows: dict[str, tuple[Any, ...]] = {}
     for shard_rows in results:
@@ -320,7 +335,7 @@ def _totals(results: Sequence[list[tuple[Any, ...]]], since_ns: int | None) -> d
     out: dict[str, SessionUsage] = {}
     for _key, _index, sid, usage, is_api_error, model, first_ns, last_ns, cost in sorted(rows.values(),
                                                                                          key=itemgetter(1)):
-        if usage is None or is_api_error or (since_ns is not None and first_ns < since_ns):
+        if usage is None or is_api_error:
             continue
         s = out.get(sid)
         if s is None:

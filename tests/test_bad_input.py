@@ -1031,3 +1031,11 @@ def test_a_session_dir_swapped_for_a_symlink_out_of_the_root_is_refused(tmp_path
     session_dir.rename(tmp_path / "moved")
     session_dir.symlink_to(outside)
     assert not within_root(str(root), str(session_dir / "agent-a.jsonl"))
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_api_error_line_without_content(fast):
+    """An isApiErrorMessage line whose message has no content (found in review: a KeyError)."""
+    line = b'{"type":"assistant","uuid":"u1","sessionId":"s","isApiErrorMessage":true,"message":{"id":"m","model":"<synthetic>"}}'
+    res = parse_line(line, 0, fast=fast)
+    assert res.errors == [] and res.entries[0].is_api_error and res.entries[0].error_text is None

@@ -97,3 +97,62 @@ def test_lines_with_equals_a_plain_split(tmp_path_factory, lines, final_newline,
             want.append((offset, line))
         offset += len(line) + 1
     assert list(_lines_with(str(path), b"NEEDLE", limit, chunk_size=chunk)) == want
+
+
+def _user(u, parent, ts, content="hi"):
+    return {"type": "user", "uuid": u, "parentUuid": parent, "sessionId": "s1", "timestamp": ts,
+            "message": {"role": "user", "content": content}}
+
+
+def _asst(u, parent, ts, mid, rid, out, stop="end_turn", content=None):
+    o = {"type": "assistant", "uuid": u, "parentUuid": parent, "sessionId": "s1", "timestamp": ts,
+         "message": {"id": mid, "model": "claude-sonnet-4-20250514", "role": "assistant", "stop_reason": stop,
+                     "content": content or [{"type": "text", "text": "x"}],
+                     "usage": {"input_tokens": 10, "output_tokens": out, "cache_read_input_tokens": 0,
+                               "cache_creation_input_tokens": 0}}}
+    if rid is not None:
+        o["requestId"] = rid
+    return o
+
+
+def _write(root: Path, lines: list[dict]) -> str:
+    import orjson
+
+    d = root / "projects" / "-tmp-p"
+    d.mkdir(parents=True)
+    (d / "s1.jsonl").write_bytes(b"".join(orjson.dumps(x) + b"\n" for x in lines))
+    return str(root)
+
+
+def test_a_line_that_lost_its_request_id_is_the_same_call(tmp_path):
+    """Found in review: the report counted it as a second call; the assembler merges it."""
+    root = _write(tmp_path, [_user("p1", None, "2025-06-01T10:00:00.000Z"),
+                             _asst("a1", "p1", "2025-06-01T10:00:05.000Z", "msg_1", "req_1", 100, stop=None),
+                             _asst("a2", "a1", "2025-06-01T10:00:06.000Z", "msg_1", None, 150)])
+    ref = figures(from_spans(root))
+    assert ref["s1"][1] == 150 and ref["s1"][4] == 1
+    assert figures(build_report(Options(roots=(root,)), workers=1)) == ref
+
+
+def test_since_keeps_whole_turns_like_the_traces(tmp_path):
+    """A turn that started before --since is left out whole, its later calls too (as the spans)."""
+    from ccotel.parse import parse_timestamp
+
+    tool = [{"type": "tool_use", "id": "t1", "name": "Bash", "input": {"command": "sleep 480"}}]
+    result = dict(_user("p2", "a1", "2025-06-01T10:08:00.000Z",
+                        [{"type": "tool_result", "tool_use_id": "t1", "content": "ok"}]), toolUseResult={"stdout": "ok"})
+    root = _write(tmp_path, [_user("p1", None, "2025-06-01T10:00:00.000Z"),
+                             _asst("a1", "p1", "2025-06-01T10:00:05.000Z", "msg_1", "req_1", 100, "tool_use", tool),
+                             result,
+                             _asst("a2", "p2", "2025-06-01T10:10:00.000Z", "msg_2", "req_2", 200),
+                             _user("p3", "a2", "2025-06-01T10:20:00.000Z"),
+                             _asst("a3", "p3", "2025-06-01T10:20:05.000Z", "msg_3", "req_3", 300)])
+    options = Options(roots=(root,), since_ns=parse_timestamp("2025-06-01T10:05:00.000Z"))
+    got = build_report(options, workers=1)
+    assert figures(got) == figures(from_spans_since(options)) and got["s1"].output_tokens == 300
+
+
+def from_spans_since(options: Options) -> dict[str, SessionUsage]:
+    totals: dict[str, SessionUsage] = {}
+    Pipeline(options, emit=lambda spans: session_usage(spans, totals)).backfill(close_all=True)
+    return totals
