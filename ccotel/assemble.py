@@ -353,6 +353,15 @@ class Assembler:
                 out.append(key)
         return out
 
+    def unseen_agents(self) -> list[tuple[str, str, int]]:
+        """(session, agent id, when named) of named subagents whose transcript had no line yet."""
+        return [(sid, agent_id, named) for (sid, agent_id), named in self._unseen_agents.items()]
+
+    def expect_agents(self, agents: list[tuple[str, str, int]]) -> None:
+        """Take over subagents another assembler was waiting for (a catch-up worker's)."""
+        for sid, agent_id, named in agents:
+            self._unseen_agents.setdefault((sid, agent_id), named)
+
     def current_turn(self, session_id: str) -> Turn | None:
         """The session's latest turn if still open (the branch a resume continues from)."""
         sess = self._sessions.get(session_id)

@@ -53,6 +53,9 @@ class CatchUpResult:
     seconds: float = 0.0
     worker_seconds: list[float] = field(default_factory=list)
     worker_peak_rss_mb: list[float] = field(default_factory=list)
+    # for the caller's detectors (workers run none): Pipeline.adopt_detector_state
+    ghosts: list[str] = field(default_factory=list)
+    unseen_agents: list[tuple[str, str, int]] = field(default_factory=list)
 
 
 def catch_up_in_parallel(options: Options, state_dir: str, exporter: str, workers: int,
@@ -109,6 +112,8 @@ def catch_up_in_parallel(options: Options, state_dir: str, exporter: str, worker
         result.errors.update(stats["errors"])
         result.worker_seconds.append(stats["seconds"])
         result.worker_peak_rss_mb.append(stats["peak_rss_mb"])
+        result.ghosts += stats["ghosts"]
+        result.unseen_agents += [tuple(a) for a in stats["unseen_agents"]]
     if progress is not None:
         progress(min(done.value, total), total)
     result.seconds = time.monotonic() - t0
@@ -135,6 +140,8 @@ def _worker(options: Options, state_dir: str, exporter: str, groups: list[Group]
     last = [0]
 
     def progress(n: int, _total: int) -> None:
+        if os.getppid() != parent_pid:
+            os._exit(1)  # ccotel is gone (where PR_SET_PDEATHSIG does not exist)
         with done.get_lock():
             done.value += n - last[0]
         last[0] = n
@@ -143,7 +150,8 @@ def _worker(options: Options, state_dir: str, exporter: str, groups: list[Group]
     queue.close(timeout_s=None)
     pipeline.process_acks()
     state.close()
-    writer.send({"files": pipeline.stats.files, "lines": pipeline.stats.lines, "exported": queue.exported,
+    ghosts, unseen = pipeline.detector_state()
+    writer.send({"ghosts": ghosts, "unseen_agents": unseen,"files": pipeline.stats.files, "lines": pipeline.stats.lines, "exported": queue.exported,
                  "errors": dict(pipeline.stats.errors), "seconds": time.monotonic() - t0,
                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024})
     writer.close()

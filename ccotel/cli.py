@@ -235,13 +235,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     watcher = Watcher(_options(args).roots, force_polling=args.poll)
     watcher.start()  # before the catch-up, so nothing written meanwhile is missed
     progress = _Progress()
-    _catch_up_in_parallel(args, progress, metrics=True)
+    parallel = _catch_up_in_parallel(args, progress, metrics=True)
     pipeline, queue = _start(args, metrics)
     metrics.gauges = lambda: {**pipeline.gauges(), "ccotel_export_queue_spans": float(queue.pending())}
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     pipeline.backfill(progress)
+    if parallel is not None:
+        pipeline.adopt_detector_state(parallel.ghosts, parallel.unseen_agents)
     progress.end()
     log.info("caught up: %d files, %d spans; following live (%s)", pipeline.stats.files,
              pipeline.stats.spans, watcher.mode)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import os
 import stat
+import time
 from collections.abc import Iterator
 
 from .records import FileKind, TranscriptFile
@@ -37,9 +38,11 @@ def within_root(root: str, path: str) -> bool:
 
 
 def _realpath(path: str) -> str:
-    """os.path.realpath with the directory's resolution reused while that directory is the same
-    one (device and inode, as its path resolves now): two lstat calls instead of one per path
-    component, for every read of every transcript."""
+    """os.path.realpath with the directory's resolution reused for a few seconds while that
+    directory is the same one (device and inode, as its path resolves now): two lstat calls
+    instead of one per path component, for every read of every transcript. (A directory above it
+    moved out of the root and replaced by a symlink keeps its inode: that is seen when the entry
+    expires, and only files of a directory that was inside the root are read meanwhile.)"""
     path = os.path.abspath(path)
     parent, name = os.path.split(path)
     try:
@@ -52,9 +55,20 @@ def _realpath(path: str) -> str:
     return os.path.join(_real_dir(parent, st.st_dev, st.st_ino), name)
 
 
-@functools.lru_cache(maxsize=4096)
-def _real_dir(parent: str, _dev: int, _ino: int) -> str:
-    return os.path.realpath(parent)
+_DIR_TTL_S = 10.0
+_dirs: dict[tuple[str, int, int], tuple[str, float]] = {}  # (dir, dev, ino) -> (real path, expires)
+
+
+def _real_dir(parent: str, dev: int, ino: int) -> str:
+    now = time.monotonic()
+    hit = _dirs.get((parent, dev, ino))
+    if hit is not None and now < hit[1]:
+        return hit[0]
+    real = os.path.realpath(parent)
+    if len(_dirs) >= 4096:
+        _dirs.clear()
+    _dirs[(parent, dev, ino)] = (real, now + _DIR_TTL_S)
+    return real
 
 
 @functools.lru_cache(maxsize=64)

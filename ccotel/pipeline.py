@@ -318,6 +318,21 @@ class Pipeline:
 
     # -- detectors ---------------------------------------------------------------
 
+    def detector_state(self) -> tuple[list[str], list[tuple[str, str, int]]]:
+        """What the detectors still wait on: main files with prompts and no response yet, and
+        named subagents whose transcript had no line (a catch-up worker hands them over)."""
+        ghosts = [p for p in self._ghost_candidates if p in self.files and not self.files[p].has_assistant]
+        return ghosts, self.assembler.unseen_agents()
+
+    def adopt_detector_state(self, ghosts: list[str], agents: list[tuple[str, str, int]]) -> None:
+        """Watch what catch-up workers read but, running no detectors, could not judge."""
+        for path in ghosts:
+            st = self.files.get(path)
+            if st is not None and not st.has_assistant:
+                st.has_user = True
+                self._ghost_candidates.add(path)
+        self.assembler.expect_agents(agents)
+
     def _alive(self, session_id: str) -> bool | None:
         """Is the Claude Code process writing this session still running? (sessions/<pid>.json)"""
         now = self.clock()

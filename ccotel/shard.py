@@ -26,24 +26,30 @@ __all__ = ["Group", "plan_shards", "balance", "default_workers", "head_keys", "p
 Group = list[tuple[str, TranscriptFile]]  # (root, file), main file first
 
 
-def head_keys(path: str, limit: int = 1 << 16) -> list[tuple[str, str]]:
+def head_keys(path: str, first: int = 1 << 16, limit: int = 4 << 20) -> list[tuple[str, str]]:
     """What a copy of this session would share with it: the first uuid and the first message id
-    (of an API response: "msg_..."), from the file's first 64 KiB."""
+    (of an API response: "msg_..."), from the file's start (64 KiB, up to 4 MiB when the first
+    prompt is long). Neither found: ("unknown", ""), which puts all such sessions together."""
+    keys: dict[str, str] = {}
     try:
         with open(path, "rb") as f:
-            head = f.read(limit)
+            head = f.read(first)
+            while True:
+                for kind, needle in (("uuid", b'"uuid":"'), ("message", b'"id":"msg_')):
+                    i = head.find(needle) if kind not in keys else -1
+                    start = i + len(needle) - (4 if kind == "message" else 0)
+                    end = head.find(b'"', start) if i >= 0 else -1
+                    if 0 < end - start <= 128:
+                        keys[kind] = head[start:end].decode("utf-8", "replace")
+                if len(keys) == 2 or len(head) >= limit:
+                    break
+                more = f.read(len(head))
+                if not more:
+                    break
+                head += more
     except OSError:
-        return []
-    keys = []
-    for kind, needle in (("uuid", b'"uuid":"'), ("message", b'"id":"msg_')):
-        i = head.find(needle)
-        if i < 0:
-            continue
-        start = i + len(needle) - (4 if kind == "message" else 0)
-        end = head.find(b'"', start)
-        if 0 < end - start <= 128:
-            keys.append((kind, head[start:end].decode("utf-8", "replace")))
-    return keys
+        pass
+    return list(keys.items()) or [("unknown", "")]
 
 
 def plan_shards(groups: Sequence[Group], weights: Sequence[int]) -> list[list[int]]:

@@ -1039,3 +1039,22 @@ def test_api_error_line_without_content(fast):
     line = b'{"type":"assistant","uuid":"u1","sessionId":"s","isApiErrorMessage":true,"message":{"id":"m","model":"<synthetic>"}}'
     res = parse_line(line, 0, fast=fast)
     assert res.errors == [] and res.entries[0].is_api_error and res.entries[0].error_text is None
+
+
+def test_a_directory_above_moved_out_and_symlinked_back_is_refused_once_its_entry_expires(tmp_path, monkeypatch):
+    """The moved directory keeps its inode, so the cached resolution holds until it expires
+    (found in review); after that, the file is outside the root again."""
+    import time as _time
+
+    from ccotel import discover
+
+    monkeypatch.setattr(discover, "_DIR_TTL_S", 0.2)
+    root = tmp_path / "claude"
+    sub = root / "projects" / "-p" / "s1" / "subagents"
+    sub.mkdir(parents=True)
+    (sub / "agent-a.jsonl").write_text("{}\n")
+    assert discover.within_root(str(root), str(sub / "agent-a.jsonl"))
+    (root / "projects" / "-p").rename(tmp_path / "moved")
+    (root / "projects" / "-p").symlink_to(tmp_path / "moved")
+    _time.sleep(0.3)
+    assert not discover.within_root(str(root), str(sub / "agent-a.jsonl"))

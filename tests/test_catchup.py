@@ -128,9 +128,9 @@ def test_shard_plan_keeps_copies_together_and_splits_a_project(tmp_path):
     proj = tmp_path / "projects" / "-one-project"
     proj.mkdir(parents=True)
 
-    def session(name: str, first_uuid: str, first_msg: str) -> None:
-        lines = [{"type": "user", "uuid": first_uuid, "sessionId": name, "timestamp": "2026-01-01T00:00:00.000Z",
-                  "message": {"role": "user", "content": "hi"}},
+    def session(name: str, first_uuid: str, first_msg: str, prompt: str = "hi") -> None:
+        lines = [{"message": {"role": "user", "content": prompt}, "type": "user", "uuid": first_uuid,
+                  "sessionId": name, "timestamp": "2026-01-01T00:00:00.000Z"},
                  {"type": "assistant", "uuid": f"{name}-a", "sessionId": name, "timestamp": "2026-01-01T00:00:01.000Z",
                   "requestId": "req_1", "message": {"id": first_msg, "model": "claude-sonnet-4-5", "content": []}}]
         (proj / f"{name}.jsonl").write_bytes(b"".join(orjson.dumps(x) + b"\n" for x in lines))
@@ -138,11 +138,67 @@ def test_shard_plan_keeps_copies_together_and_splits_a_project(tmp_path):
     session("s-orig", "u-1", "msg_1")
     session("s-copy", "u-1", "msg_1")  # a copy: the same lines first
     session("s-fork", "u-9", "msg_1")  # its uuids rewritten, its first response the same
+    session("s-long", "u-L", "msg_L", "x" * 300_000)  # ids only past the first 64 KiB (found in review)
+    session("s-long-copy", "u-L", "msg_L", "x" * 300_000)
     for i in range(6):
         session(f"s-other{i}", f"u-o{i}", f"msg_o{i}")
     groups = session_groups([(str(tmp_path), tf) for tf in scan(str(tmp_path))])
     shards = plan_shards(groups, [1] * len(groups))
     names = [{groups[i][0][1].session_id for i in shard} for shard in shards]
-    assert {"s-orig", "s-copy", "s-fork"} in names
+    assert {"s-orig", "s-copy", "s-fork"} in names and {"s-long", "s-long-copy"} in names
     bins = balance(shards, [1] * len(groups), 2)
     assert len(bins) == 2  # one project, read by two processes
+
+
+def test_detectors_see_what_the_workers_read(tmp_path):
+    """A ghost session and a subagent without a transcript in the history a restart catches up
+    on are counted as with one process (found in review: workers run no detectors)."""
+    from ccotel.export import make_sink
+    from ccotel.state import Commit
+
+    proj = tmp_path / "claude" / "projects" / "-tmp-p"
+    proj.mkdir(parents=True)
+
+    def write(sid: str, objs: list[dict]) -> None:
+        (proj / f"{sid}.jsonl").write_bytes(b"".join(orjson.dumps(o) + b"\n" for o in objs))
+
+    def line(kind: str, u: str, parent: str | None, sid: str, ts: str, **extra) -> dict:
+        return {"type": kind, "uuid": u, "parentUuid": parent, "sessionId": sid, "timestamp": ts, **extra}
+
+    usage = {"input_tokens": 1, "output_tokens": 1, "cache_read_input_tokens": 0, "cache_creation_input_tokens": 0}
+    write("ghost", [line("user", "g1", None, "ghost", "2025-06-01T10:00:00.000Z",
+                         message={"role": "user", "content": "hello?"})])
+    write("spawner", [
+        line("user", "s1", None, "spawner", "2025-06-01T11:00:00.000Z", message={"role": "user", "content": "go"}),
+        line("assistant", "s2", "s1", "spawner", "2025-06-01T11:00:01.000Z", requestId="r1",
+             message={"id": "msg_s1", "model": "claude-sonnet-4-20250514", "stop_reason": "tool_use", "usage": usage,
+                      "content": [{"type": "tool_use", "id": "toolu_a", "name": "Agent",
+                                   "input": {"subagent_type": "general-purpose", "prompt": "p"}}]}),
+        line("user", "s3", "s2", "spawner", "2025-06-01T11:05:00.000Z", toolUseResult={"agentId": "a0b1c2"},
+             message={"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_a", "content": "done"}]}),
+        line("assistant", "s4", "s3", "spawner", "2025-06-01T11:05:01.000Z", requestId="r2",
+             message={"id": "msg_s2", "model": "claude-sonnet-4-20250514", "stop_reason": "end_turn", "usage": usage,
+                      "content": [{"type": "text", "text": "ok"}]})])
+    for p in proj.iterdir():
+        os.utime(p, (1.7e9, 1.7e9))
+    options = Options(roots=(str(tmp_path / "claude"),))
+
+    def run(state_dir: Path, workers: int) -> dict[str, float]:
+        State(str(state_dir)).commit(Commit(marks=["caught_up"]))  # a restart: events are counted
+        done = catch_up_in_parallel(options, str(state_dir), "none", workers, min_bytes=0, metrics=True)
+        assert (done is not None) == (workers > 1)
+        now = [time.time_ns()]
+        state, metrics, queue = State(str(state_dir)), Metrics(), ExportQueue(make_sink("none"))
+        pipeline = Pipeline(options, emit=queue.submit, state=state, metrics=metrics, clock=lambda: now[0])
+        queue.on_ack = pipeline.acknowledge
+        pipeline.backfill()
+        if done is not None:
+            pipeline.adopt_detector_state(done.ghosts, done.unseen_agents)
+        now[0] += 10 * 60 * 10 ** 9  # past the stall timeout
+        pipeline.tick()
+        queue.close(timeout_s=10)
+        return {k: v for k, v in metrics.totals().items() if k.startswith("ccotel_missing_transcripts")}
+
+    one, two = run(tmp_path / "one", 1), run(tmp_path / "two", 2)
+    assert one == two
+    assert one["ccotel_missing_transcripts\x1fsession"] == 1 and one["ccotel_missing_transcripts\x1fsubagent"] == 1
