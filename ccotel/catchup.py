@@ -5,7 +5,7 @@ When the history to read is large, worker processes each run the ordinary pipeli
 shard of the sessions (shard.py: sessions that may share API calls stay together) with their
 own OTLP exporter, writing the same checkpoint database. The ordinary rules make this safe:
 a worker moves a file's checkpoint only past turns whose every span the backend acknowledged,
-and adds its counter increments (State(shared_counters=True)). Afterwards the caller's own
+and adds its counter increments (state.py commits counters as increments). Afterwards the caller's own
 pipeline starts from those checkpoints: it re-reads only the turns still open, skips spans
 already delivered, and is the one that declares the catch-up complete. A worker that dies
 loses nothing: whatever it did not checkpoint is read again by the caller.
@@ -131,7 +131,7 @@ def _worker(options: Options, state_dir: str, exporter: str, groups: list[Group]
             count: bool, done: "Synchronized[int]", writer: Any, parent_pid: int) -> None:
     _die_with_parent(parent_pid)
     t0 = time.monotonic()
-    state = State(state_dir, shared_counters=True)
+    state = State(state_dir)
     metrics = Metrics() if count else None
     queue = ExportQueue(make_sink(exporter), notify=lambda msg: log.warning("%s", msg),
                         on_failure=(lambda: metrics.inc("ccotel_export_failures")) if metrics else None)

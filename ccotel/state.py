@@ -76,17 +76,16 @@ class Commit:
 
 
 class State:
-    """``shared_counters``: this process is one of several writing the same state (a catch-up
-    worker, catchup.py). Its counters start at 0 and each commit ADDS what they grew by since
-    its last commit, so the processes' counts sum exactly and a crash loses or repeats none."""
+    """Counters are committed as increments: each commit adds what a counter grew by since the
+    totals this process loaded (``counters``) or last committed. So the catch-up workers that
+    share one state (catchup.py) sum exactly, and a crash loses or repeats nothing."""
 
-    def __init__(self, state_dir: str, shared_counters: bool = False) -> None:
+    def __init__(self, state_dir: str) -> None:
         os.makedirs(state_dir, mode=0o700, exist_ok=True)
         os.chmod(state_dir, 0o700)  # transcripts' paths and digests are private
         path = os.path.join(state_dir, "state.db")
         self.fresh = not os.path.exists(path)
-        self.shared_counters = shared_counters
-        self._committed: dict[str, float] = {}  # shared_counters: the values already added
+        self._committed: dict[str, float] = {}  # counter totals as this process last loaded or wrote them
         self._lock = threading.Lock()
         self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None,
                                    timeout=60.0)  # several catch-up workers may wait on each other
@@ -122,9 +121,10 @@ class State:
         return {row[0] for row in self._db.execute("SELECT digest FROM prompts")}
 
     def counters(self) -> dict[str, float]:
-        if self.shared_counters:
-            return {}  # this process counts from 0; commit adds its increments
-        return dict(self._db.execute("SELECT key, value FROM counters"))
+        with self._lock:
+            totals = dict(self._db.execute("SELECT key, value FROM counters"))
+            self._committed.update(totals)
+        return totals
 
     def marks(self) -> set[str]:
         return {row[0] for row in self._db.execute("SELECT key FROM marks")}
@@ -152,19 +152,15 @@ class State:
                 db.executemany("DELETE FROM acked WHERE owner = ?", ((o,) for o in c.done_owners))
                 db.executemany("INSERT OR IGNORE INTO calls VALUES (?)", ((d,) for d in c.calls))
                 db.executemany("INSERT OR IGNORE INTO prompts VALUES (?)", ((d,) for d in c.prompts))
-                if self.shared_counters:
-                    added = {k: v - self._committed.get(k, 0.0) for k, v in c.counters.items()}
-                    db.executemany("INSERT INTO counters VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET"
-                                   " value = value + excluded.value", ((k, v) for k, v in added.items() if v))
-                else:
-                    db.executemany("INSERT OR REPLACE INTO counters VALUES (?, ?)", c.counters.items())
+                added = {k: v - self._committed.get(k, 0.0) for k, v in c.counters.items()}
+                db.executemany("INSERT INTO counters VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET"
+                               " value = value + excluded.value", ((k, v) for k, v in added.items() if v))
                 db.executemany("INSERT OR IGNORE INTO marks VALUES (?)", ((m,) for m in c.marks))
                 db.execute("COMMIT")
             except BaseException:
                 db.execute("ROLLBACK")
                 raise
-            if self.shared_counters:
-                self._committed.update(c.counters)
+            self._committed.update(c.counters)
 
     def close(self) -> None:
         with self._lock:
