@@ -12,6 +12,8 @@
 - :mod:`tests.support.usage_check` -- the FORMAT.md section 10 token arithmetic
   and a re-implementation of ccusage's rules; ``CCUSAGE_NOTES.md`` holds the
   per-session numbers and the differences.
+- :mod:`tests.support.server` -- the loopback server lifecycle Phoenix and
+  Prometheus share (start with port retries, bounded SIGTERM then SIGKILL).
 - :mod:`tests.support.fixtures` -- pytest fixtures ``phoenix``,
   ``ccusage_installed``, ``realdata_config_dir`` (skip locally when a component
   is missing, fail under ``CI`` / ``CCOTEL_REQUIRE_REAL_COMPONENTS``).

@@ -79,15 +79,12 @@ asynchronous (a queue and a bulk inserter): poll with :meth:`wait_for_spans`.
 
 from __future__ import annotations
 
-import atexit
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.error
 import urllib.parse
@@ -95,6 +92,8 @@ import urllib.request
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional
+
+from tests.support.server import LoopbackServer, free_port
 
 __all__ = [
     "PHOENIX_VERSION",
@@ -186,13 +185,6 @@ def installed_phoenix_version(venv: Optional[Path] = None) -> Optional[str]:
     return out.stdout.strip() or None
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that was free a moment ago on ``host``."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
-
-
 def phoenix_time_ns(time_unix_nano: int) -> int:
     """The ns time Phoenix stores for an OTLP ``time_unix_nano``.
 
@@ -240,7 +232,7 @@ def _span_record(raw: Mapping[str, Any], project: str) -> dict[str, Any]:
 _CLEAN_ENV_PREFIXES = ("PHOENIX_", "OTEL_")
 
 
-class PhoenixServer:
+class PhoenixServer(LoopbackServer):
     """``phoenix serve`` on 127.0.0.1, free ports, a private sqlite working dir.
 
     Use as a context manager (or call :meth:`start` / :meth:`stop`)::
@@ -254,6 +246,10 @@ class PhoenixServer:
     for a graceful SIGTERM before SIGKILL, ``timeout`` on reads.
     """
 
+    name = "phoenix"
+    error = PhoenixError
+    log_lines = 60
+
     def __init__(
         self,
         *,
@@ -264,20 +260,14 @@ class PhoenixServer:
         keep_workdir: bool = False,
         require_version: Optional[str] = PHOENIX_VERSION,
     ) -> None:
+        super().__init__(startup_timeout=startup_timeout, stop_timeout=stop_timeout, keep_dir=keep_workdir)
         self.venv = Path(venv) if venv else phoenix_venv()
-        self.startup_timeout = startup_timeout
-        self.stop_timeout = stop_timeout
         self.extra_env = dict(extra_env or {})
-        self.keep_workdir = keep_workdir
         self.require_version = require_version
-        self.host = "127.0.0.1"
         self.http_port = 0
         self.grpc_port = 0
-        self.tmpdir: Optional[Path] = None
         self.working_dir: Optional[Path] = None
-        self.log_path: Optional[Path] = None
-        self._proc: Optional[subprocess.Popen[bytes]] = None
-        self._log_file: Any = None
+        self._python: Optional[Path] = None
 
     # -- endpoints ---------------------------------------------------------
 
@@ -295,20 +285,24 @@ class PhoenixServer:
         """OTLP/gRPC endpoint, plaintext (use ``insecure=True``)."""
         return f"http://{self.host}:{self.grpc_port}"
 
-    @property
-    def pid(self) -> Optional[int]:
-        return self._proc.pid if self._proc else None
+    # -- LoopbackServer ------------------------------------------------------
 
-    # -- lifecycle ---------------------------------------------------------
+    def _prepare(self) -> None:
+        assert self.tmpdir is not None
+        self.working_dir = self.tmpdir / "phoenix"
+        self.working_dir.mkdir()
+        (self.tmpdir / "home").mkdir()
 
-    def __enter__(self) -> "PhoenixServer":
-        self.start()
-        return self
+    def _pick_ports(self) -> None:
+        self.http_port = free_port()
+        self.grpc_port = free_port()
+        while self.grpc_port == self.http_port:
+            self.grpc_port = free_port()
 
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+    def _command(self, attempt: int) -> list[str]:
+        return [str(self._python), "-c", _LAUNCHER]
 
-    def _check_installed(self) -> Path:
+    def _check(self) -> None:
         python = phoenix_python(self.venv)
         if not python.exists():
             raise PhoenixNotInstalled(
@@ -321,7 +315,7 @@ class PhoenixServer:
                     f"{self.venv} has arize-phoenix {found!r}, want {self.require_version}: "
                     "run `python -m tests.support.install_phoenix`"
                 )
-        return python
+        self._python = python
 
     def _env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith(_CLEAN_ENV_PREFIXES)}
@@ -352,54 +346,11 @@ class PhoenixServer:
         env.update(self.extra_env)
         return env
 
-    def start(self) -> "PhoenixServer":
-        if self._proc is not None:
-            raise PhoenixError("already started")
-        python = self._check_installed()
-        self.tmpdir = Path(tempfile.mkdtemp(prefix="ccotel-phoenix-"))
-        self.working_dir = self.tmpdir / "phoenix"
-        self.working_dir.mkdir()
-        (self.tmpdir / "home").mkdir()
-        attempts = 3
-        for attempt in range(1, attempts + 1):
-            self.http_port = free_port()
-            self.grpc_port = free_port()
-            while self.grpc_port == self.http_port:
-                self.grpc_port = free_port()
-            self.log_path = self.tmpdir / f"phoenix-{attempt}.log"
-            self._log_file = open(self.log_path, "wb")
-            self._proc = subprocess.Popen(
-                [str(python), "-c", _LAUNCHER],
-                cwd=str(self.tmpdir),
-                env=self._env(),
-                stdin=subprocess.DEVNULL,
-                stdout=self._log_file,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-            atexit.register(self._atexit_stop)
-            try:
-                self._wait_ready()
-                return self
-            except PhoenixError:
-                log = self.log_tail(80)
-                self._terminate()
-                if attempt < attempts and "address already in use" in log.lower():
-                    continue
-                self._cleanup_dir()
-                raise
-        raise PhoenixError("unreachable")  # pragma: no cover
-
     def _wait_ready(self) -> None:
-        assert self._proc is not None
         deadline = time.monotonic() + self.startup_timeout
         http_ok = grpc_ok = False
         while time.monotonic() < deadline:
-            code = self._proc.poll()
-            if code is not None:
-                raise PhoenixError(
-                    f"phoenix exited with {code} during startup; log tail:\n{self.log_tail(60)}"
-                )
+            self._exited()
             if not http_ok:
                 try:
                     with urllib.request.urlopen(f"{self.base_url}/readyz", timeout=2) as resp:
@@ -415,47 +366,7 @@ class PhoenixServer:
             if http_ok and grpc_ok:
                 return
             time.sleep(0.25)
-        raise PhoenixError(
-            f"phoenix not ready within {self.startup_timeout}s; log tail:\n{self.log_tail(60)}"
-        )
-
-    def stop(self) -> None:
-        """SIGTERM (graceful, bounded by ``stop_timeout``), then SIGKILL."""
-        self._terminate()
-        self._cleanup_dir()
-
-    def _terminate(self) -> None:
-        proc, self._proc = self._proc, None
-        if proc is not None and proc.poll() is None:
-            try:
-                proc.send_signal(signal.SIGTERM)
-                proc.wait(timeout=self.stop_timeout)
-            except subprocess.TimeoutExpired:
-                try:
-                    # The session we created for it: Phoenix and anything it started.
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                proc.wait(timeout=10)
-        if self._log_file is not None:
-            self._log_file.close()
-            self._log_file = None
-
-    def _cleanup_dir(self) -> None:
-        if self.tmpdir is not None and not self.keep_workdir:
-            shutil.rmtree(self.tmpdir, ignore_errors=True)
-            self.tmpdir = None
-
-    def _atexit_stop(self) -> None:
-        if self._proc is not None:
-            self.stop_timeout = min(self.stop_timeout, 5.0)
-            self.stop()
-
-    def log_tail(self, lines: int = 40) -> str:
-        if self.log_path is None or not self.log_path.exists():
-            return ""
-        data = self.log_path.read_bytes()[-200_000:].decode("utf-8", "replace")
-        return "\n".join(data.splitlines()[-lines:])
+        raise self._not_ready()
 
     # -- REST --------------------------------------------------------------
 

@@ -17,20 +17,18 @@ SIGTERM before SIGKILL, ``timeout`` on every HTTP call and on :meth:`wait_for`.
 
 from __future__ import annotations
 
-import atexit
 import json
 import os
 import shutil
-import signal
-import socket
 import subprocess
-import tempfile
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional, Sequence
+
+from tests.support.server import LoopbackServer, free_port
 
 __all__ = [
     "PrometheusError",
@@ -116,13 +114,6 @@ def promtool_check_metrics(text: str) -> tuple[bool, str]:
     return code == 0, output
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that was free a moment ago on ``host``."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
-
-
 def _parse_result(data: dict[str, Any]) -> list[Sample]:
     kind = data.get("resultType")
     result = data.get("result")
@@ -135,7 +126,7 @@ def _parse_result(data: dict[str, Any]) -> list[Sample]:
     return [({}, float("nan"))] if kind == "string" else []
 
 
-class PrometheusServer:
+class PrometheusServer(LoopbackServer):
     """``prometheus`` on 127.0.0.1, a free port and a temp TSDB dir.
 
     ``targets``: ``(host, port)`` pairs scraped as one job (``job``, default
@@ -144,6 +135,9 @@ class PrometheusServer:
     comes ~5 s later (2.42 syncs scrape targets on a fixed 5 s tick), so wait
     with :meth:`wait_for`.
     """
+
+    name = "prometheus"
+    error = PrometheusError
 
     def __init__(
         self,
@@ -156,37 +150,18 @@ class PrometheusServer:
         stop_timeout: float = 15.0,
         keep_dir: bool = False,
     ) -> None:
+        super().__init__(startup_timeout=startup_timeout, stop_timeout=stop_timeout, keep_dir=keep_dir)
         self.scrape_targets = [(str(h), int(p)) for h, p in targets]
         self.scrape_interval = scrape_interval
         self.job = job
         self.rule_files = [Path(f).resolve() for f in rule_files]
-        self.startup_timeout = startup_timeout
-        self.stop_timeout = stop_timeout
-        self.keep_dir = keep_dir
-        self.host = "127.0.0.1"
         self.port = 0
-        self.tmpdir: Optional[Path] = None
         self.config_path: Optional[Path] = None
-        self.log_path: Optional[Path] = None
-        self._proc: Optional[subprocess.Popen[bytes]] = None
-        self._log_file: Any = None
+        self._binary: Optional[str] = None
 
     @property
     def base_url(self) -> str:
         return f"http://{self.host}:{self.port}"
-
-    @property
-    def pid(self) -> Optional[int]:
-        return self._proc.pid if self._proc else None
-
-    # -- lifecycle ---------------------------------------------------------
-
-    def __enter__(self) -> "PrometheusServer":
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     def config_text(self) -> str:
         """The prometheus.yml written (JSON is valid YAML)."""
@@ -207,56 +182,35 @@ class PrometheusServer:
             config["rule_files"] = [str(f) for f in self.rule_files]
         return json.dumps(config, indent=2) + "\n"
 
-    def start(self) -> "PrometheusServer":
-        if self._proc is not None:
-            raise PrometheusError("already started")
-        binary = _binary("prometheus")
-        if binary is None:
+    # -- LoopbackServer ------------------------------------------------------
+
+    def _check(self) -> None:
+        self._binary = _binary("prometheus")
+        if self._binary is None:
             raise PrometheusError(f"prometheus not found: {INSTALL_HINT}")
-        self.tmpdir = Path(tempfile.mkdtemp(prefix="ccotel-prometheus-"))
+
+    def _prepare(self) -> None:
+        assert self.tmpdir is not None
         self.config_path = self.tmpdir / "prometheus.yml"
         self.config_path.write_text(self.config_text())
-        attempts = 3
-        for attempt in range(1, attempts + 1):
-            self.port = free_port(self.host)
-            self.log_path = self.tmpdir / f"prometheus-{attempt}.log"
-            self._log_file = open(self.log_path, "wb")
-            self._proc = subprocess.Popen(
-                [
-                    binary,
-                    f"--config.file={self.config_path}",
-                    f"--storage.tsdb.path={self.tmpdir / f'data-{attempt}'}",
-                    f"--web.listen-address={self.host}:{self.port}",
-                    "--log.level=info",
-                ],
-                cwd=str(self.tmpdir),
-                stdin=subprocess.DEVNULL,
-                stdout=self._log_file,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-            atexit.register(self._atexit_stop)
-            try:
-                self._wait_ready()
-                return self
-            except PrometheusError:
-                log = self.log_tail(40)
-                self._terminate()
-                if attempt < attempts and "address already in use" in log.lower():
-                    continue
-                self._cleanup_dir()
-                raise
-        raise PrometheusError("unreachable")  # pragma: no cover
+
+    def _pick_ports(self) -> None:
+        self.port = free_port(self.host)
+
+    def _command(self, attempt: int) -> list[str]:
+        assert self._binary is not None and self.tmpdir is not None
+        return [
+            self._binary,
+            f"--config.file={self.config_path}",
+            f"--storage.tsdb.path={self.tmpdir / f'data-{attempt}'}",
+            f"--web.listen-address={self.host}:{self.port}",
+            "--log.level=info",
+        ]
 
     def _wait_ready(self) -> None:
-        assert self._proc is not None
         deadline = time.monotonic() + self.startup_timeout
         while time.monotonic() < deadline:
-            code = self._proc.poll()
-            if code is not None:
-                raise PrometheusError(
-                    f"prometheus exited with {code} during startup; log tail:\n{self.log_tail(40)}"
-                )
+            self._exited()
             try:
                 with urllib.request.urlopen(f"{self.base_url}/-/ready", timeout=2) as resp:
                     if resp.status == 200:
@@ -264,48 +218,7 @@ class PrometheusServer:
             except (urllib.error.URLError, OSError):
                 pass
             time.sleep(0.1)
-        raise PrometheusError(
-            f"prometheus not ready within {self.startup_timeout}s; log tail:\n{self.log_tail(40)}"
-        )
-
-    def log_tail(self, lines: int = 40) -> str:
-        if self._log_file is not None:
-            try:
-                self._log_file.flush()
-            except (OSError, ValueError):
-                pass
-        if self.log_path is None or not self.log_path.exists():
-            return ""
-        text = self.log_path.read_text(errors="replace")
-        return "\n".join(text.splitlines()[-lines:])
-
-    def _terminate(self) -> None:
-        proc, self._proc = self._proc, None
-        if proc is not None and proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=self.stop_timeout)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=10)
-        if self._log_file is not None:
-            self._log_file.close()
-            self._log_file = None
-
-    def _cleanup_dir(self) -> None:
-        if self.tmpdir is not None and not self.keep_dir:
-            shutil.rmtree(self.tmpdir, ignore_errors=True)
-
-    def stop(self) -> None:
-        self._terminate()
-        self._cleanup_dir()
-        atexit.unregister(self._atexit_stop)
-
-    def _atexit_stop(self) -> None:
-        try:
-            self.stop()
-        except Exception:  # noqa: BLE001 - best effort at interpreter exit
-            pass
+        raise self._not_ready()
 
     # -- HTTP API ----------------------------------------------------------
 
