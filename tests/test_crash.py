@@ -51,11 +51,7 @@ def history(root: Path, rng: random.Random) -> None:
         sid = f"{i:08x}-aaaa-4bbb-8ccc-dddddddddddd"
         t = Transcript(sid, t_ms=1_760_000_000_000 + i * 10_000_000)
         for j in range(rng.randint(1, 6)):
-            t.prompt(f"history {i} {j}", parent=t.last)
-            t.response(f"msg_h{i}_{j}a", [text("x" * rng.randint(10, 3000)), tool_use(f"toolu_h{i}_{j}")],
-                       stop_reason="tool_use")
-            t.tool_result(f"toolu_h{i}_{j}", "y" * rng.randint(10, 20000))
-            t.response(f"msg_h{i}_{j}b", [text("done")], stop_reason="end_turn")
+            t.tool_turn(f"h{i}_{j}", "x" * rng.randint(10, 3000), "y" * rng.randint(10, 20000))
         t.write(str(root / "projects" / f"-tmp-hist-{i % 5}" / f"{sid}.jsonl"))
 
 

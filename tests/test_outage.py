@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ccotel.pipeline import Options, Pipeline
 from tests.otlp_receiver import OtlpReceiver
-from tests.transcript import Transcript, text, tool_use
+from tests.transcript import Transcript
 
 PEAK_RSS_BOUND_MB = 150
 
@@ -27,11 +27,7 @@ def corpus(root: Path, sessions: int, rng: random.Random) -> None:
         sid = f"{i:08x}-1234-4bbb-8ccc-dddddddddddd"
         t = Transcript(sid, t_ms=1_760_000_000_000 + i * 10_000_000)
         for j in range(8):
-            t.prompt(f"turn {i} {j}", parent=t.last)
-            t.response(f"msg_o{i}_{j}a", [text("x" * rng.randint(10, 2000)), tool_use(f"toolu_o{i}_{j}")],
-                       stop_reason="tool_use")
-            t.tool_result(f"toolu_o{i}_{j}", "y" * rng.randint(10, 30000))
-            t.response(f"msg_o{i}_{j}b", [text("done")], stop_reason="end_turn")
+            t.tool_turn(f"o{i}_{j}", "x" * rng.randint(10, 2000), "y" * rng.randint(10, 30000))
         t.write(str(root / "projects" / f"-p{i % 7}" / f"{sid}.jsonl"))
 
 

@@ -95,6 +95,13 @@ class Transcript:
     def system(self, subtype: str, parent: str | None | bool = True, **extra: Any) -> str:
         return self._env("system", self._parent(parent), subtype=subtype, **extra)["uuid"]
 
+    def tool_turn(self, tag: str, said: str = "x", result: str = "y") -> None:
+        """A whole turn: prompt, a response with one Bash call, its result, the final answer."""
+        self.prompt(f"turn {tag}", parent=self.last)
+        self.response(f"msg_{tag}a", [text(said), tool_use(f"toolu_{tag}")], stop_reason="tool_use")
+        self.tool_result(f"toolu_{tag}", result)
+        self.response(f"msg_{tag}b", [text("done")], stop_reason="end_turn")
+
     def raw(self, obj: dict[str, Any]) -> None:
         self.lines.append(obj)
 
