@@ -495,11 +495,7 @@ def to_entry(obj: dict[str, Any], offset: int, capture: bool, errors: list[str])
     elif etype == "system":
         _system(obj, kw, errors)
     elif etype == "progress":
-        data = get("data")
-        if isinstance(data, dict):
-            kw["progress_type"] = data.get("type") if isinstance(data.get("type"), str) else None
-            kw["progress_agent_id"] = data.get("agentId") if isinstance(data.get("agentId"), str) else None
-        kw["parent_tool_use_id"] = _str(obj, "parentToolUseID", errors)
+        _progress(obj, kw, errors)
     return _new_entry(kw)
 
 
@@ -553,6 +549,14 @@ def _user(obj: dict[str, Any], kw: dict[str, Any], capture: bool, errors: list[s
     else:
         kw["tool_use_result"] = _tool_use_result(tur)
     kw["source_tool_assistant_uuid"] = _str(obj, "sourceToolAssistantUUID", errors)
+
+
+def _progress(obj: dict[str, Any], kw: dict[str, Any], errors: list[str]) -> None:
+    data = obj.get("data")
+    if isinstance(data, dict):
+        kw["progress_type"] = data.get("type") if isinstance(data.get("type"), str) else None
+        kw["progress_agent_id"] = data.get("agentId") if isinstance(data.get("agentId"), str) else None
+    kw["parent_tool_use_id"] = _str(obj, "parentToolUseID", errors)
 
 
 def _system(obj: dict[str, Any], kw: dict[str, Any], errors: list[str]) -> None:
@@ -744,21 +748,12 @@ def _entry_of(o: _JLine, offset: int, capture: bool) -> Entry:
         elif head == b"{":
             kw["tool_use_result"] = _fast_tool_use_result(_tool_use_result_decoder.decode(raw))
         kw["source_tool_assistant_uuid"] = o.sourceToolAssistantUUID
-    elif etype == "system":
-        meta = orjson.loads(memoryview(o.compactMetadata))
-        if isinstance(meta, dict):
-            kw["compact_trigger"] = meta.get("trigger") if isinstance(meta.get("trigger"), str) else None
-            kw["compact_pre_tokens"] = _int(meta.get("preTokens"))
-        kw["retry_attempt"] = _int(orjson.loads(memoryview(o.retryAttempt)))
-        err = orjson.loads(memoryview(o.error))
-        if isinstance(err, dict):
-            kw["error_status"] = _int(err.get("status"))
+    elif etype == "system":  # small objects: the checked path's reading, on orjson's values
+        _system({"compactMetadata": orjson.loads(memoryview(o.compactMetadata)),
+                 "retryAttempt": orjson.loads(memoryview(o.retryAttempt)),
+                 "error": orjson.loads(memoryview(o.error))}, kw, [])
     elif etype == "progress":
-        data = orjson.loads(memoryview(o.data))
-        if isinstance(data, dict):
-            kw["progress_type"] = data.get("type") if isinstance(data.get("type"), str) else None
-            kw["progress_agent_id"] = data.get("agentId") if isinstance(data.get("agentId"), str) else None
-        kw["parent_tool_use_id"] = o.parentToolUseID
+        _progress({"data": orjson.loads(memoryview(o.data)), "parentToolUseID": o.parentToolUseID}, kw, [])
     return _new_entry(kw)  # type: ignore[no-any-return]
 
 
