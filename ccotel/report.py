@@ -25,7 +25,7 @@ import msgspec
 
 from . import ids
 from .parse import _JUsage, parse_line, parse_timestamp
-from .pipeline import Options, Pipeline, discover, session_groups
+from .pipeline import Options, Pipeline, discover, session_groups, unread_bytes
 from .pricing import cost_usd
 from .records import SpanRecord, Usage
 from .shard import Group, balance, default_workers, plan_shards, process_context
@@ -306,7 +306,7 @@ def build_report(options: Options, workers: int | None = None,
         # assembler knows turns, so this report is summed from the spans (slower, and exact).
         return report_from_spans(options)
     groups = session_groups(discover(options, {}))
-    weights = [sum(_size(tf.path) for _root, tf in g) for g in groups]
+    weights = [sum(unread_bytes(tf.path, {}) for _root, tf in g) for g in groups]  # file sizes
     n = default_workers() if workers is None else max(1, workers)
     if n == 1 or sum(weights) < parallel_min_bytes:
         return _totals([_read_shard(list(enumerate(groups)), options.max_line_bytes)])
@@ -342,10 +342,3 @@ def _totals(results: Sequence[list[tuple[Any, ...]]]) -> dict[str, SessionUsage]
             s = out[sid] = SessionUsage(sid)
         s.add(usage, cost, model if model and model != "<synthetic>" else None, first_ns, last_ns)
     return out
-
-
-def _size(path: str) -> int:
-    try:
-        return os.stat(path).st_size
-    except OSError:
-        return 0
