@@ -1,4 +1,5 @@
-"""Check the committed real-CLI fixtures against their committed ground truth (no CLI, no network).
+"""Check the committed real-CLI fixtures (every version of the matrix) against their committed ground
+truth (no CLI, no network).
 
 The checks are plain JSON reading (tests/harness/checks.py), independent of ccotel's parser.
 """
@@ -11,15 +12,19 @@ from pathlib import Path
 import pytest
 
 from tests.harness.checks import check_scenario
-from tests.harness.fixtures import copy_fixture, list_fixtures, load_fixture
-from tests.harness.install import CLAUDE_CODE_VERSION
+from tests.harness.fixtures import copy_fixture, fixture_name, list_fixtures, load_fixture, split_name
+from tests.harness.install import NEWEST, OLDEST, VERSIONS
 from tests.harness.scenarios import SCENARIOS
 
 FIXTURES = list_fixtures()
 
 
-def test_every_scenario_has_a_fixture() -> None:
-    assert sorted(SCENARIOS) == FIXTURES
+@pytest.mark.parametrize("version", VERSIONS)
+def test_every_scenario_has_a_fixture(version: str) -> None:
+    """Every scenario reachable on a version has that version's fixture, and nothing else is there."""
+    want = sorted(fixture_name(version, n) for n, s in SCENARIOS.items() if s.runs_on(version))
+    assert list_fixtures(version) == want
+    assert set(want) <= set(FIXTURES)
 
 
 @pytest.mark.parametrize("name", FIXTURES)
@@ -33,8 +38,9 @@ def test_fixture_matches_ground_truth(name: str) -> None:
 def test_fixture_meta(name: str) -> None:
     fx = load_fixture(name)
     meta = fx.meta
-    assert meta["scenario"] == name
-    assert meta["cli_version"] == CLAUDE_CODE_VERSION
+    version, scenario = split_name(name)
+    assert meta["scenario"] == scenario == fx.scenario
+    assert meta["cli_version"] == version == fx.version
     assert meta["check_problems"] == []
     assert isinstance(meta["hand_made"], list)
     for f in meta["files"]:
@@ -42,7 +48,7 @@ def test_fixture_meta(name: str) -> None:
             assert (fx.root / f["path"]).stat().st_size == f["bytes"], f["path"]
     versions = {json.loads(line).get("version") for p in fx.transcripts
                 for line in p.read_text().splitlines() if '"version"' in line}
-    assert versions - {None} == {CLAUDE_CODE_VERSION}
+    assert versions - {None} == {version}
     assert fx.session_ids and all(fx.session_ids)
     for sid in fx.session_ids:
         assert any(p.stem == sid for p in fx.main_transcripts), sid
@@ -75,3 +81,16 @@ def test_loader_and_copy(tmp_path: Path) -> None:
     assert fx.main_transcripts[0].stat().st_size > 0
     with pytest.raises(FileNotFoundError):
         load_fixture("no_such_fixture")
+
+
+def test_loader_versions(tmp_path: Path) -> None:
+    """Bare names are 2.1.197's (as before the matrix); "<version>/<scenario>" or version= pick another."""
+    old, new = load_fixture("s01_bash_tool"), load_fixture(f"{NEWEST}/s01_bash_tool")
+    assert (old.version, new.version) == (OLDEST, NEWEST)
+    assert load_fixture("s01_bash_tool", version=NEWEST).root == new.root
+    assert load_fixture("s01_bash_tool", version=OLDEST).root == old.root
+    assert list_fixtures(OLDEST) == [n for n in FIXTURES if "/" not in n]
+    assert FIXTURES == list_fixtures(OLDEST) + [n for v in VERSIONS[1:] for n in list_fixtures(v)]
+    copy = copy_fixture("s01_bash_tool", tmp_path, version=NEWEST)
+    assert copy.name == f"{NEWEST}/s01_bash_tool" and copy.version == NEWEST
+    assert copy.root == tmp_path / NEWEST / "s01_bash_tool"

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from .install import OLDEST
+
 __all__ = ["Evidence", "TranscriptFile", "read_jsonl", "transcript_files", "check_ground_truth",
            "check_tool_pairs", "check_scenario", "SCENARIO_CHECKS", "evidence_from_result"]
 
@@ -68,6 +70,12 @@ class Evidence:
     runs: list[dict[str, Any]]  # {label, returncode, killed, timed_out, records: [stream-json dicts]}
     notes: dict[str, Any] = field(default_factory=dict)
     snapshots: dict[str, Path] = field(default_factory=dict)  # label -> config-dir-like root
+    version: str = OLDEST  # the Claude Code version that wrote it
+
+    @property
+    def newer(self) -> bool:
+        """Written by a version after 2.1.197 (the behaviours this file tells apart changed there)."""
+        return self.version != OLDEST
 
     @property
     def files(self) -> list[TranscriptFile]:
@@ -96,7 +104,8 @@ def evidence_from_result(result: Any) -> Evidence:
     snaps_root = result.sandbox.root / "snapshots"
     snaps = {p.name: p for p in sorted(snaps_root.iterdir())} if snaps_root.is_dir() else {}
     return Evidence(name=result.scenario.name, config_dir=result.sandbox.config_dir,
-                    ground_truth=read_jsonl(result.ground_truth), runs=runs, notes=result.notes, snapshots=snaps)
+                    ground_truth=read_jsonl(result.ground_truth), runs=runs, notes=result.notes, snapshots=snaps,
+                    version=result.sandbox.version)
 
 
 # --------------------------------------------------------------------------- generic checks
@@ -149,6 +158,10 @@ def check_ground_truth(ev: Evidence) -> list[str]:
                 problems.append(f"{mid}: cache_creation {cc} does not add up to cache_creation_input_tokens")
             if msg.get("model") != r["model"]:
                 problems.append(f"{mid}: model {msg.get('model')!r} != {r['model']!r}")
+            if r.get("iterations") and usage.get("iterations") != r["iterations"]:
+                problems.append(f"{mid}: usage.iterations {usage.get('iterations')} != ground truth {r['iterations']}")
+            if "requestedModel" in ln and r.get("requested_model") and ln["requestedModel"] != r["requested_model"]:
+                problems.append(f"{mid}: requestedModel {ln['requestedModel']!r} != requested {r['requested_model']!r}")
             if msg.get("stop_reason") != r["stop_reason"]:
                 problems.append(f"{mid}: stop_reason {msg.get('stop_reason')!r} != {r['stop_reason']!r}")
             for b in msg.get("content") or []:
@@ -352,6 +365,11 @@ def _check_s03(ev: Evidence) -> list[str]:
     if not (seqs.get("s03.alpha.bash", 99) < seqs.get("s03.beta.final", 0)
             and seqs.get("s03.beta.bash", 99) < seqs.get("s03.alpha.final", 0)):
         p.append(f"subagents did not overlap: {seqs}")
+    # foreground (2.1.330: run_in_background false): the main file's result is the finished agent's
+    for tid in by_tool:
+        tur = (_result_line(ev, tid) or {}).get("toolUseResult") or {}
+        if tur.get("status") != "completed":
+            p.append(f"Agent result {tid}: status {tur.get('status')!r}, expected 'completed' (foreground)")
     return p
 
 
@@ -362,6 +380,12 @@ def _check_s04(ev: Evidence) -> list[str]:
         tur = (_result_line(ev, tid) or {}).get("toolUseResult") or {}
         if tur.get("status") != "async_launched" or tur.get("isAsync") is not True:
             p.append(f"background Agent result: {tur.get('status')}, isAsync {tur.get('isAsync')}")
+        use = tool_uses(ev).get(tid)
+        if ev.newer and use is not None and "run_in_background" in use[2]["input"]:
+            p.append("2.1.330 s04 should launch with the default (no run_in_background in the input)")
+        meta = by_tool[tid].meta if tid in by_tool else None
+        if ev.newer and (meta or {}).get("requestShape") != "background":
+            p.append(f"2.1.330 background agent meta.json requestShape {(meta or {}).get('requestShape')!r}")
     main = _one(ev.main_files(), "main file", p)
     if main is not None and tid in by_tool:
         after = [ln for ln in main.lines if (ln.get("message") or {}).get("id") in
@@ -390,19 +414,46 @@ def _check_s05(ev: Evidence) -> list[str]:
 
 
 def _check_s06(ev: Evidence) -> list[str]:
+    """2.1.197: the orphan stays a dead branch; the resumed prompt is parented on the line before it.
+    2.1.330: the resume repairs it: an is_error tool_result "[Tool call interrupted: ...]" (toolDenialKind
+    "interrupted"), then a <synthetic> "No response requested." line with madeBy "other", and the resumed
+    prompt chains on that line. Both: the killed run left the tool_use without result (snapshot after_kill)."""
     p: list[str] = []
     orphan = _one(_tool_ids(ev, "s06.t1.sleep"), "sleep tool_use", p)
     if orphan is None:
         return p
-    p += check_tool_pairs(ev, {orphan})
     f, orphan_line, _ = tool_uses(ev)[orphan]
-    children = [ln for ln in f.lines if ln.get("parentUuid") == orphan_line["uuid"]]
-    if children:
-        p.append(f"orphan line has children: {[c['uuid'] for c in children]}")
     prompts = [ln for ln in _main_human_prompts(f) if ln["message"]["content"].startswith("S06 second")]
     second = _one(prompts, "resumed S06 prompt", p)
-    if second is not None and second.get("parentUuid") != orphan_line.get("parentUuid"):
-        p.append("the resumed prompt is not parented on the line before the orphaned tool_use")
+    if not ev.newer:
+        p += check_tool_pairs(ev, {orphan})
+        children = [ln for ln in f.lines if ln.get("parentUuid") == orphan_line["uuid"]]
+        if children:
+            p.append(f"orphan line has children: {[c['uuid'] for c in children]}")
+        if second is not None and second.get("parentUuid") != orphan_line.get("parentUuid"):
+            p.append("the resumed prompt is not parented on the line before the orphaned tool_use")
+    else:
+        p += check_tool_pairs(ev)
+        res = tool_results(ev).get(orphan, [])
+        if len(res) != 1:
+            p.append(f"the killed tool call has {len(res)} tool_results after the resume (expected the repair)")
+        else:
+            _, rln, rb = res[0]
+            if rb.get("is_error") is not True or not str(rb.get("content")).startswith("[Tool call interrupted"):
+                p.append(f"repair tool_result: is_error {rb.get('is_error')}, content {str(rb.get('content'))[:60]!r}")
+            if rln.get("parentUuid") != orphan_line["uuid"]:
+                p.append("the repair tool_result is not parented on the killed tool_use line")
+            synth = [ln for ln in f.lines if ln.get("parentUuid") == rln["uuid"]]
+            s_ln = _one(synth, "line after the repair tool_result", p)
+            if s_ln is not None:
+                msg = s_ln.get("message") or {}
+                if (s_ln.get("type"), msg.get("model"), s_ln.get("madeBy")) != ("assistant", "<synthetic>", "other") \
+                        or msg.get("content") != [{"type": "text", "text": "No response requested."}]:
+                    p.append(f"after the repair: {s_ln.get('type')} {msg.get('model')} madeBy {s_ln.get('madeBy')}")
+                if any(v for k, v in (msg.get("usage") or {}).items() if k in USAGE_KEYS):
+                    p.append("the synthetic repair line has non-zero usage")
+                if second is not None and second.get("parentUuid") != s_ln["uuid"]:
+                    p.append("the resumed prompt is not parented on the synthetic 'No response requested.' line")
     runs = {r["label"]: r for r in ev.runs}
     if not runs.get("run1_killed", {}).get("killed"):
         p.append("run 1 was not killed")
@@ -410,6 +461,11 @@ def _check_s06(ev: Evidence) -> list[str]:
     if snap is None:
         p.append("no after_kill snapshot")
     else:
+        snap_lines = [json.loads(x) for q in sorted((snap / "projects").rglob("*.jsonl"))
+                      for x in q.read_text().splitlines() if x.strip()]
+        if any(b.get("tool_use_id") == orphan for ln in snap_lines if ln.get("type") == "user"
+               for b in ((ln.get("message") or {}).get("content") or []) if isinstance(b, dict)):
+            p.append("after the kill the tool_use already had a tool_result")
         sessions = sorted((snap / "sessions").glob("*.json"))
         if len(sessions) != 1:
             p.append(f"after the kill, expected one sessions/<pid>.json, got {len(sessions)}")
@@ -417,26 +473,45 @@ def _check_s06(ev: Evidence) -> list[str]:
             content = json.loads(sessions[0].read_text())
             if content.get("sessionId") != orphan_line["sessionId"] or f"{content.get('pid')}.json" != sessions[0].name:
                 p.append(f"stale sessions file does not name the session: {content}")
-    if (ev.config_dir / "sessions").is_dir() and any((ev.config_dir / "sessions").glob("*.json")):
-        p.append("sessions/ still holds a pid file after the clean resume run")
+            left = sorted(q.name for q in (ev.config_dir / "sessions").glob("*.json")) \
+                if (ev.config_dir / "sessions").is_dir() else []
+            # 2.1.197: the next CLI start deletes the stale file; 2.1.330 leaves it (and its .key) there.
+            want = [sessions[0].name] if ev.newer else []
+            if left != want:
+                p.append(f"sessions/ after the clean resume run: {left}, expected {want}")
     return p
 
 
 def _check_s07(ev: Evidence) -> list[str]:
+    """400: 2.1.197 sends one request; 2.1.330 retries a 400 with fewer betas (6 requests seen), then
+    writes one <synthetic> isApiErrorMessage line naming the last one's request id. 529 then 200:
+    2.1.197 leaves no trace in the transcript; 2.1.330 writes a system/api_error line per retry."""
     p: list[str] = []
-    err400 = _one(ev.gt_by_rule("s07.a.400"), "400 response", p)
+    errs = ev.gt_by_rule("s07.a.400")
+    if not ev.newer:
+        _one(errs, "400 response", p)
+    elif not errs:
+        p.append("no 400 response")
     synth = [ln for _, ln in ev.assistant_lines() if ln.get("isApiErrorMessage")]
     s = _one(synth, "isApiErrorMessage line", p)
-    if s is not None and err400 is not None:
-        if s.get("requestId") != err400["request_id"] or s.get("apiErrorStatus") != 400:
+    if s is not None and errs:
+        if s.get("requestId") != errs[-1]["request_id"] or s.get("apiErrorStatus") != 400:
             p.append(f"API error line: requestId {s.get('requestId')} status {s.get('apiErrorStatus')}")
         if s["message"]["model"] != "<synthetic>":
             p.append("API error line is not <synthetic>")
-    _one(ev.gt_by_rule("s07.b.529"), "529 response", p)
+    err529 = _one(ev.gt_by_rule("s07.b.529"), "529 response", p)
     retries = [r for run in ev.runs for r in run["records"] if r.get("subtype") == "api_retry"]
     r = _one(retries, "stream-json api_retry", p)
     if r is not None and r.get("error_status") != 529:
         p.append(f"api_retry error_status {r.get('error_status')}")
+    api_errors = [ln for f in ev.files for ln in f.lines if ln.get("type") == "system" and ln.get("subtype") == "api_error"]
+    if not ev.newer and api_errors:
+        p.append(f"2.1.197 wrote {len(api_errors)} system/api_error lines")
+    if ev.newer:
+        a = _one(api_errors, "system/api_error line (2.1.330)", p)
+        if a is not None and err529 is not None and ((a.get("error") or {}).get("status"), (a.get("error") or {}).get(
+                "requestId"), a.get("retryAttempt")) != (529, err529["request_id"], 1):
+            p.append(f"system/api_error line: {a.get('error')} attempt {a.get('retryAttempt')}")
     if not ev.gt_by_rule("s07.b.ok"):
         p.append("no success after the 529")
     return p
@@ -501,6 +576,83 @@ def _check_s11(ev: Evidence) -> list[str]:
     return p
 
 
+def _check_s12(ev: Evidence) -> list[str]:
+    """Auto compaction: a compact_boundary with trigger "auto" between the tool result and the final
+    answer, the summary request reached the API, and the answer came from the compacted conversation."""
+    p: list[str] = []
+    f = _one(ev.main_files(), "session file", p)
+    if f is None:
+        return p
+    boundary = _one([ln for ln in f.lines if ln.get("subtype") == "compact_boundary"], "compact_boundary", p)
+    if boundary is not None:
+        if boundary.get("parentUuid") is not None:
+            p.append("compact_boundary parentUuid is not null")
+        if (boundary.get("compactMetadata") or {}).get("trigger") != "auto":
+            p.append(f"compact trigger {(boundary.get('compactMetadata') or {}).get('trigger')!r}, expected 'auto'")
+    _one([ln for ln in f.lines if ln.get("isCompactSummary")], "isCompactSummary line", p)
+    _one(ev.gt_by_rule("s12.compact.summary"), "auto-compaction request", p)
+    final = _one(ev.gt_by_rule("s12.t1.final"), "answer after the compaction", p)
+    if final is not None and boundary is not None:
+        after = [ln for ln in f.lines if (ln.get("message") or {}).get("id") == final["message_id"]]
+        if not after or after[0]["timestamp"] < boundary["timestamp"]:
+            p.append("the final answer is not after the compact_boundary")
+    return p
+
+
+def _check_s13(ev: Evidence) -> list[str]:
+    """The advisor: one response holds server_tool_use(advisor) + advisor_tool_result blocks, its
+    usage.iterations has an advisor_message with the advisor's model (not the response's) and tokens."""
+    p: list[str] = []
+    r = _one(ev.gt_by_rule("s13.advise_bash"), "advisor response", p)
+    if r is None:
+        return p
+    adv = [it for it in r.get("iterations") or [] if it.get("type") == "advisor_message"]
+    a = _one(adv, "advisor_message iteration in the ground truth", p)
+    if a is not None:
+        if a.get("model") != r["request"].get("advisor_model") or a.get("model") == r["model"]:
+            p.append(f"advisor model {a.get('model')!r}: request offered {r['request'].get('advisor_model')!r}, "
+                     f"response model {r['model']!r}")
+    lines = [ln for _, ln in ev.assistant_lines() if (ln.get("message") or {}).get("id") == r["message_id"]]
+    kinds = [b.get("type") for ln in lines for b in ln["message"]["content"]]
+    if "server_tool_use" not in kinds or "advisor_tool_result" not in kinds:
+        p.append(f"advisor blocks missing from the transcript: {kinds}")
+    for ln in lines:
+        if (ln["message"].get("usage") or {}).get("iterations") != r.get("iterations"):
+            p.append("a line of the advisor response lacks the ground truth's usage.iterations")
+            break
+    if ev.newer and any(ln.get("advisorModel") != r["request"].get("advisor_model") for ln in lines):
+        p.append(f"2.1.330 advisorModel on the lines: {sorted({str(ln.get('advisorModel')) for ln in lines})}")
+    return p
+
+
+def _check_s14(ev: Evidence) -> list[str]:
+    """Run 1: the response model differs from the requested one. Run 2: three 529s on the main model,
+    then the request goes to the --fallback-model, which answers."""
+    p: list[str] = []
+    a = _one(ev.gt_by_rule("s14.a.other_model"), "other-model response", p)
+    if a is not None:
+        if a["model"] == a.get("requested_model"):
+            p.append("run 1: response model equals the requested model")
+        lines = [ln for _, ln in ev.assistant_lines() if (ln.get("message") or {}).get("id") == a["message_id"]]
+        if not lines or any(ln["message"].get("model") != a["model"] for ln in lines):
+            p.append("run 1: the transcript does not carry the response's model")
+        if ev.newer and any(ln.get("requestedModel") != a.get("requested_model") for ln in lines):
+            p.append("run 1: requestedModel missing or wrong on 2.1.330 lines")
+    e529 = ev.gt_by_rule("s14.b.529")
+    if len(e529) != 3:
+        p.append(f"expected three 529s, got {len(e529)}")
+    fb = _one(ev.gt_by_rule("s14.b.fallback"), "fallback response", p)
+    if fb is not None and e529:
+        if fb.get("requested_model") == e529[0]["request"]["model"]:
+            p.append(f"run 2: the fallback request still asked for {fb.get('requested_model')!r}")
+    notices = [ln for f in ev.files for ln in f.lines if ln.get("subtype") == "model_fallback"]
+    if ev.newer:
+        n = _one(notices, "system/model_fallback line (2.1.330)", p)
+        if n is not None and fb is not None and n.get("fallbackModel") != fb.get("requested_model"):
+            p.append(f"model_fallback names {n.get('fallbackModel')!r}, the request asked {fb.get('requested_model')!r}")
+    return p
+
+
 SCENARIO_CHECKS: dict[str, Callable[[Evidence], list[str]]] = {
     "s01_bash_tool": _check_s01,
     "s02_resume_two_turns": _check_s02,
@@ -513,6 +665,9 @@ SCENARIO_CHECKS: dict[str, Callable[[Evidence], list[str]]] = {
     "s09_thinking_big_output": _check_s09,
     "s10_compact": _check_s10,
     "s11_interrupt": _check_s11,
+    "s12_auto_compact": _check_s12,
+    "s13_advisor": _check_s13,
+    "s14_model_fallback": _check_s14,
 }
 
 

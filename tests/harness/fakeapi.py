@@ -27,7 +27,7 @@ import json
 import re
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -43,6 +43,9 @@ __all__ = [
     "text",
     "thinking",
     "tool",
+    "server_tool_use",
+    "advisor_result",
+    "advisor_iteration",
     "first_user_text",
     "count_assistant_turns",
     "build_message",
@@ -53,24 +56,62 @@ __all__ = [
 ]
 
 DEFAULT_MODEL = "claude-sonnet-4-5-20250929"
+#: An ``advisor_message`` iteration whose model is this string gets the model of the request's
+#: ``advisor`` tool (the CLI picks it from the advisorModel setting); DEFAULT_ADVISOR_MODEL without one.
+ADVISOR_PLACEHOLDER = "{advisor}"
+DEFAULT_ADVISOR_MODEL = "claude-opus-4-8"
 
 
 @dataclass(frozen=True)
 class Usage:
-    """Token usage reported for one response (pick distinct, non-round numbers)."""
+    """Token usage reported for one response (pick distinct, non-round numbers).
+
+    ``iterations`` (optional) is sent as ``usage.iterations``: the API's per-sampling breakdown of a
+    response that used a server tool. An ``advisor_message`` entry (see :func:`advisor_iteration`)
+    is a call to the advisor model, with its own ``model`` and tokens, billed and NOT part of the
+    four top-level counts; ``message`` entries are the executor's own samplings.
+    """
 
     input_tokens: int
     output_tokens: int
     cache_creation_input_tokens: int = 0
     cache_read_input_tokens: int = 0
+    iterations: tuple[dict[str, Any], ...] = ()
 
     def as_dict(self) -> dict[str, int]:
+        """The four top-level counts (what the ground truth's ``usage`` holds)."""
         return {
             "input_tokens": self.input_tokens,
             "output_tokens": self.output_tokens,
             "cache_creation_input_tokens": self.cache_creation_input_tokens,
             "cache_read_input_tokens": self.cache_read_input_tokens,
         }
+
+
+def _iteration(kind: str, input_tokens: int, output_tokens: int, cache_creation_input_tokens: int,
+               cache_read_input_tokens: int, model: str | None = None) -> dict[str, Any]:
+    it: dict[str, Any] = {"type": kind}
+    if model is not None:
+        it["model"] = model
+    it.update(input_tokens=input_tokens, output_tokens=output_tokens,
+              cache_creation_input_tokens=cache_creation_input_tokens,
+              cache_read_input_tokens=cache_read_input_tokens,
+              cache_creation={"ephemeral_5m_input_tokens": cache_creation_input_tokens,
+                              "ephemeral_1h_input_tokens": 0})
+    return it
+
+
+def advisor_iteration(model: str, input_tokens: int, output_tokens: int, cache_creation_input_tokens: int = 0,
+                      cache_read_input_tokens: int = 0) -> dict[str, Any]:
+    """A ``usage.iterations`` entry of type ``advisor_message``: one advisor-model call."""
+    return _iteration("advisor_message", input_tokens, output_tokens, cache_creation_input_tokens,
+                      cache_read_input_tokens, model)
+
+
+def message_iteration(input_tokens: int, output_tokens: int, cache_creation_input_tokens: int = 0,
+                      cache_read_input_tokens: int = 0) -> dict[str, Any]:
+    """A ``usage.iterations`` entry of type ``message``: one sampling of the executor model."""
+    return _iteration("message", input_tokens, output_tokens, cache_creation_input_tokens, cache_read_input_tokens)
 
 
 def text(s: str) -> dict[str, Any]:
@@ -88,6 +129,24 @@ def tool(name: str, input: dict[str, Any], id: str | None = None) -> dict[str, A
     block: dict[str, Any] = {"type": "tool_use", "name": name, "input": input}
     if id is not None:
         block["id"] = id
+    return block
+
+
+def server_tool_use(name: str, input: dict[str, Any] | None = None, id: str | None = None) -> dict[str, Any]:
+    """A ``server_tool_use`` block (a tool the API runs itself, e.g. ``advisor``).
+    ``id`` defaults to a unique ``srvtoolu_<scenario>_<n>_<i>``."""
+    block: dict[str, Any] = {"type": "server_tool_use", "name": name, "input": dict(input or {})}
+    if id is not None:
+        block["id"] = id
+    return block
+
+
+def advisor_result(advice: str, tool_use_id: str | None = None) -> dict[str, Any]:
+    """An ``advisor_tool_result`` block (``content: {type: advisor_result, text}``), answering the
+    ``server_tool_use`` before it unless ``tool_use_id`` is given."""
+    block: dict[str, Any] = {"type": "advisor_tool_result", "content": {"type": "advisor_result", "text": advice}}
+    if tool_use_id is not None:
+        block["tool_use_id"] = tool_use_id
     return block
 
 
@@ -201,6 +260,8 @@ def build_message(msg_id: str, model: str, blocks: list[dict[str, Any]], stop_re
     u["cache_creation"] = {"ephemeral_5m_input_tokens": usage.cache_creation_input_tokens,
                            "ephemeral_1h_input_tokens": 0}
     u["service_tier"] = "standard"
+    if usage.iterations:
+        u["iterations"] = [dict(it) for it in usage.iterations]
     return {
         "id": msg_id,
         "type": "message",
@@ -259,13 +320,27 @@ def sse_events(message: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
             for c in [""] + _chunks(js, 25):
                 events.append(("content_block_delta", {"type": "content_block_delta", "index": i,
                                                        "delta": {"type": "input_json_delta", "partial_json": c}}))
+        elif kind == "server_tool_use":
+            events.append(("content_block_start", {"type": "content_block_start", "index": i,
+                                                   "content_block": {"type": "server_tool_use", "id": block["id"],
+                                                                     "name": block["name"], "input": {}}}))
+            js = json.dumps(block["input"], separators=(",", ":"))
+            for c in [""] + (_chunks(js, 25) if block["input"] else []):
+                events.append(("content_block_delta", {"type": "content_block_delta", "index": i,
+                                                       "delta": {"type": "input_json_delta", "partial_json": c}}))
+        elif kind == "advisor_tool_result":  # sent whole in content_block_start, as server tool results are
+            events.append(("content_block_start", {"type": "content_block_start", "index": i,
+                                                   "content_block": block}))
         else:  # pragma: no cover - scenario error
             raise ValueError(f"unsupported block type {kind!r}")
         events.append(("content_block_stop", {"type": "content_block_stop", "index": i}))
+    delta_usage = {k: usage[k] for k in ("input_tokens", "cache_creation_input_tokens",
+                                         "cache_read_input_tokens", "output_tokens")}
+    if "iterations" in usage:  # the final breakdown comes with the final counts
+        delta_usage["iterations"] = usage["iterations"]
     events.append(("message_delta", {"type": "message_delta",
                                      "delta": {"stop_reason": message["stop_reason"], "stop_sequence": None},
-                                     "usage": {k: usage[k] for k in ("input_tokens", "cache_creation_input_tokens",
-                                                                     "cache_read_input_tokens", "output_tokens")}}))
+                                     "usage": delta_usage}))
     events.append(("message_stop", {"type": "message_stop"}))
     return events
 
@@ -401,8 +476,10 @@ def _request_summary(body: dict[str, Any], headers: dict[str, str]) -> dict[str,
         system_len = sum(len(b.get("text") or "") for b in system if isinstance(b, dict))
     else:
         system_len = len(system or "")
+    advisor = next((t.get("model") for t in tools if isinstance(t, dict) and t.get("name") == "advisor"), None)
     return {
         "model": body.get("model"),
+        "advisor_model": advisor,
         "stream": bool(body.get("stream")),
         "max_tokens": body.get("max_tokens"),
         "messages": len(body.get("messages") or []),
@@ -517,16 +594,30 @@ def _make_handler(api: FakeAPI):
                 return
             model = reply.model or body.get("model") or DEFAULT_MODEL
             blocks = []
+            last_server_id = None
             for i, b in enumerate(reply.blocks):
                 b = dict(b)
                 if b["type"] == "tool_use" and "id" not in b:
                     b["id"] = f"toolu_{api.scenario}_{seq:03d}_{i}"
+                if b["type"] == "server_tool_use":
+                    b.setdefault("id", f"srvtoolu_{api.scenario}_{seq:03d}_{i}")
+                    last_server_id = b["id"]
+                if b["type"] == "advisor_tool_result" and "tool_use_id" not in b:
+                    b["tool_use_id"] = last_server_id
                 blocks.append(b)
             has_tool = any(b["type"] == "tool_use" for b in blocks)
             stop = reply.stop_reason or ("tool_use" if has_tool else "end_turn")
-            message = build_message(msg_id, model, blocks, stop, reply.usage)
+            usage = reply.usage
+            if any(it.get("model") == ADVISOR_PLACEHOLDER for it in usage.iterations):
+                advisor = record["request"].get("advisor_model") or DEFAULT_ADVISOR_MODEL
+                usage = replace(usage, iterations=tuple(dict(it, model=advisor) if it.get("model") == ADVISOR_PLACEHOLDER
+                                                        else it for it in usage.iterations))
+            message = build_message(msg_id, model, blocks, stop, usage)
             record.update(status=200, message_id=msg_id, request_id=req_id, model=model, stop_reason=stop,
+                          requested_model=body.get("model"),
                           usage=reply.usage.as_dict(),
+                          # every billed sampling of the call: the executor's and any advisor's
+                          iterations=[dict(it) for it in usage.iterations],
                           blocks=[{k: v for k, v in (("type", b["type"]), ("id", b.get("id")),
                                                      ("name", b.get("name"))) if v is not None} for b in blocks])
             api._log(record)

@@ -1,4 +1,14 @@
-"""Loader for the committed real-CLI fixtures under ``tests/fixtures/<scenario>/``.
+"""Loader for the committed real-CLI fixtures, one per (Claude Code version, scenario).
+
+Where they are (the version matrix is :data:`tests.harness.install.VERSIONS`)::
+
+    tests/fixtures/<scenario>/             2.1.197 (the oldest version; where its fixtures always were)
+    tests/fixtures/<version>/<scenario>/   every newer version, e.g. tests/fixtures/2.1.330/s01_bash_tool
+
+A fixture's *name* is its path under ``tests/fixtures``: ``"s01_bash_tool"`` is the 2.1.197 one,
+``"2.1.330/s01_bash_tool"`` the 2.1.330 one. :func:`list_fixtures` lists every version's fixtures
+(2.1.197 first) unless given a version; :func:`load_fixture` takes either form of name, or a bare
+scenario name plus ``version=``.
 
 Layout of one fixture (written by ``python -m tests.harness.regenerate``)::
 
@@ -13,7 +23,10 @@ Layout of one fixture (written by ``python -m tests.harness.regenerate``)::
 Usage::
 
     from tests.harness.fixtures import load_fixture, copy_fixture
-    fx = load_fixture("s03_parallel_subagents")
+    fx = load_fixture("s03_parallel_subagents")                    # 2.1.197
+    fx = load_fixture("2.1.330/s03_parallel_subagents")            # 2.1.330
+    fx = load_fixture("s03_parallel_subagents", version="2.1.330")  # the same
+    fx.version, fx.scenario    # "2.1.330", "s03_parallel_subagents"
     fx.config_dir            # point CLAUDE_CONFIG_DIR-like inputs here (read-only!)
     fx.transcripts           # every *.jsonl under claude/projects
     fx.ground_truth          # list of dicts
@@ -29,9 +42,30 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-__all__ = ["FIXTURES_DIR", "Fixture", "list_fixtures", "load_fixture", "copy_fixture"]
+from .install import OLDEST, VERSIONS
+
+__all__ = ["FIXTURES_DIR", "Fixture", "fixture_name", "fixture_root", "split_name", "list_fixtures", "load_fixture",
+           "copy_fixture"]
 
 FIXTURES_DIR = Path(__file__).resolve().parents[1] / "fixtures"
+
+
+def fixture_name(version: str, scenario: str) -> str:
+    """The name of ``scenario``'s fixture for ``version`` (bare for 2.1.197, ``<version>/<scenario>`` after)."""
+    return scenario if version == OLDEST else f"{version}/{scenario}"
+
+
+def split_name(name: str) -> tuple[str, str]:
+    """(version, scenario) of a fixture name (a bare name is 2.1.197's)."""
+    if "/" in name:
+        version, scenario = name.split("/", 1)
+        return version, scenario
+    return OLDEST, name
+
+
+def fixture_root(version: str, base: Path = FIXTURES_DIR) -> Path:
+    """The directory holding ``version``'s fixture directories."""
+    return base if version == OLDEST else base / version
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -40,8 +74,17 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 @dataclass(frozen=True)
 class Fixture:
-    name: str
+    name: str  # e.g. "s01_bash_tool" (2.1.197) or "2.1.330/s01_bash_tool"
     root: Path
+
+    @property
+    def version(self) -> str:
+        """The Claude Code version that wrote it (meta.json's ``cli_version``)."""
+        return str(self.meta.get("cli_version") or split_name(self.name)[0])
+
+    @property
+    def scenario(self) -> str:
+        return str(self.meta.get("scenario") or split_name(self.name)[1])
 
     @cached_property
     def meta(self) -> dict[str, Any]:
@@ -96,25 +139,40 @@ class Fixture:
 
     def evidence(self):  # -> checks.Evidence (imported lazily to keep this module tiny)
         from .checks import Evidence
-        return Evidence(name=self.name, config_dir=self.config_dir, ground_truth=self.ground_truth,
-                        runs=self.runs, notes=self.meta.get("notes", {}), snapshots=self.snapshots)
+        return Evidence(name=self.scenario, config_dir=self.config_dir, ground_truth=self.ground_truth,
+                        runs=self.runs, notes=self.meta.get("notes", {}), snapshots=self.snapshots,
+                        version=self.version)
 
 
-def list_fixtures() -> list[str]:
-    return sorted(p.name for p in FIXTURES_DIR.iterdir() if (p / "meta.json").is_file()) \
-        if FIXTURES_DIR.is_dir() else []
+def _scenarios_in(d: Path) -> list[str]:
+    return sorted(p.name for p in d.iterdir() if (p / "meta.json").is_file()) if d.is_dir() else []
 
 
-def load_fixture(name: str) -> Fixture:
-    root = FIXTURES_DIR / name
+def list_fixtures(version: str | None = None) -> list[str]:
+    """Fixture names of one version, or of every version of the matrix (2.1.197's first, then newer ones).
+
+    Before the version matrix this listed only the 2.1.197 fixtures (bare names); those names are
+    unchanged, the newer versions' names are added as ``<version>/<scenario>``.
+    """
+    versions = VERSIONS if version is None else (version,)
+    return [fixture_name(v, sc) for v in versions for sc in _scenarios_in(fixture_root(v))]
+
+
+def load_fixture(name: str, version: str | None = None) -> Fixture:
+    """The fixture ``name`` (``"s01_bash_tool"``: 2.1.197; ``"2.1.330/s01_bash_tool"``), or with ``version``
+    the fixture of that version for the bare scenario ``name``."""
+    if version is not None and "/" not in name:
+        name = fixture_name(version, name)
+    v, scenario = split_name(name)
+    root = fixture_root(v) / scenario
     if not (root / "meta.json").is_file():
         raise FileNotFoundError(f"no fixture {name!r} under {FIXTURES_DIR} (have: {list_fixtures()})")
     return Fixture(name=name, root=root)
 
 
-def copy_fixture(name: str, dest: Path | str) -> Fixture:
-    """Copy fixture ``name`` to ``dest/<name>`` (a writable copy) and return it."""
-    src = load_fixture(name).root
-    target = Path(dest) / name
-    shutil.copytree(src, target)
-    return Fixture(name=name, root=target)
+def copy_fixture(name: str, dest: Path | str, version: str | None = None) -> Fixture:
+    """Copy a fixture (named as for :func:`load_fixture`) to ``dest/<name>`` (a writable copy) and return it."""
+    fx = load_fixture(name, version)
+    target = Path(dest) / fx.name
+    shutil.copytree(fx.root, target)
+    return Fixture(name=fx.name, root=target)

@@ -1,16 +1,29 @@
-"""Install the pinned Claude Code CLI into ``tests/.node`` (``python -m tests.harness.install``).
+"""Install the Claude Code CLI versions of the test matrix (``python -m tests.harness.install``).
 
-Idempotent: does nothing when ``claude --version`` already reports :data:`CLAUDE_CODE_VERSION`.
+The matrix is :data:`VERSIONS` (the one place listing it): the pinned older release the first
+fixtures were recorded with and the newest npm release. Each version lives in a prefix of its own,
+``tests/.node/<version>/`` (its own ``package.json``), side by side.
+
+    python -m tests.harness.install                    # every version of the matrix
+    python -m tests.harness.install --version 2.1.330  # one
+
+Idempotent: a version is installed only when ``claude --version`` in its prefix does not already
+report it.
 
 The npm package ``@anthropic-ai/claude-code`` ships a placeholder ``bin/claude.exe`` that its
 postinstall script replaces with the native binary of the optional dependency
 ``@anthropic-ai/claude-code-<platform>``. npm 11 only warns about install scripts; when the script
 did not run (``--ignore-scripts``, a policy, or a future npm that blocks scripts) the native binary
 is still there in the platform package, so :func:`claude_binary` prefers that one directly.
+
+``CCOTEL_CLAUDE_VERSIONS`` (comma separated, ``all`` or ``newest``) selects which versions the live
+e2e tests run on (:func:`selected_versions`); the default is every version of the matrix (a live run
+of all scenarios takes ~30 s per version).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -19,14 +32,44 @@ import subprocess
 import sys
 from pathlib import Path
 
-__all__ = ["CLAUDE_CODE_VERSION", "PACKAGE", "NODE_DIR", "claude_binary", "installed_version", "install", "main"]
+__all__ = ["VERSIONS", "OLDEST", "NEWEST", "CLAUDE_CODE_VERSION", "PACKAGE", "NODE_ROOT", "NODE_DIR", "node_dir",
+           "claude_binary", "installed_version", "install", "install_all", "selected_versions", "main"]
 
-#: The one place the CLI version is pinned.
-CLAUDE_CODE_VERSION = "2.1.197"
+#: The version matrix, oldest first: every scenario runs on each, fixtures exist for each.
+VERSIONS: tuple[str, ...] = ("2.1.197", "2.1.330")
+OLDEST = VERSIONS[0]
+NEWEST = VERSIONS[-1]
+#: The default version for live runs (runner, e2e tests): the newest one.
+CLAUDE_CODE_VERSION = NEWEST
 PACKAGE = "@anthropic-ai/claude-code"
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-NODE_DIR = REPO_ROOT / "tests" / ".node"
+#: ``tests/.node``: one sub-prefix per version (``tests/.node/<version>/``); ccusage has its own.
+NODE_ROOT = REPO_ROOT / "tests" / ".node"
+#: Kept for callers of the single-version API: the prefix of :data:`CLAUDE_CODE_VERSION`.
+NODE_DIR = NODE_ROOT / CLAUDE_CODE_VERSION
+
+
+def node_dir(version: str = CLAUDE_CODE_VERSION) -> Path:
+    """The npm prefix of one version."""
+    return NODE_ROOT / version
+
+
+def selected_versions(env: dict[str, str] | None = None) -> tuple[str, ...]:
+    """The versions chosen by ``CCOTEL_CLAUDE_VERSIONS``: ``all`` (the default), ``newest``, ``oldest``,
+    or a comma-separated list of versions of the matrix. Always in matrix order."""
+    raw = (os.environ if env is None else env).get("CCOTEL_CLAUDE_VERSIONS", "").strip()
+    if not raw or raw.lower() == "all":
+        return VERSIONS
+    if raw.lower() == "newest":
+        return (NEWEST,)
+    if raw.lower() == "oldest":
+        return (OLDEST,)
+    out = tuple(v.strip() for v in raw.split(",") if v.strip())
+    unknown = [v for v in out if v not in VERSIONS]
+    if unknown:
+        raise ValueError(f"CCOTEL_CLAUDE_VERSIONS names {unknown}, not in the matrix {VERSIONS}")
+    return tuple(v for v in VERSIONS if v in out)
 
 
 def _platform_package() -> str:
@@ -44,9 +87,18 @@ def _platform_package() -> str:
     return f"{PACKAGE}-{system}-{arch}"
 
 
-def claude_binary(node_dir: Path = NODE_DIR) -> Path | None:
-    """Path of an executable ``claude`` under ``node_dir``, or None."""
-    modules = node_dir / "node_modules"
+def _as_dir(where: Path | str | None) -> Path:
+    """A prefix: a version string names ``tests/.node/<version>``, a path is taken as is."""
+    if where is None:
+        return node_dir(CLAUDE_CODE_VERSION)
+    if isinstance(where, str) and where in VERSIONS:
+        return node_dir(where)
+    return Path(where)
+
+
+def claude_binary(where: Path | str | None = None) -> Path | None:
+    """Path of an executable ``claude`` in a prefix (a path, or a version of the matrix), or None."""
+    modules = _as_dir(where) / "node_modules"
     exe = "claude.exe" if sys.platform.startswith("win") else "claude"
     candidates = [
         modules / _platform_package() / exe,
@@ -59,15 +111,16 @@ def claude_binary(node_dir: Path = NODE_DIR) -> Path | None:
     return None
 
 
-def installed_version(node_dir: Path = NODE_DIR) -> str | None:
-    """The version ``claude --version`` prints (e.g. ``2.1.197``), or None."""
-    binary = claude_binary(node_dir)
+def installed_version(where: Path | str | None = None) -> str | None:
+    """The version ``claude --version`` prints (e.g. ``2.1.197``) for a prefix, or None."""
+    d = _as_dir(where)
+    binary = claude_binary(d)
     if binary is None:
         return None
     try:
         out = subprocess.run([str(binary), "--version"], capture_output=True, text=True, timeout=60,
-                             env={"PATH": os.environ.get("PATH", ""), "HOME": str(node_dir),
-                                  "CLAUDE_CONFIG_DIR": str(node_dir / ".claude-version-check"),
+                             env={"PATH": os.environ.get("PATH", ""), "HOME": str(d),
+                                  "CLAUDE_CONFIG_DIR": str(d / ".claude-version-check"),
                                   "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"})
     except (OSError, subprocess.TimeoutExpired):
         return None
@@ -75,49 +128,60 @@ def installed_version(node_dir: Path = NODE_DIR) -> str | None:
     return words[0] if out.returncode == 0 and words else None
 
 
-def install(node_dir: Path = NODE_DIR, version: str = CLAUDE_CODE_VERSION, quiet: bool = False) -> Path:
-    """Install ``@anthropic-ai/claude-code@version`` into ``node_dir`` unless already there.
+def install(node_dir: Path | None = None, version: str = CLAUDE_CODE_VERSION, quiet: bool = False) -> Path:
+    """Install ``@anthropic-ai/claude-code@version`` into its prefix (``tests/.node/<version>`` unless
+    ``node_dir`` is given) unless already there. Returns the path of the native binary.
 
-    Returns the path of the native binary. Raises RuntimeError when npm is missing or fails.
+    Raises RuntimeError when npm is missing or fails.
     """
-    if installed_version(node_dir) == version:
-        binary = claude_binary(node_dir)
+    prefix = Path(node_dir) if node_dir is not None else NODE_ROOT / version
+    if installed_version(prefix) == version:
+        binary = claude_binary(prefix)
         assert binary is not None
         return binary
     npm = shutil.which("npm")
     if npm is None:
         raise RuntimeError("npm not found on PATH: install Node.js >= 18 and npm")
-    node_dir.mkdir(parents=True, exist_ok=True)
+    prefix.mkdir(parents=True, exist_ok=True)
     # A package.json of its own with the exact pin, so npm does not walk up to a parent project.
-    # Other dependencies someone added there are kept (npm prunes what package.json does not list).
-    manifest_path = node_dir / "package.json"
+    manifest_path = prefix / "package.json"
     try:
         manifest = json.loads(manifest_path.read_text())
     except (OSError, ValueError):
-        manifest = {"name": "ccotel-test-node", "private": True}
+        manifest = {"name": f"ccotel-test-claude-{version}", "private": True}
     manifest.setdefault("dependencies", {})[PACKAGE] = version
     manifest_path.write_text(json.dumps(manifest, indent=2) + "\n")
-    cmd = [npm, "install", "--prefix", str(node_dir), "--no-audit", "--no-fund", "--save-exact",
+    cmd = [npm, "install", "--prefix", str(prefix), "--no-audit", "--no-fund", "--save-exact",
            "--include=optional", "--no-package-lock", f"{PACKAGE}@{version}"]
     if not quiet:
         print("+", " ".join(cmd), flush=True)
     env = dict(os.environ, npm_config_update_notifier="false")
-    proc = subprocess.run(cmd, cwd=node_dir, env=env, capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(cmd, cwd=prefix, env=env, capture_output=True, text=True, timeout=900)
     if proc.returncode != 0:
         raise RuntimeError(f"npm install failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
-    got = installed_version(node_dir)
+    got = installed_version(prefix)
     if got != version:
         raise RuntimeError(
             f"after npm install, claude --version reports {got!r}, expected {version!r}; "
             f"native package {_platform_package()} missing? npm said:\n{proc.stdout}\n{proc.stderr}")
-    binary = claude_binary(node_dir)
+    binary = claude_binary(prefix)
     assert binary is not None
     return binary
 
 
+def install_all(versions: tuple[str, ...] = VERSIONS, quiet: bool = False) -> dict[str, Path]:
+    """Install every version of the matrix (idempotent); version -> binary."""
+    return {v: install(version=v, quiet=quiet) for v in versions}
+
+
 def main(argv: list[str] | None = None) -> int:
-    binary = install()
-    print(f"claude {CLAUDE_CODE_VERSION}: {binary}")
+    ap = argparse.ArgumentParser(prog="python -m tests.harness.install", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--version", action="append", choices=VERSIONS,
+                    help="install only this version (repeatable; default: the whole matrix)")
+    args = ap.parse_args(argv)
+    for v, binary in install_all(tuple(args.version or VERSIONS)).items():
+        print(f"claude {v}: {binary}")
     return 0
 
 

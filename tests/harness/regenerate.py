@@ -1,8 +1,13 @@
-"""Rerun scenarios with the real CLI and rewrite their fixtures under ``tests/fixtures/<scenario>/``.
+"""Rerun scenarios with the real CLI and rewrite their fixtures, per Claude Code version.
 
-    python -m tests.harness.regenerate                 # all scenarios
-    python -m tests.harness.regenerate s01_bash_tool   # some
+    python -m tests.harness.regenerate --version 2.1.330                 # all scenarios of one version
+    python -m tests.harness.regenerate --version 2.1.330 s01_bash_tool   # some
+    python -m tests.harness.regenerate                                   # every version of the matrix
+    python -m tests.harness.regenerate --missing                         # only fixtures not there yet
     python -m tests.harness.regenerate --list
+
+Fixtures of 2.1.197 are ``tests/fixtures/<scenario>/``, of a newer version
+``tests/fixtures/<version>/<scenario>/`` (see :mod:`tests.harness.fixtures`).
 
 A fixture is only written when every check of :mod:`tests.harness.checks` passes on the fresh run
 (``--force`` writes it anyway and records the problems in meta.json). Each run uses a private HOME in
@@ -18,13 +23,14 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from .checks import check_scenario, evidence_from_result
-from .fixtures import FIXTURES_DIR
-from .install import CLAUDE_CODE_VERSION, install
+from .fixtures import FIXTURES_DIR, fixture_root
+from .install import VERSIONS, install
 from .scenarios import SCENARIOS, ScenarioResult, copy_config_tree, run_scenario
 
 __all__ = ["write_fixture", "main"]
@@ -39,8 +45,11 @@ def _node_version() -> str | None:
 
 def write_fixture(result: ScenarioResult, dest_root: Path = FIXTURES_DIR,
                   problems: list[str] | None = None) -> Path:
-    """Write ``result`` as ``dest_root/<scenario>/`` (replacing an older copy) and return that path."""
+    """Write ``result`` as its version's ``<scenario>/`` under ``dest_root`` (replacing an older copy);
+    returns that path."""
     name = result.scenario.name
+    version = result.version
+    dest_root = fixture_root(version, Path(dest_root))
     dest_root.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=dest_root))
     try:
@@ -75,9 +84,9 @@ def write_fixture(result: ScenarioResult, dest_root: Path = FIXTURES_DIR,
             "scenario": name,
             "number": result.scenario.number,
             "description": result.scenario.description,
-            "cli_version": CLAUDE_CODE_VERSION,
+            "cli_version": version,
             "generated_at": datetime.fromtimestamp(result.started, timezone.utc).isoformat(timespec="seconds"),
-            "generator": f"python -m tests.harness.regenerate {name}",
+            "generator": f"python -m tests.harness.regenerate --version {version} {name}",
             "node": _node_version(),
             "platform": f"{platform.system()} {platform.machine()}",
             "sandbox_root": str(sb.root),
@@ -88,7 +97,7 @@ def write_fixture(result: ScenarioResult, dest_root: Path = FIXTURES_DIR,
             "session_ids": result.session_ids,
             "runs": runs,
             "hand_made": [],
-            "notable": result.scenario.notable,
+            "notable": result.scenario.notable_for(version),
             "notes": result.notes,
             "check_problems": problems or [],
             "files": [{"path": p.relative_to(staging).as_posix(), "bytes": p.stat().st_size} for p in files],
@@ -108,6 +117,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tests.harness.regenerate", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("scenarios", nargs="*", help="scenario names (default: all)")
+    ap.add_argument("--version", action="append", choices=VERSIONS,
+                    help="Claude Code version (repeatable; default: every version of the matrix)")
+    ap.add_argument("--missing", action="store_true", help="only scenarios that have no fixture for the version yet")
     ap.add_argument("--list", action="store_true", help="list the scenarios and exit")
     ap.add_argument("--force", action="store_true", help="write fixtures even when checks fail")
     ap.add_argument("--keep", action="store_true", help="keep the temp sandboxes")
@@ -120,27 +132,36 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [n for n in args.scenarios if n not in SCENARIOS]
     if unknown:
         ap.error(f"unknown scenario(s): {unknown}; see --list")
-    install()
     failed = 0
-    for name in args.scenarios or list(SCENARIOS):
-        result = run_scenario(SCENARIOS[name])
-        try:
-            problems = check_scenario(evidence_from_result(result))
-            if problems and not args.force:
-                failed += 1
-                print(f"{name}: NOT written, {len(problems)} problem(s):", file=sys.stderr)
-                for p in problems:
-                    print(f"  - {p}", file=sys.stderr)
+    for version in args.version or VERSIONS:
+        install(version=version)
+        started = time.monotonic()
+        for name in args.scenarios or list(SCENARIOS):
+            scenario = SCENARIOS[name]
+            if not scenario.runs_on(version):
+                print(f"{version} {name}: not reachable on this version, skipped")
                 continue
-            path = write_fixture(result, args.dest, problems)
-            size = sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
-            print(f"{name}: {path} ({size} bytes, {result.finished - result.started:.1f}s)"
-                  + (f", {len(problems)} problem(s) recorded" if problems else ""))
-        finally:
-            if args.keep:
-                print(f"  sandbox kept: {result.sandbox.root}")
-            else:
-                shutil.rmtree(result.sandbox.root, ignore_errors=True)
+            if args.missing and (fixture_root(version, args.dest) / name / "meta.json").is_file():
+                continue
+            result = run_scenario(scenario, version=version)
+            try:
+                problems = check_scenario(evidence_from_result(result))
+                if problems and not args.force:
+                    failed += 1
+                    print(f"{version} {name}: NOT written, {len(problems)} problem(s):", file=sys.stderr)
+                    for p in problems:
+                        print(f"  - {p}", file=sys.stderr)
+                    continue
+                path = write_fixture(result, args.dest, problems)
+                size = sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+                print(f"{version} {name}: {path} ({size} bytes, {result.finished - result.started:.1f}s)"
+                      + (f", {len(problems)} problem(s) recorded" if problems else ""), flush=True)
+            finally:
+                if args.keep:
+                    print(f"  sandbox kept: {result.sandbox.root}")
+                else:
+                    shutil.rmtree(result.sandbox.root, ignore_errors=True)
+        print(f"{version}: {time.monotonic() - started:.1f}s", flush=True)
     return 1 if failed else 0
 
 

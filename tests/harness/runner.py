@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from .install import claude_binary, install
+from .install import CLAUDE_CODE_VERSION, claude_binary, install
 
 __all__ = ["Sandbox", "RunResult", "StdinStep", "BASE_ENV", "transcript_lines", "tool_use_seen"]
 
-#: Environment variables (names checked in the 2.1.197 binary) that every run gets.
+#: Environment variables (names checked in the 2.1.197 and 2.1.330 binaries) that every run gets.
 BASE_ENV = {
     "ANTHROPIC_API_KEY": "test",
     # No telemetry, auto-update, release notes, feedback surveys, model/feature fetches.
@@ -172,6 +172,8 @@ class Sandbox:
     root: Path
     project_name: str = "proj"
     extra_env: dict[str, str] = field(default_factory=dict)
+    #: The Claude Code version (of :data:`~tests.harness.install.VERSIONS`) its runs use.
+    version: str = CLAUDE_CODE_VERSION
 
     @classmethod
     def create(cls, prefix: str = "ccotel-e2e-", base: Path | str | None = None, **kw: Any) -> "Sandbox":
@@ -250,7 +252,7 @@ class Sandbox:
             stdin_steps: lines to feed with ``--input-format stream-json`` (see :class:`StdinStep`).
             timeout: hard limit in seconds; the CLI is SIGKILLed when it is reached.
         """
-        binary = binary or claude_binary() or install()
+        binary = binary or claude_binary(self.version) or install(version=self.version)
         argv = [str(binary), "-p"]
         if prompt is not None:
             argv.append(prompt)

@@ -18,7 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from .fakeapi import ApiError, FakeAPI, Message, Rule, Usage, text, thinking, tool
+from .fakeapi import (ApiError, FakeAPI, Message, Rule, Usage, advisor_iteration, advisor_result, message_iteration,
+                      server_tool_use, text, thinking, tool)
+from .install import CLAUDE_CODE_VERSION, OLDEST, VERSIONS
 from .runner import RunResult, Sandbox, StdinStep, tool_use_seen, transcript_lines
 
 __all__ = ["Scenario", "ScenarioResult", "Context", "SCENARIOS", "run_scenario", "usage_for", "copy_config_tree"]
@@ -43,6 +45,11 @@ class Context:
     sandbox: Sandbox
     runs: list[tuple[str, RunResult]] = field(default_factory=list)
     notes: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def version(self) -> str:
+        """The Claude Code version this scenario runs on (the sandbox's)."""
+        return self.sandbox.version
 
     def run(self, label: str, prompt: str | None, **kw: Any) -> RunResult:
         res = self.sandbox.run(self.api.base_url, prompt, **kw)
@@ -78,10 +85,20 @@ class Scenario:
     name: str
     number: int
     description: str
-    rules: Callable[[], list[Rule]]
+    rules: Callable[..., list[Rule]]  # rules(version=CLAUDE_CODE_VERSION): fresh rules for that CLI version
     drive: Callable[[Context], None]
-    notable: str = ""  # what 2.1.197 did that a reader should know (copied into meta.json)
+    notable: str = ""  # what the CLI did that a reader should know (copied into meta.json)
     hand_made: bool = False
+    #: CLI versions the scenario is reachable on (None: every version of the matrix).
+    versions: tuple[str, ...] | None = None
+    #: Per-version notes (copied into meta.json instead of ``notable`` when present).
+    notable_by_version: dict[str, str] = field(default_factory=dict)
+
+    def runs_on(self, version: str) -> bool:
+        return self.versions is None or version in self.versions
+
+    def notable_for(self, version: str) -> str:
+        return self.notable_by_version.get(version, self.notable)
 
 
 @dataclass
@@ -95,6 +112,10 @@ class ScenarioResult:
     finished: float
 
     @property
+    def version(self) -> str:
+        return self.sandbox.version
+
+    @property
     def session_ids(self) -> list[str]:
         ids: list[str] = []
         for _, r in self.runs:
@@ -104,13 +125,14 @@ class ScenarioResult:
         return ids
 
 
-def run_scenario(scenario: Scenario, base: Path | str | None = None, debug_requests: bool = False) -> ScenarioResult:
-    """Run ``scenario`` in a fresh sandbox (a temp dir under ``base``)."""
-    sandbox = Sandbox.create(prefix=f"ccotel-{scenario.name}-", base=base)
+def run_scenario(scenario: Scenario, base: Path | str | None = None, debug_requests: bool = False,
+                 version: str = CLAUDE_CODE_VERSION) -> ScenarioResult:
+    """Run ``scenario`` with Claude Code ``version`` in a fresh sandbox (a temp dir under ``base``)."""
+    sandbox = Sandbox.create(prefix=f"ccotel-{scenario.name}-", base=base, version=version)
     gt = sandbox.root / "ground_truth.jsonl"
     req_log = sandbox.root / "requests.jsonl" if debug_requests else None
     started = time.time()
-    with FakeAPI(f"s{scenario.number:02d}", scenario.rules(), gt, req_log) as api:
+    with FakeAPI(f"s{scenario.number:02d}", scenario.rules(version=version), gt, req_log) as api:
         ctx = Context(api=api, sandbox=sandbox)
         scenario.drive(ctx)
     return ScenarioResult(scenario=scenario, sandbox=sandbox, runs=ctx.runs, ground_truth=gt, notes=ctx.notes,
@@ -128,12 +150,30 @@ def agent(description: str, prompt: str, subagent_type: str = "general-purpose",
     return tool("Agent", {"description": description, "prompt": prompt, "subagent_type": subagent_type, **extra})
 
 
+def newer_than_oldest(version: str) -> bool:
+    """True for the versions after 2.1.197 (the behaviour changes this file adapts to appeared there)."""
+    return version != OLDEST
+
+
+def foreground(version: str) -> dict[str, Any]:
+    """Agent input that keeps a subagent in the foreground. 2.1.197 runs Agent calls in the foreground
+    unless ``run_in_background: true``; 2.1.330 runs them in the background by default (``async_launched``)
+    unless ``run_in_background: false``."""
+    return {"run_in_background": False} if newer_than_oldest(version) else {}
+
+
+def long_command(version: str, seconds: int) -> str:
+    """A Bash command that runs ``seconds``. 2.1.330 refuses a standalone ``sleep N`` ("Blocked: standalone
+    sleep"); a sleep between two echos runs. 2.1.197 keeps the plain sleep its fixtures were made with."""
+    return f"sleep {seconds}" if not newer_than_oldest(version) else f"echo a; sleep {seconds}; echo b"
+
+
 # --------------------------------------------------------------------------- S01 one Bash call
 
 S01_PROMPT = "S01 run echo hello with Bash and report"
 
 
-def _s01_rules() -> list[Rule]:
+def _s01_rules(version: str = CLAUDE_CODE_VERSION) -> list[Rule]:
     u = lambda i: usage_for(1, i)  # noqa: E731
     return [
         Rule("s01.bash", Message([text("Running it."), bash("echo hello", "Print hello")], u(0)),
@@ -153,12 +193,12 @@ S03_ALPHA = "S03-ALPHA helper: run echo alpha with Bash and report"
 S03_BETA = "S03-BETA helper: run echo beta with Bash and report"
 
 
-def _s03_rules() -> list[Rule]:
+def _s03_rules(version: str = CLAUDE_CODE_VERSION) -> list[Rule]:
     u = lambda i: usage_for(3, i)  # noqa: E731
     return [
         Rule("s03.main.spawn", Message([text("Starting two helpers."),
-                                        agent("Alpha helper", S03_ALPHA),
-                                        agent("Beta helper", S03_BETA)], u(0)),
+                                        agent("Alpha helper", S03_ALPHA, **foreground(version)),
+                                        agent("Beta helper", S03_BETA, **foreground(version))], u(0)),
              first_user="S03 main", turns=0),
         Rule("s03.main.final", Message([text("Both helpers finished: alpha and beta.")], u(1)),
              first_user="S03 main", turns=1),
@@ -182,7 +222,7 @@ S02_FIRST = "S02 first turn: run echo one with Bash"
 S02_SECOND = "S02 second turn: run echo two with Bash"
 
 
-def _s02_rules() -> list[Rule]:
+def _s02_rules(version: str = CLAUDE_CODE_VERSION) -> list[Rule]:
     u = lambda i: usage_for(2, i)  # noqa: E731
     return [
         Rule("s02.t1.bash", Message([bash("echo one", "Print one")], u(0)), first_user="S02 first", turns=0),
@@ -204,10 +244,13 @@ S04_PROMPT = "S04 main: start one background helper agent"
 S04_BG = "S04-BG helper: sleep a little, then run echo background with Bash"
 
 
-def _s04_rules() -> list[Rule]:
+def _s04_rules(version: str = CLAUDE_CODE_VERSION) -> list[Rule]:
     u = lambda i: usage_for(4, i)  # noqa: E731
     return [
-        Rule("s04.main.spawn", Message([agent("Background helper", S04_BG, run_in_background=True)], u(0)),
+        # 2.1.197 needs run_in_background: true; 2.1.330 launches in the background by default (flag omitted)
+        Rule("s04.main.spawn", Message([agent("Background helper", S04_BG,
+                                              **({} if newer_than_oldest(version) else {"run_in_background": True}))],
+                                       u(0)),
              first_user="S04 main", turns=0),
         Rule("s04.main.after_launch", Message([text("The helper runs in the background.")], u(1)),
              first_user="S04 main", turns=1),
@@ -231,12 +274,14 @@ S05_OUTER = "S05-OUTER helper: start an inner helper agent"
 S05_INNER = "S05-INNER helper: run echo inner with Bash"
 
 
-def _s05_rules() -> list[Rule]:
+def _s05_rules(version: str = CLAUDE_CODE_VERSION) -> list[Rule]:
     u = lambda i: usage_for(5, i)  # noqa: E731
     return [
-        Rule("s05.main.spawn", Message([agent("Outer helper", S05_OUTER)], u(0)), first_user="S05 main", turns=0),
+        Rule("s05.main.spawn", Message([agent("Outer helper", S05_OUTER, **foreground(version))], u(0)),
+             first_user="S05 main", turns=0),
         Rule("s05.main.final", Message([text("Outer helper finished.")], u(1)), first_user="S05 main", turns=1),
-        Rule("s05.outer.spawn", Message([agent("Inner helper", S05_INNER)], u(2)), first_user="S05-OUTER", turns=0),
+        Rule("s05.outer.spawn", Message([agent("Inner helper", S05_INNER, **foreground(version))], u(2)),
+             first_user="S05-OUTER", turns=0),
         Rule("s05.outer.final", Message([text("outer done")], u(3)), first_user="S05-OUTER", turns=1),
         Rule("s05.inner.bash", Message([bash("echo inner", "Print inner")], u(4)), first_user="S05-INNER", turns=0),
         Rule("s05.inner.final", Message([text("inner done")], u(5)), first_user="S05-INNER", turns=1),
@@ -253,10 +298,11 @@ S06_FIRST = "S06 first: run sleep 60 with Bash"
 S06_SECOND = "S06 second: after the crash, run echo recovered"
 
 
-def _s06_rules() -> list[Rule]:
+def _s06_rules(version: str = CLAUDE_CODE_VERSION) -> list[Rule]:
     u = lambda i: usage_for(6, i)  # noqa: E731
     return [
-        Rule("s06.t1.sleep", Message([text("Sleeping."), bash("sleep 60", "Sleep for a minute")], u(0)),
+        Rule("s06.t1.sleep", Message([text("Sleeping."), bash(long_command(version, 300 if newer_than_oldest(version)
+                                                                            else 60), "Sleep for a while")], u(0)),
              first_user="S06 first", turns=0, times=1),
         Rule("s06.t2.bash", Message([bash("echo recovered", "Print recovered")], u(1)),
              first_user="S06 first", times=1),
@@ -281,7 +327,7 @@ def _s06_drive(ctx: Context) -> None:
     seen: dict[str, Any] = {}
 
     def kill_when() -> bool:
-        if not tool_use_seen(sb.config_dir, "Bash", "sleep 60"):
+        if not tool_use_seen(sb.config_dir, "Bash", "sleep "):
             return False
         seen.setdefault("t", time.monotonic())
         if time.monotonic() - seen["t"] < 1.0:  # let the tool actually start
@@ -316,7 +362,7 @@ S07_A = "S07-A: this request gets a 400 invalid_request_error"
 S07_B = "S07-B: this request gets a 529 overloaded_error, then succeeds"
 
 
-def _s07_rules() -> list[Rule]:
+def _s07_rules(version: str = CLAUDE_CODE_VERSION) -> list[Rule]:
     u = lambda i: usage_for(7, i)  # noqa: E731
     return [
         Rule("s07.a.400", ApiError(400, "invalid_request_error", "messages.0: scripted invalid request for tests"),
@@ -336,7 +382,7 @@ def _s07_drive(ctx: Context) -> None:
 S08_PROMPT = "S08 run a failing command with Bash"
 
 
-def _s08_rules() -> list[Rule]:
+def _s08_rules(version: str = CLAUDE_CODE_VERSION) -> list[Rule]:
     u = lambda i: usage_for(8, i)  # noqa: E731
     return [
         Rule("s08.bash_fail", Message([bash("echo failing >&2; exit 3", "Fail with exit code 3")], u(0)),
@@ -355,7 +401,7 @@ S09_PROMPT = "S09 think, then print more than a megabyte with Bash"
 S09_COMMAND = "seq 1 200000"  # 1,288,895 bytes on stdout
 
 
-def _s09_rules() -> list[Rule]:
+def _s09_rules(version: str = CLAUDE_CODE_VERSION) -> list[Rule]:
     u = lambda i: usage_for(9, i)  # noqa: E731
     return [
         Rule("s09.think_bash", Message([thinking("The user wants a large output. I will use seq."),
@@ -379,7 +425,7 @@ S10_AFTER = "S10 after compaction: run echo after-compact"
 S10_SUMMARY_TAG = "S10-SUMMARY"
 
 
-def _s10_rules() -> list[Rule]:
+def _s10_rules(version: str = CLAUDE_CODE_VERSION) -> list[Rule]:
     u = lambda i: usage_for(10, i)  # noqa: E731
     summary = (f"<analysis>The user ran one command.</analysis>\n<summary>{S10_SUMMARY_TAG}: the user asked to run "
                "echo before-compact; it printed before-compact.</summary>")
@@ -415,10 +461,10 @@ S11_SECOND = "S11 second: after the interrupt, run echo resumed"
 S11_THIRD = "S11 third: a slow answer, interrupted while waiting for the API"
 
 
-def _s11_rules() -> list[Rule]:
+def _s11_rules(version: str = CLAUDE_CODE_VERSION) -> list[Rule]:
     u = lambda i: usage_for(11, i)  # noqa: E731
     return [
-        Rule("s11.t1.sleep", Message([text("Sleeping."), bash("sleep 30", "Sleep for 30 seconds")], u(0)),
+        Rule("s11.t1.sleep", Message([text("Sleeping."), bash(long_command(version, 30), "Sleep for 30 seconds")], u(0)),
              first_user="S11 first", turns=0, times=1),
         Rule("s11.t2.bash", Message([bash("echo resumed", "Print resumed")], u(1)),
              first_user="S11 first", last_user="S11 second"),
@@ -438,7 +484,7 @@ def _s11_drive(ctx: Context) -> None:
     state: dict[str, float] = {}
 
     def tool_running() -> bool:
-        if not tool_use_seen(sb.config_dir, "Bash", "sleep 30"):
+        if not tool_use_seen(sb.config_dir, "Bash", "sleep 30"):  # also matches "echo a; sleep 30; echo b"
             return False
         state.setdefault("t", time.monotonic())
         return time.monotonic() - state["t"] >= 1.0
@@ -465,6 +511,96 @@ def _s11_drive(ctx: Context) -> None:
         StdinStep(None, when=results(3)),
     ]
     ctx.run("run1_stream_json_interrupt", None, allowed_tools="Bash", timeout=90, stdin_steps=steps)
+
+
+# --------------------------------------------------------------------------- S12 auto compaction
+
+S12_FIRST = "S12 first: run echo big-context with Bash"
+S12_SUMMARY_TAG = "S12-SUMMARY"
+#: cache_read of the first response: the context then holds ~0.99M tokens, over the auto-compact
+#: threshold of the 1M-token window both versions give their default model (no env override needed).
+S12_BIG_CONTEXT = 988_877
+
+
+def _s12_rules(version: str = CLAUDE_CODE_VERSION) -> list[Rule]:
+    u = lambda i: usage_for(12, i)  # noqa: E731
+    big = u(0)
+    big = Usage(big.input_tokens, big.output_tokens, big.cache_creation_input_tokens, S12_BIG_CONTEXT)
+    summary = (f"<analysis>One command ran.</analysis>\n<summary>{S12_SUMMARY_TAG}: the user asked to run echo "
+               "big-context; it printed big-context.</summary>")
+    return [
+        Rule("s12.t1.bash", Message([bash("echo big-context", "Print big-context")], big), first_user="S12 first", turns=0),
+        # Before the next request the CLI compacts on its own (trigger "auto"): a request with the same
+        # first user text that ends with the summary instruction.
+        Rule("s12.compact.summary", Message([text(summary)], u(1)), first_user="S12 first",
+             last_user="create a detailed summary of the conversation", in_transcript=False),
+        # After compaction the conversation restarts from the summary.
+        Rule("s12.t1.final", Message([text("It printed big-context.")], u(2)), first_user=S12_SUMMARY_TAG),
+    ]
+
+
+def _s12_drive(ctx: Context) -> None:
+    ctx.run("run1", S12_FIRST, allowed_tools="Bash", timeout=90)
+
+
+# --------------------------------------------------------------------------- S13 advisor
+
+S13_PROMPT = "S13 ask the advisor, then run echo advised with Bash"
+#: Placeholder the fake API replaces with the advisor model the request offered (its ``advisor`` tool).
+ADVISOR = "{advisor}"
+
+
+def _s13_rules(version: str = CLAUDE_CODE_VERSION) -> list[Rule]:
+    u = lambda i: usage_for(13, i)  # noqa: E731
+    a, b = u(0), u(1)
+    # One response, three samplings: the executor (sonnet) before the advisor call, the advisor (opus)
+    # reading the conversation, the executor after it. The top-level usage is the executor's two
+    # samplings summed; the advisor's tokens are only in its iteration.
+    first = message_iteration(a.input_tokens, 17, a.cache_creation_input_tokens, a.cache_read_input_tokens)
+    second = message_iteration(211, a.output_tokens - 17, 0, a.cache_read_input_tokens + 977)
+    adv = advisor_iteration(ADVISOR, 9_431, 612, 1_207, 4_409)
+    top = Usage(first["input_tokens"] + second["input_tokens"], first["output_tokens"] + second["output_tokens"],
+                first["cache_creation_input_tokens"] + second["cache_creation_input_tokens"],
+                first["cache_read_input_tokens"] + second["cache_read_input_tokens"], iterations=(first, adv, second))
+    return [
+        Rule("s13.advise_bash", Message([text("Asking the advisor first."), server_tool_use("advisor"),
+                                         advisor_result("Run the echo, then report its output."),
+                                         bash("echo advised", "Print advised")], top),
+             first_user="S13 ", turns=0),
+        Rule("s13.final", Message([text("The advisor agreed; it printed advised.")], b), first_user="S13 ", turns=1),
+    ]
+
+
+def _s13_drive(ctx: Context) -> None:
+    # The advisor is a server tool (advisor_20260301, beta advisor-tool-2026-03-01) offered when the
+    # advisorModel setting is set; outside claude.ai accounts it is gated behind this variable.
+    ctx.run("run1", S13_PROMPT, allowed_tools="Bash", timeout=90,
+            extra_args=["--model", "sonnet", "--settings", json.dumps({"advisorModel": "opus"})],
+            env={"CLAUDE_CODE_ENABLE_EXPERIMENTAL_ADVISOR_TOOL": "1"})
+
+
+# --------------------------------------------------------------------------- S14 model fallback
+
+S14_A = "S14-A: the API answers with another model than the one requested"
+S14_B = "S14-B: opus is overloaded, --fallback-model sonnet answers"
+S14_OTHER_MODEL = "claude-haiku-4-5-20251001"
+
+
+def _s14_rules(version: str = CLAUDE_CODE_VERSION) -> list[Rule]:
+    u = lambda i: usage_for(14, i)  # noqa: E731
+    return [
+        Rule("s14.a.other_model", Message([text("Answered by another model.")], u(0), model=S14_OTHER_MODEL),
+             first_user="S14-A"),
+        # CLAUDE_CODE_MAX_RETRIES=3: three 529s, then the CLI switches to the fallback model.
+        Rule("s14.b.529", ApiError(529, "overloaded_error", "Overloaded"), first_user="S14-B", times=3),
+        Rule("s14.b.fallback", Message([text("Answered by the fallback model.")], u(1)), first_user="S14-B"),
+    ]
+
+
+def _s14_drive(ctx: Context) -> None:
+    ctx.run("run1_other_model", S14_A, allowed_tools="Bash", timeout=90)
+    ctx.run("run2_fallback_model", S14_B, allowed_tools="Bash", timeout=90,
+            extra_args=["--model", "opus", "--fallback-model", "sonnet"])
 
 
 SCENARIOS: dict[str, Scenario] = {}
@@ -505,4 +641,13 @@ _register(
     Scenario("s11_interrupt", 11, "--input-format stream-json: interrupt (control_request) during Bash sleep 30, "
              "then a second prompt", _s11_rules, _s11_drive,
              notable="interrupt during a tool: is_error tool_result 'User rejected tool use' + '[Request interrupted by user for tool use]'; during an API wait: '[Request interrupted by user]' and the response is not recorded"),
+    Scenario("s12_auto_compact", 12, "auto compaction: a response reports a ~0.99M-token context, the CLI compacts "
+             "by itself before the next request", _s12_rules, _s12_drive,
+             # 2.1.197 never auto-compacted here (same turn, next turn by --resume or on stdin, or with
+             # CLAUDE_AUTOCOMPACT_PCT_OVERRIDE=50 + CLAUDE_CODE_AUTO_COMPACT_WINDOW=200000): not reachable.
+             versions=tuple(v for v in VERSIONS if v != OLDEST)),
+    Scenario("s13_advisor", 13, "an advisor call inside a response (server_tool_use advisor + advisor_tool_result, "
+             "usage.iterations with an advisor_message of its own model and tokens)", _s13_rules, _s13_drive),
+    Scenario("s14_model_fallback", 14, "a response whose model differs from the requested one (run 1); "
+             "three 529s then --fallback-model answers (run 2)", _s14_rules, _s14_drive),
 )
