@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 from collections.abc import Callable
 from typing import Union
 
-from . import ids
+from . import ids, rules
 from .parse import text_key
-from .records import Entry, FileKind, TranscriptFile, Usage
+from .records import AdvisorCall, Entry, FileKind, TranscriptFile, Usage
 from .state import digest64
 
 __all__ = [
@@ -40,19 +40,10 @@ __all__ = [
     "classify_user",
 ]
 
-_TASK_TOOLS = frozenset({"Task", "Agent"})
-_FINAL_STOP = frozenset({"end_turn", "stop_sequence", "max_tokens", "refusal"})
-# User texts that are on the main chain but were not typed as a prompt by a person.
-_NOT_PROMPT_PREFIXES = (
-    "<local-command-stdout>",
-    "<local-command-stderr>",
-    "<local-command-caveat>",
-    "<bash-stdout>",
-    "<bash-stderr>",
-    "Caveat: The messages below were generated",
-)
-_NOTIFICATION_PREFIXES = ("<task-notification>", "<agent-notification>")
-_INTERRUPT_PREFIX = "[Request interrupted by user"
+_TASK_TOOLS = rules.TASK_TOOLS
+_FINAL_STOP = rules.FINAL_STOP
+_INTERRUPT_PREFIX = rules.INTERRUPT_PREFIX
+classify_user = rules.classify_user
 
 
 @dataclass(frozen=True)
@@ -103,6 +94,11 @@ class Call:
     tool_ids: list[str] = field(default_factory=list)
     lines: int = 0
     owner: "Owner | None" = None
+    advisors: tuple[AdvisorCall, ...] = ()
+    requested_model: str | None = None
+    effort: str | None = None
+    sent_ns: int | None = None  # its api-request line (2.1.3xx): when the request was sent
+    first_line_ns: int = 0
 
 
 @dataclass(eq=False)
@@ -205,29 +201,7 @@ class _Session:
     agent_links: dict[str, tuple[str, str]] = field(default_factory=dict)  # agent_id -> (tool_use_id, how)
     turn_index: list[tuple[int, int, int]] = field(default_factory=list)  # (start, trace_id, root span)
     open_owners: list[Owner] = field(default_factory=list)
-
-
-def classify_user(e: Entry) -> str:
-    """What a user line is: prompt | command | tool_result | interrupt | notification | meta | compact_summary | other."""
-    if e.is_meta:
-        return "meta"
-    if e.is_compact_summary:
-        return "compact_summary"
-    if any(b.type == "tool_result" for b in e.blocks):
-        return "tool_result"
-    text = next((b.text for b in e.blocks if b.type == "text" and b.text is not None), None)
-    if text is None:
-        return "other"
-    stripped = text.lstrip()
-    if stripped.startswith(_INTERRUPT_PREFIX):
-        return "interrupt"
-    if stripped.startswith(_NOTIFICATION_PREFIXES):
-        return "notification"
-    if stripped.startswith(_NOT_PROMPT_PREFIXES):
-        return "other"
-    if stripped.startswith("<command-name>") or stripped.startswith("<command-message>"):
-        return "command"
-    return "prompt"
+    requests_sent: dict[str, int] = field(default_factory=dict)  # api-request id -> sent (until answered)
 
 
 class Assembler:
@@ -250,6 +224,11 @@ class Assembler:
 
     def add(self, entry: Entry, src: TranscriptFile, arrival_ns: int = 0) -> None:
         session_id = entry.session_id or src.session_id
+        if entry.api_request_id is not None and session_id is not None and entry.timestamp_ns is not None:
+            sent = self._session(session_id).requests_sent
+            if len(sent) < 1024:  # answered ones are removed; a bound for requests never answered
+                sent[entry.api_request_id] = entry.timestamp_ns
+            return
         if session_id is None or entry.uuid is None:
             return  # summaries, snapshots, queue operations: not part of the conversation tree
         sess = self._session(session_id)
@@ -533,10 +512,8 @@ class Assembler:
     # -- line handlers -----------------------------------------------------------
 
     def _assistant(self, sess: _Session, owner: Owner, e: Entry, ts: int) -> None:
-        if e.message_id is None:
-            return
-        if e.model == "<synthetic>" and not e.is_api_error:
-            return  # "No response requested.": no API call was made
+        if e.message_id is None or not rules.is_api_call(e.model, e.made_by, e.is_api_error):
+            return  # a line Claude Code wrote itself ("No response requested.", a repair): no API call
         call = owner.current
         if e.request_id is None and call is not None and call.message_id == e.message_id:
             key = call.key  # a line of the current response that lost its requestId
@@ -561,8 +538,12 @@ class Assembler:
         call.end_ns = max(call.end_ns, ts)
         call.model = e.model or call.model
         call.version, call.cwd, call.git_branch = e.version, e.cwd, e.git_branch
-        if e.usage is not None and (call.usage is None or _bigger(e.usage, call.usage)):
+        if e.usage is not None and (call.usage is None or rules.is_final_snapshot(e.usage, call.usage)):
             call.usage = e.usage
+        if len(e.advisors) > len(call.advisors):
+            call.advisors = e.advisors  # written with the final snapshot
+        call.requested_model = e.requested_model or call.requested_model
+        call.effort = e.effort or call.effort
         if e.stop_reason is not None:
             call.stop_reason = e.stop_reason
         if e.is_api_error:
@@ -658,10 +639,14 @@ class Assembler:
             self._emit(owner, owner.superseded)
         owner.superseded = owner.current
         parent_ts = sess.owner_of.get(e.parent_uuid, (None, ts))[1] if e.parent_uuid else ts
+        sent = sess.requests_sent.pop(e.request_ref, None) if e.request_ref else None
         call = Call(
             key=key, message_id=e.message_id or "", request_id=e.request_id,
-            start_ns=min(parent_ts, ts), end_ns=ts, first_uuid=e.uuid, parent_uuid=e.parent_uuid,
+            # when the request was sent (2.1.3xx's api-request line), else the line it answers
+            start_ns=sent if sent is not None and sent <= ts else min(parent_ts, ts), end_ns=ts,
+            first_uuid=e.uuid, parent_uuid=e.parent_uuid,
             is_sidechain=e.is_sidechain, agent_id=e.agent_id, owner=owner,
+            sent_ns=sent, first_line_ns=ts,
         )
         self._seen_calls.add(digest64(key))
         owner.call_keys.append(key)
@@ -801,8 +786,3 @@ class Assembler:
 
     def _count(self, name: str) -> None:
         self.counters[name] = self.counters.get(name, 0) + 1
-
-
-def _bigger(a: Usage, b: Usage) -> bool:
-    """The final snapshot of a streamed response: largest output, then largest total."""
-    return (a.output_tokens, a.total) > (b.output_tokens, b.total)

@@ -23,7 +23,9 @@ from .export import ExportQueue, make_sink
 from .metrics import Metrics, serve
 from .orchestrator import DEFAULT_PATTERNS, load_patterns, parse_log_arg
 from .pipeline import Options, Pipeline
+from .pricing import DEFAULT_PRICING, Pricing, load_overrides
 from .shard import default_workers
+from .spans import Conventions
 from .state import State, default_state_dir
 from .watch import Watcher
 
@@ -64,6 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="processes that read a large history in parallel (default: the cores, at most 4)")
         sp.add_argument("--parallel-min-mb", type=float, default=256.0,
                         help="a history smaller than this (MB to read) is read by one process")
+        sp.add_argument("--prices", default=None, metavar="FILE",
+                        help="JSON of model -> USD per million tokens, overriding genai-prices' table")
         sp.add_argument("-v", "--verbose", action="store_true")
 
     def tracing(sp: argparse.ArgumentParser) -> None:
@@ -130,6 +134,8 @@ def _options(args: argparse.Namespace) -> Options:
         since_ns=args.since,
         timeouts=Timeouts(stall_ns=stall),
         content=content,
+        conventions=Conventions.from_env(),
+        pricing=Pricing(load_overrides(args.prices)) if getattr(args, "prices", None) else DEFAULT_PRICING,
     )
 
 
@@ -290,11 +296,15 @@ def cmd_report(args: argparse.Namespace) -> int:
     w = sys.stdout.write
     w(f"{'session':<38} {'input':>12} {'output':>12} {'cache write':>13} {'cache read':>14} {'cost $':>10}\n")
     for u in sessions:
+        mark = "*" if u.unpriced_models else " "
         w(f"{u.session_id:<38} {u.input_tokens:>12,} {u.output_tokens:>12,} {u.cache_creation_tokens:>13,}"
-          f" {u.cache_read_tokens:>14,} {u.cost_usd:>10.2f}\n")
+          f" {u.cache_read_tokens:>14,} {u.cost_usd:>10.2f}{mark}\n")
+    unpriced = sorted({m for u in sessions for m in u.unpriced_models})
     w(f"{'total':<38} {sum(u.input_tokens for u in sessions):>12,} {sum(u.output_tokens for u in sessions):>12,}"
       f" {sum(u.cache_creation_tokens for u in sessions):>13,} {sum(u.cache_read_tokens for u in sessions):>14,}"
-      f" {sum(u.cost_usd for u in sessions):>10.2f}\n")
+      f" {sum(u.cost_usd for u in sessions):>10.2f}{'*' if unpriced else ' '}\n")
+    if unpriced:
+        w(f"* without the calls of models that have no price: {', '.join(unpriced)} (give them one with --prices)\n")
     return 0
 
 

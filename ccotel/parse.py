@@ -18,7 +18,8 @@ from typing import Annotated, Any, Optional, Union
 import msgspec
 import orjson
 
-from .records import Block, Entry, Usage
+from . import rules
+from .records import AdvisorCall, Block, Entry, Usage
 
 __all__ = ["ParseResult", "parse_line", "parse_timestamp", "text_key", "ERROR_REASONS"]
 
@@ -35,7 +36,7 @@ ERROR_REASONS = (
 
 # How much of a user text is kept to classify it when content capture is off.
 _CLASSIFY_PREFIX = 80
-_TASK_TOOLS = frozenset({"Task", "Agent"})
+_TASK_TOOLS = rules.TASK_TOOLS
 _decoder = json.JSONDecoder()
 _STR_OR_NONE = frozenset((str, type(None)))
 _BOOL_OR_NONE = frozenset((bool, type(None)))
@@ -367,8 +368,53 @@ def _usage(v: Any, errors: list[str]) -> Usage | None:
         c5, c1 = split
     elif cc is not None:
         errors.append("bad_field")
-    return _new_usage({"input_tokens": vals[0], "output_tokens": vals[1], "cache_read_input_tokens": vals[2],
-                       "cache_creation_input_tokens": vals[3], "cache_creation_5m": c5, "cache_creation_1h": c1})
+    details = get("output_tokens_details")
+    thinking = _int(details.get("thinking_tokens")) if type(details) is dict else None
+    iterations = get("iterations")
+    iters = [_iteration(i, errors) for i in iterations] if type(iterations) is list else []
+    return _usage_record(vals[0], vals[1], vals[2], vals[3], c5, c1, thinking or 0,
+                         [i for i in iters if i is not None])
+
+
+_Iteration = tuple[Optional[str], Optional[str], int, int, int, int, int, int]
+
+
+def _iteration(v: Any, errors: list[str]) -> _Iteration | None:
+    """One ``usage.iterations`` entry: (type, model, input, output, cache read, cache creation, 5m, 1h)."""
+    if not isinstance(v, dict):
+        errors.append("bad_field")
+        return None
+    counts = []
+    for key in ("input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"):
+        n = _int(v.get(key, 0))
+        if n is None:
+            errors.append("bad_field")
+            return None
+        counts.append(n)
+    cc = v.get("cache_creation")
+    split = [_int(cc.get(k, 0)) if isinstance(cc, dict) else 0
+             for k in ("ephemeral_5m_input_tokens", "ephemeral_1h_input_tokens")]
+    t, model = v.get("type"), v.get("model")
+    return (t if isinstance(t, str) else None, model if isinstance(model, str) else None,
+            counts[0], counts[1], counts[2], counts[3], split[0] or 0, split[1] or 0)
+
+
+def _usage_record(inp: int, out: int, cache_read: int, cache_creation: int, c5: int, c1: int,
+                  thinking: int, iterations: list[_Iteration]) -> Usage:
+    """The one builder of a call's Usage, for both parse paths (the rules are rules.py's)."""
+    if iterations:
+        c5, c1 = rules.cache_write_split(c5, c1, cache_creation, ((i[0], i[5], i[6], i[7]) for i in iterations))
+    return _new_usage({"input_tokens": inp, "output_tokens": out, "cache_read_input_tokens": cache_read,
+                       "cache_creation_input_tokens": cache_creation, "cache_creation_5m": c5,
+                       "cache_creation_1h": c1, "reasoning_tokens": thinking})
+
+
+def _advisors(usage: Any) -> tuple[AdvisorCall, ...]:
+    """Advisor calls of a usage dict (checked path); only well-formed iterations count."""
+    iterations = usage.get("iterations") if isinstance(usage, dict) else None
+    if type(iterations) is not list or not iterations:
+        return ()
+    return rules.advisor_calls(i for i in (_iteration(v, []) for v in iterations) if i is not None)
 
 
 def _text_of(content: Any) -> str | None:
@@ -496,12 +542,23 @@ def to_entry(obj: dict[str, Any], offset: int, capture: bool, errors: list[str])
         _system(obj, kw, errors)
     elif etype == "progress":
         _progress(obj, kw, errors)
+    elif etype == "api-request":
+        kw["api_request_id"] = _str(obj, "id", errors)
     return _new_entry(kw)
+
+
+def _line_fields(kw: dict[str, Any], made_by: Any, request_ref: Any, requested_model: Any, effort: Any) -> None:
+    """2.1.3xx assistant-line fields, read the same way by both paths: strings or nothing."""
+    for key, v in (("made_by", made_by), ("request_ref", request_ref), ("requested_model", requested_model),
+                   ("effort", effort)):
+        if isinstance(v, str):
+            kw[key] = v
 
 
 def _assistant(obj: dict[str, Any], kw: dict[str, Any], capture: bool, errors: list[str]) -> None:
     kw["request_id"] = _str(obj, "requestId", errors)
     kw["is_api_error"] = _bool(obj, "isApiErrorMessage", errors)
+    _line_fields(kw, obj.get("madeBy"), obj.get("requestRef"), obj.get("requestedModel"), obj.get("effort"))
     msg = obj.get("message")
     if msg is None:
         return
@@ -517,6 +574,7 @@ def _assistant(obj: dict[str, Any], kw: dict[str, Any], capture: bool, errors: l
         kw["model"] = _str(msg, "model", errors)
         kw["stop_reason"] = _str(msg, "stop_reason", errors)
     kw["usage"] = _usage(get("usage"), errors)
+    kw["advisors"] = _advisors(get("usage"))
     content = msg.get("content")
     if isinstance(content, str):
         kw["blocks"] = (_new_block({"type": "text", "text": _keep_text(content, capture)}),)
@@ -575,7 +633,7 @@ _new_entry = _fast_constructor(Entry, {"type": "user", "offset": 1, "uuid": "u",
 _new_block = _fast_constructor(Block, {"type": "tool_use", "id": "t", "name": "n", "input": {"k": [1]}})
 _new_usage = _fast_constructor(Usage, {"input_tokens": 1, "output_tokens": 2, "cache_read_input_tokens": 3,
                                        "cache_creation_input_tokens": 4, "cache_creation_5m": 5,
-                                       "cache_creation_1h": 6})
+                                       "cache_creation_1h": 6, "reasoning_tokens": 7})
 
 
 # -- the typed fast path -------------------------------------------------------------
@@ -616,12 +674,44 @@ class _JCacheCreation(msgspec.Struct):
     ephemeral_1h_input_tokens: Optional[_Count] = None
 
 
+class _JIteration(msgspec.Struct):
+    type: Any = None
+    model: Any = None
+    input_tokens: _Count = 0
+    output_tokens: _Count = 0
+    cache_read_input_tokens: _Count = 0
+    cache_creation_input_tokens: _Count = 0
+    cache_creation: Optional[_JCacheCreation] = None
+
+    def row(self) -> _Iteration:
+        cc = self.cache_creation
+        return (self.type if isinstance(self.type, str) else None, self.model if isinstance(self.model, str) else None,
+                self.input_tokens, self.output_tokens, self.cache_read_input_tokens,
+                self.cache_creation_input_tokens, (cc.ephemeral_5m_input_tokens or 0) if cc else 0,
+                (cc.ephemeral_1h_input_tokens or 0) if cc else 0)
+
+
 class _JUsage(msgspec.Struct):
     input_tokens: Optional[_Count] = None
     output_tokens: Optional[_Count] = None
     cache_read_input_tokens: Optional[_Count] = None
     cache_creation_input_tokens: Optional[_Count] = None
     cache_creation: Optional[_JCacheCreation] = None
+    output_tokens_details: Any = None
+    iterations: Optional[list[_JIteration]] = None
+
+    def record(self) -> Usage:
+        cc = self.cache_creation
+        details = self.output_tokens_details
+        thinking = _int(details.get("thinking_tokens")) if type(details) is dict else None
+        return _usage_record(self.input_tokens or 0, self.output_tokens or 0, self.cache_read_input_tokens or 0,
+                             self.cache_creation_input_tokens or 0,
+                             (cc.ephemeral_5m_input_tokens or 0) if cc is not None else 0,
+                             (cc.ephemeral_1h_input_tokens or 0) if cc is not None else 0, thinking or 0,
+                             [i.row() for i in self.iterations] if self.iterations else [])
+
+    def advisors(self) -> tuple[AdvisorCall, ...]:
+        return rules.advisor_calls(i.row() for i in self.iterations) if self.iterations else ()
 
 
 class _JMessage(msgspec.Struct):
@@ -663,6 +753,11 @@ class _JLine(msgspec.Struct):
     isApiErrorMessage: Optional[bool] = None
     sourceToolAssistantUUID: _OptStr = None
     parentToolUseID: _OptStr = None
+    madeBy: Any = None
+    requestRef: Any = None
+    requestedModel: Any = None
+    effort: Any = None
+    id: Any = None  # api-request lines
     message: Optional[_JMessage] = None
     toolUseResult: msgspec.Raw = msgspec.Raw(b"null")
     # small objects to_entry reads loosely: decoded by orjson, exactly as the checked path does
@@ -708,17 +803,13 @@ def _entry_of(o: _JLine, offset: int, capture: bool) -> Entry:
     if etype == "assistant":
         kw["request_id"] = o.requestId
         kw["is_api_error"] = o.isApiErrorMessage is True
+        _line_fields(kw, o.madeBy, o.requestRef, o.requestedModel, o.effort)
         if msg is not None:
             kw["message_id"], kw["model"], kw["stop_reason"] = msg.id, msg.model, msg.stop_reason
             u = msg.usage
             if u is not None:
-                cc = u.cache_creation
-                kw["usage"] = _new_usage({
-                    "input_tokens": u.input_tokens or 0, "output_tokens": u.output_tokens or 0,
-                    "cache_read_input_tokens": u.cache_read_input_tokens or 0,
-                    "cache_creation_input_tokens": u.cache_creation_input_tokens or 0,
-                    "cache_creation_5m": (cc.ephemeral_5m_input_tokens or 0) if cc is not None else 0,
-                    "cache_creation_1h": (cc.ephemeral_1h_input_tokens or 0) if cc is not None else 0})
+                kw["usage"] = u.record()
+                kw["advisors"] = u.advisors()
             content = msg.content
             if isinstance(content, str):
                 kw["blocks"] = (_new_block({"type": "text", "text": _keep_text(content, capture)}),)
@@ -754,6 +845,10 @@ def _entry_of(o: _JLine, offset: int, capture: bool) -> Entry:
                  "error": orjson.loads(memoryview(o.error))}, kw, [])
     elif etype == "progress":
         _progress({"data": orjson.loads(memoryview(o.data)), "parentToolUseID": o.parentToolUseID}, kw, [])
+    elif etype == "api-request":
+        if o.id is not None and not isinstance(o.id, str):
+            raise _StepAside  # bad_field
+        kw["api_request_id"] = o.id
     return _new_entry(kw)  # type: ignore[no-any-return]
 
 

@@ -26,13 +26,15 @@ import orjson
 from .assemble import AgentRun, Assembler, Finished, Owner, Timeouts, Turn
 from .content import ContentPolicy
 from .discover import classify, scan, within_root
+from .export_result import ExportResult
 from .metrics import Metrics
 from .orchestrator import DEFAULT_PATTERNS, OrchestratorLog, Pattern
 from .parse import parse_line, parse_timestamp
 from .procs import pid_alive, read_session_pids
 from .records import FileKind, SpanRecord, TranscriptFile
 from .shard import Group
-from .spans import build_span
+from .pricing import DEFAULT_PRICING, Pricing
+from .spans import DEFAULT_CONVENTIONS, Conventions, build_spans
 from .state import Commit, State, digest64
 from .tail import Tailer
 
@@ -52,6 +54,8 @@ class Options:
     unterminated_grace_ns: int = 2_000_000_000
     orchestrator_logs: tuple[tuple[str, str], ...] = ()  # (path, source label)
     orchestrator_patterns: tuple[Pattern, ...] = DEFAULT_PATTERNS
+    conventions: Conventions = DEFAULT_CONVENTIONS
+    pricing: Pricing = DEFAULT_PRICING
 
 
 @dataclass
@@ -237,8 +241,11 @@ class Pipeline:
 
     # -- delivery ----------------------------------------------------------------
 
-    def acknowledge(self, spans: Sequence[SpanRecord]) -> None:
-        """The backend took these spans (called from the export thread).
+    def acknowledge(self, spans: Sequence[SpanRecord], result: ExportResult | None = None) -> None:
+        """These spans are final (called from the export thread): the backend took them, or
+        ``result.drops`` says how many it rejected (or could not be encoded), by reason. Dropped
+        spans will never be delivered either, so checkpoints move past both; only delivered
+        ones count in ccotel_spans_exported, the rest in ccotel_spans_dropped by reason.
 
         Their ids and the counters they feed are committed at once, in one transaction, so a
         crash right after cannot make a restart send them again or count them twice.
@@ -254,11 +261,18 @@ class Pipeline:
                 if owner.pending == 0:
                     self._maybe_done.add(owner.token)
                 commit.acked.append((span.span_id, owner.token))
-                if self.metrics is not None:
-                    self.metrics.inc("ccotel_spans_exported", channel="delivered")
-                    if live:
-                        self.metrics.observe_span(span)
-            self.last_export_ns = self.clock()
+                if self.metrics is not None and live:
+                    self.metrics.observe_span(span)
+            delivered = len(commit.acked)
+            for reason, n in result.drops if result is not None else ():
+                n = min(n, delivered)
+                delivered -= n
+                if self.metrics is not None and n:
+                    self.metrics.inc("ccotel_spans_dropped", reason, value=float(n), channel="delivered")
+            if self.metrics is not None and delivered:
+                self.metrics.inc("ccotel_spans_exported", value=float(delivered), channel="delivered")
+            if delivered or result is None:
+                self.last_export_ns = self.clock()
             if self.state is not None and commit.acked:
                 if self.metrics is not None:
                     commit.counters = self.metrics.snapshot("delivered")
@@ -529,13 +543,13 @@ class Pipeline:
                 if self.options.since_ns is not None and _start_of(f) < self.options.since_ns:
                     self.stats.skipped_before_since += 1
                     continue
-                span = build_span(f, self.options.content)
-                if span.span_id in self._acked_before:
-                    self.stats.resent_skipped += 1  # delivered before a restart
-                    continue
-                owner.pending += 1
-                self._inflight[span.span_id] = (owner, owner.live)
-                spans.append(span)
+                for span in build_spans(f, self.options.content, self.options.conventions, self.options.pricing):
+                    if span.span_id in self._acked_before:
+                        self.stats.resent_skipped += 1  # delivered before a restart
+                        continue
+                    owner.pending += 1
+                    self._inflight[span.span_id] = (owner, owner.live)
+                    spans.append(span)
         if spans:
             self.stats.spans += len(spans)
             self.emit(spans)

@@ -1,62 +1,151 @@
-"""Estimated cost of an API call from its usage (USD per million tokens, Anthropic list prices).
+"""Estimated cost of an API call from its usage, at list prices.
 
-An estimate: Claude Code's own `total_cost_usd` exists only on the stream-json stdout, never
-in the transcript. Unknown models cost 0 and are reported as unpriced.
+The prices come from ``genai-prices`` (MIT, by Pydantic): a maintained table that knows new
+models as they ship, with historical prices and context tiers; a JSON file given with
+``--prices`` overrides it per model. ``genai-prices`` decides *which* price applies (the model
+matched by its id and the call's date); the arithmetic is done here on floats, because its
+own Decimal-based calculation costs ~270 us a call and a report prices hundreds of thousands
+(``tests/test_pricing.py`` holds the two equal). A model without a price is never $0: the cost
+is None and the caller flags it (span attribute, report column, metric).
+
+Claude Code's own ``costUSD`` figures exist only in 2.1.3xx ``cost-state`` lines and on the
+stream-json stdout; they are shown beside this estimate, never instead of it.
 """
 
 from __future__ import annotations
 
-import functools
-from dataclasses import dataclass
+import json
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from decimal import Decimal
+from typing import Any
 
 from .records import Usage
 
-__all__ = ["Price", "price_for", "cost_usd"]
+__all__ = ["Price", "Pricing", "DEFAULT_PRICING", "load_overrides"]
+
+_DAY_NS = 86_400 * 1_000_000_000
+
+
+@dataclass(frozen=True)
+class Rate:
+    """USD per million tokens: ``base``, or from ``tiers`` [(threshold, rate)] when the call's
+    whole input (fresh + cache read + cache write) exceeds the threshold (applies to all tokens)."""
+
+    base: float
+    tiers: tuple[tuple[int, float], ...] = ()
+
+    def at(self, total_input: int) -> float:
+        rate = self.base
+        for start, tier_rate in self.tiers:
+            if total_input > start:
+                rate = tier_rate
+        return rate
 
 
 @dataclass(frozen=True)
 class Price:
-    input: float
-    output: float
-    cache_write_5m: float
-    cache_write_1h: float
-    cache_read: float
+    input: Rate
+    output: Rate
+    cache_write_5m: Rate
+    cache_write_1h: Rate
+    cache_read: Rate
+    source: str = "genai-prices"
+
+    def cost(self, u: Usage) -> float:
+        total_input = u.total_input
+        # Cache writes split by TTL when the transcript says so; otherwise all at the 5-minute rate.
+        split = u.cache_creation_5m + u.cache_creation_1h
+        w1 = u.cache_creation_1h if split else 0
+        w5 = u.cache_creation_input_tokens - w1
+        return (u.input_tokens * self.input.at(total_input) + u.output_tokens * self.output.at(total_input)
+                + w5 * self.cache_write_5m.at(total_input) + w1 * self.cache_write_1h.at(total_input)
+                + u.cache_read_input_tokens * self.cache_read.at(total_input)) / 1e6
 
 
-# Longest matching prefix wins; model ids carry dates (claude-sonnet-4-5-20250929).
-_PRICES: tuple[tuple[str, Price], ...] = (
-    *((f"claude-opus-4-{minor}", Price(5, 25, 6.25, 10, 0.50)) for minor in range(5, 10)),
-    ("claude-opus-4-1", Price(15, 75, 18.75, 30, 1.50)),
-    ("claude-opus-4", Price(15, 75, 18.75, 30, 1.50)),
-    ("claude-3-opus", Price(15, 75, 18.75, 30, 1.50)),
-    ("claude-sonnet-4", Price(3, 15, 3.75, 6, 0.30)),
-    ("claude-3-7-sonnet", Price(3, 15, 3.75, 6, 0.30)),
-    ("claude-3-5-sonnet", Price(3, 15, 3.75, 6, 0.30)),
-    ("claude-haiku-4-5", Price(1, 5, 1.25, 2, 0.10)),
-    ("claude-3-5-haiku", Price(0.8, 4, 1, 1.6, 0.08)),
-    ("claude-3-haiku", Price(0.25, 1.25, 0.30, 0.50, 0.03)),
-)
+def _rate(value: Any, fallback: "Rate | None" = None) -> Rate | None:
+    """A genai-prices price field (Decimal, TieredPrices or None) as a Rate."""
+    if value is None:
+        return fallback
+    if isinstance(value, (Decimal, int, float)):
+        return Rate(float(value))
+    base = getattr(value, "base", None)
+    tiers = getattr(value, "tiers", None)
+    if base is None:
+        return fallback
+    return Rate(float(base), tuple((int(t.start), float(t.price)) for t in tiers or ()))
 
 
-@functools.lru_cache(maxsize=1024)  # a handful of model names, looked up once per API call
-def price_for(model: str | None) -> Price | None:
-    if not model:
+def _from_genai_prices(model: str, at_ns: int | None) -> Price | None:
+    try:
+        from genai_prices import Usage as GUsage, calc_price
+    except ImportError:  # pragma: no cover - a declared dependency
         return None
-    best: tuple[int, Price] | None = None
-    for prefix, price in _PRICES:
-        if model.startswith(prefix) and (best is None or len(prefix) > best[0]):
-            best = (len(prefix), price)
-    return best[1] if best else None
-
-
-def cost_usd(model: str | None, u: Usage) -> float | None:
-    """None for a model without a known price."""
-    p = price_for(model)
-    if p is None:
+    when = datetime.fromtimestamp(at_ns / 1e9, tz=timezone.utc) if at_ns else None
+    try:
+        mp = calc_price(GUsage(input_tokens=1), model, provider_id="anthropic",
+                        genai_request_timestamp=when).model_price
+    except (LookupError, ValueError):
         return None
-    # Cache writes split by TTL when the transcript says so; otherwise all at the 5-minute rate.
-    split = u.cache_creation_5m + u.cache_creation_1h
-    w5 = u.cache_creation_5m if split else u.cache_creation_input_tokens
-    w1 = u.cache_creation_1h if split else 0
-    return (u.input_tokens * p.input + u.output_tokens * p.output + w5 * p.cache_write_5m
-            + w1 * p.cache_write_1h + u.cache_read_input_tokens * p.cache_read) / 1e6
+    inp = _rate(mp.input_mtok)
+    out = _rate(mp.output_mtok)
+    if inp is None or out is None:
+        return None
+    w5 = _rate(mp.cache_write_mtok, inp)
+    assert w5 is not None
+    return Price(inp, out, w5, _rate(mp.cache_write_1h_mtok, w5) or w5, _rate(mp.cache_read_mtok, inp) or inp)
+
+
+def load_overrides(path: str) -> dict[str, Price]:
+    """``{"model-id-or-prefix": {"input": 5, "output": 25, "cache_read": 0.5, "cache_write_5m": 6.25,
+    "cache_write_1h": 10}}`` in USD per million tokens; the longest matching prefix wins."""
+    with open(path, "rb") as f:
+        raw = json.load(f)
+    if not isinstance(raw, dict):
+        raise ValueError(f"{path}: expected an object of model -> prices")
+    out = {}
+    for model, p in raw.items():
+        if not isinstance(p, dict) or not all(isinstance(p.get(k), (int, float)) for k in ("input", "output")):
+            raise ValueError(f"{path}: {model!r} needs numeric input and output prices")
+        inp, outp = Rate(float(p["input"])), Rate(float(p["output"]))
+        w5 = Rate(float(p.get("cache_write_5m", p["input"] * 1.25)))
+        out[str(model)] = Price(inp, outp, w5, Rate(float(p.get("cache_write_1h", p["input"] * 2))),
+                                Rate(float(p.get("cache_read", p["input"] * 0.1))), source=f"file:{path}")
+    return out
+
+
+@dataclass(eq=False)
+class Pricing:
+    """Prices per model and day: overrides first, then genai-prices. Lookups are cached per
+    (model, UTC day): a handful of models, one lookup each per day of history."""
+
+    overrides: dict[str, Price] = field(default_factory=dict)
+    _cache: dict[tuple[str, int], Price | None] = field(default_factory=dict, repr=False)
+
+    def price(self, model: str | None, at_ns: int | None = None) -> Price | None:
+        if not model:
+            return None
+        day = (at_ns or 0) // _DAY_NS
+        key = (model, day)
+        if key in self._cache:
+            return self._cache[key]
+        found = self._override(model)
+        if found is None:
+            found = _from_genai_prices(model, at_ns)
+        if len(self._cache) > 65_536:
+            self._cache.clear()
+        self._cache[key] = found
+        return found
+
+    def cost(self, model: str | None, u: Usage, at_ns: int | None = None) -> float | None:
+        """USD, or None for a model without a known price."""
+        p = self.price(model, at_ns)
+        return None if p is None else p.cost(u)
+
+    def _override(self, model: str) -> Price | None:
+        best = max((m for m in self.overrides if model.startswith(m)), key=len, default=None)
+        return self.overrides[best] if best is not None else None
+
+
+# One shared table for callers that take no --prices file (its cache is its only state).
+DEFAULT_PRICING = Pricing()

@@ -10,6 +10,7 @@ from enum import Enum
 from typing import Any, NamedTuple
 
 __all__ = [
+    "AdvisorCall",
     "Block",
     "Entry",
     "FileKind",
@@ -59,6 +60,7 @@ class Usage:
     cache_creation_input_tokens: int = 0
     cache_creation_5m: int = 0
     cache_creation_1h: int = 0
+    reasoning_tokens: int = 0  # output_tokens_details.thinking_tokens (part of output_tokens)
 
     @property
     def total_input(self) -> int:
@@ -68,6 +70,15 @@ class Usage:
     @property
     def total(self) -> int:
         return self.total_input + self.output_tokens
+
+
+@dataclass(frozen=True)
+class AdvisorCall:
+    """An advisor model consulted during a response (a ``usage.iterations`` entry of type
+    ``advisor_message``): billed on its own, not part of the response's top-level usage."""
+
+    model: str
+    usage: Usage
 
 
 @dataclass(frozen=True)
@@ -114,6 +125,13 @@ class Entry:
     usage: Usage | None = None
     is_api_error: bool = False
     error_text: str | None = None
+    advisors: tuple[AdvisorCall, ...] = ()
+    made_by: str | None = None  # 2.1.3xx: "model" (API output) or "other" (Claude Code wrote it)
+    request_ref: str | None = None  # 2.1.3xx: the id of the api-request line this answers
+    requested_model: str | None = None  # 2.1.3xx: the model asked for (a fallback answers with another)
+    effort: str | None = None
+    # api-request lines (2.1.3xx): the id assistant lines name in requestRef; timestamp = sent
+    api_request_id: str | None = None
     # user
     content_is_string: bool = False
     blocks: tuple[Block, ...] = ()

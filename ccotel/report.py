@@ -22,10 +22,10 @@ from typing import Any, Optional
 
 import msgspec
 
-from . import ids
+from . import rules
 from .parse import _JUsage, parse_line, parse_timestamp
 from .pipeline import Options, Pipeline, discover, session_groups, unread_bytes
-from .pricing import cost_usd
+from .pricing import Pricing
 from .records import SpanRecord, Usage
 from .shard import Group, balance, default_workers, plan_shards, process_context
 
@@ -41,6 +41,9 @@ class SessionUsage:
     api_calls: int = 0
     cost_usd: float = 0.0
     models: set[str] = field(default_factory=set)
+    unpriced_models: set[str] = field(default_factory=set)  # calls of these models have no price: cost is low
+    # model -> [input, output, cache creation, cache read, calls, cost]
+    by_model: dict[str, list[float]] = field(default_factory=dict)
     first_ns: int = 0
     last_ns: int = 0
 
@@ -57,6 +60,11 @@ class SessionUsage:
         self.api_calls += 1
         if model:
             self.models.add(model)
+            if cost is None:
+                self.unpriced_models.add(model)
+        per = self.by_model.setdefault(model or "unknown", [0, 0, 0, 0, 0, 0.0])
+        for i, v in enumerate((u[0], u[1], u[3], u[2], 1, cost or 0.0)):
+            per[i] += v
         if first_ns:
             self.first_ns = min(self.first_ns, first_ns) if self.first_ns else first_ns
         self.last_ns = max(self.last_ns, last_ns)
@@ -66,7 +74,8 @@ class SessionUsage:
             "sessionId": self.session_id, "inputTokens": self.input_tokens, "outputTokens": self.output_tokens,
             "cacheCreationTokens": self.cache_creation_tokens, "cacheReadTokens": self.cache_read_tokens,
             "totalTokens": self.total_tokens, "apiCalls": self.api_calls, "totalCost": round(self.cost_usd, 6),
-            "modelsUsed": sorted(self.models), "firstActivity": self.first_ns, "lastActivity": self.last_ns,
+            "modelsUsed": sorted(self.models), "unpricedModels": sorted(self.unpriced_models),
+            "firstActivity": self.first_ns, "lastActivity": self.last_ns,
         }
 
 
@@ -83,7 +92,8 @@ def session_usage(spans: Iterable[SpanRecord], into: dict[str, SessionUsage] | N
             u = out[sid] = SessionUsage(sid)
         usage = (int(a.get("claude_code.usage.input_tokens", 0)), int(a["gen_ai.usage.output_tokens"]),
                  int(a.get("gen_ai.usage.cache_read.input_tokens", 0)),
-                 int(a.get("gen_ai.usage.cache_creation.input_tokens", 0)), 0, 0)
+                 int(a.get("gen_ai.usage.cache_write.input_tokens", 0)), 0, 0,
+                 int(a.get("gen_ai.usage.reasoning.output_tokens", 0)))
         model = a.get("gen_ai.response.model")
         cost = a.get("claude_code.cost.usd")
         u.add(usage, float(cost) if cost is not None else None, model if isinstance(model, str) else None,
@@ -92,11 +102,11 @@ def session_usage(spans: Iterable[SpanRecord], into: dict[str, SessionUsage] | N
 
 
 # A call's usage as a plain tuple, cheap to build, merge and send between processes:
-# (input, output, cache read, cache creation, cache creation 5m, cache creation 1h).
-UsageTuple = tuple[int, int, int, int, int, int]
+# (input, output, cache read, cache creation, cache creation 5m, cache creation 1h, reasoning).
+UsageTuple = tuple[int, int, int, int, int, int, int]
 
 
-def report_from_spans(options: Options) -> dict[str, SessionUsage]:
+def report_from_spans(options: Options) -> dict[str, SessionUsage]:  # noqa: D401
     """The reference: the whole pipeline, its chat spans summed."""
     totals: dict[str, SessionUsage] = {}
     Pipeline(options, emit=lambda spans: session_usage(spans, totals)).backfill(close_all=True)
@@ -134,13 +144,14 @@ class _Call:
 
 
 def _bigger(a: UsageTuple, b: UsageTuple) -> bool:
-    """The assembler's rule (the largest snapshot of a response counts): output, then the total."""
+    """rules.is_final_snapshot on tuples (input, output, cache read, cache creation, ...)."""
     return (a[1], a[0] + a[1] + a[2] + a[3]) > (b[1], b[0] + b[1] + b[2] + b[3])
 
 
 def _as_tuple(u: Usage | None) -> UsageTuple | None:
     return None if u is None else (u.input_tokens, u.output_tokens, u.cache_read_input_tokens,
-                                   u.cache_creation_input_tokens, u.cache_creation_5m, u.cache_creation_1h)
+                                   u.cache_creation_input_tokens, u.cache_creation_5m, u.cache_creation_1h,
+                                   u.reasoning_tokens)
 
 
 _NEEDLE = b'"assistant"'
@@ -164,6 +175,7 @@ class _RLine(msgspec.Struct):
     requestId: Optional[str] = None
     timestamp: Optional[str] = None
     isApiErrorMessage: Optional[bool] = None
+    madeBy: Any = None
     message: Optional[_RMessage] = None
 
 
@@ -181,21 +193,19 @@ def _quick(line: bytes) -> _Line | None:
         return ()
     msg = o.message
     ts = parse_timestamp(o.timestamp)
-    if msg is None or (ts is None and o.timestamp is not None):
+    if msg is None or (ts is None and o.timestamp is not None) or (o.madeBy is not None and not isinstance(o.madeBy, str)):
         return None
-    usage: UsageTuple | None = None
     u = msg.usage
-    if u is not None:
-        cc = u.cache_creation
-        usage = (u.input_tokens or 0, u.output_tokens or 0, u.cache_read_input_tokens or 0,
-                 u.cache_creation_input_tokens or 0, (cc.ephemeral_5m_input_tokens or 0) if cc else 0,
-                 (cc.ephemeral_1h_input_tokens or 0) if cc else 0)
-    return (msg.id, o.requestId, o.uuid, o.sessionId, usage, o.isApiErrorMessage is True, msg.model, ts or 0)
+    usage = _as_tuple(u.record()) if u is not None else None
+    advisors = u.advisors() if u is not None else ()
+    return (msg.id, o.requestId, o.uuid, o.sessionId, usage, o.isApiErrorMessage is True, msg.model, ts or 0,
+            o.madeBy, advisors)
 
 
 def _slow(line: bytes, offset: int) -> list[_Line]:
     return [(e.message_id, e.request_id, e.uuid, e.session_id, _as_tuple(e.usage), e.is_api_error, e.model,
-             e.timestamp_ns or 0) for e in parse_line(line, offset).entries if e.type == "assistant"]
+             e.timestamp_ns or 0, e.made_by, e.advisors)
+            for e in parse_line(line, offset).entries if e.type == "assistant"]
 
 
 def _lines_with(path: str, needle: bytes, max_line_bytes: int, chunk_size: int = _CHUNK) -> Iterator[tuple[int, bytes]]:
@@ -257,27 +267,34 @@ def _read_group(group: Group, max_line_bytes: int) -> dict[str, _Call]:
         last: tuple[str, str] | None = None  # message id and key of the file's last response line
         for offset, raw in _lines_with(tf.path, _NEEDLE, max_line_bytes):
             one = _quick(raw)
-            for mid, rid, uuid, sid, usage, api_error, model, ts in \
+            for mid, rid, uuid, sid, usage, api_error, model, ts, made_by, advisors in \
                     ((one,) if one else () if one is not None else _slow(raw, offset)):
                 sid = sid or tf.session_id
-                if mid is None or uuid is None or sid is None or (model == "<synthetic>" and not api_error):
+                if mid is None or uuid is None or sid is None or not rules.is_api_call(model, made_by, api_error):
                     continue
                 if (sid, uuid) in seen_uuids:
                     continue  # the same line again (a re-emitted line): the assembler drops it too
                 seen_uuids.add((sid, uuid))
                 # A line that lost its requestId belongs to the response just before it with the
                 # same message id (the assembler's rule for its owner's current response).
-                key = last[1] if rid is None and last is not None and last[0] == mid else ids.call_key(mid, rid)
+                key = last[1] if rid is None and last is not None and last[0] == mid else rules.call_key(mid, rid)
                 last = (mid, key)
-                have = calls.get(key)
-                if have is None:
-                    calls[key] = _Call(sid, usage, api_error, model, ts, ts)
-                else:
-                    have.merge_line(usage, api_error, model, ts)
+                _merge_line(calls, key, sid, usage, api_error, model, ts)
+                for i, adv in enumerate(advisors):  # each advisor iteration: a call of its own model
+                    _merge_line(calls, f"{key}#advisor{i}", sid, _as_tuple(adv.usage), False, adv.model, ts)
     return calls
 
 
-def _read_shard(groups: list[tuple[int, Group]], max_line_bytes: int) -> list[tuple[Any, ...]]:
+def _merge_line(calls: dict[str, _Call], key: str, sid: str, usage: UsageTuple | None, api_error: bool,
+                model: str | None, ts: int) -> None:
+    have = calls.get(key)
+    if have is None:
+        calls[key] = _Call(sid, usage, api_error, model, ts, ts)
+    else:
+        have.merge_line(usage, api_error, model, ts)
+
+
+def _read_shard(groups: list[tuple[int, Group]], max_line_bytes: int, pricing: Pricing) -> list[tuple[Any, ...]]:
     """Calls of these groups (in time order), merged: one flat tuple per call, cheap to send back."""
     calls: dict[str, tuple[int, _Call]] = {}
     for index, group in groups:
@@ -287,14 +304,14 @@ def _read_shard(groups: list[tuple[int, Group]], max_line_bytes: int) -> list[tu
                 calls[key] = (index, call)
             else:
                 have[1].merge(call)
-    return [_row(key, index, c) for key, (index, c) in calls.items()]
+    return [_row(key, index, c, pricing) for key, (index, c) in calls.items()]
 
 
-def _row(key: str, index: int, c: _Call) -> tuple[Any, ...]:
+def _row(key: str, index: int, c: _Call, pricing: Pricing) -> tuple[Any, ...]:
     """A call as sent back to the merging process, its cost computed here (in parallel)."""
     cost = None
     if c.usage is not None:
-        cost = cost_usd(c.model if c.model and c.model != "<synthetic>" else None, Usage(*c.usage))
+        cost = pricing.cost(rules.reported_model(c.model), Usage(*c.usage), c.first_ns or None)
     return (key, index, *c.flat(), round(cost, 9) if cost is not None else None)
 
 
@@ -304,23 +321,24 @@ def build_report(options: Options, workers: int | None = None,
         # --since keeps or drops whole turns by when they started, as the traces do; only the
         # assembler knows turns, so this report is summed from the spans (slower, and exact).
         return report_from_spans(options)
+    pricing = options.pricing
     groups = session_groups(discover(options, {}))
     weights = [sum(unread_bytes(tf.path, {}) for _root, tf in g) for g in groups]  # file sizes
     n = default_workers() if workers is None else max(1, workers)
     if n == 1 or sum(weights) < parallel_min_bytes:
-        return _totals([_read_shard(list(enumerate(groups)), options.max_line_bytes)])
+        return _totals([_read_shard(list(enumerate(groups)), options.max_line_bytes, pricing)], pricing)
     bins = balance(plan_shards(groups, weights), weights, n)
     jobs = [[(i, groups[i]) for i in b] for b in bins]
     if len(jobs) == 1:
-        return _totals([_read_shard(jobs[0], options.max_line_bytes)])
+        return _totals([_read_shard(jobs[0], options.max_line_bytes, pricing)], pricing)
     with ProcessPoolExecutor(len(jobs) - 1, mp_context=process_context()) as pool:
-        futures = [pool.submit(_read_shard, job, options.max_line_bytes) for job in jobs[1:]]
-        results = [_read_shard(jobs[0], options.max_line_bytes)]  # this process reads a share too
+        futures = [pool.submit(_read_shard, job, options.max_line_bytes, pricing) for job in jobs[1:]]
+        results = [_read_shard(jobs[0], options.max_line_bytes, pricing)]  # this process reads a share too
         results += [f.result() for f in futures]
-    return _totals(results)
+    return _totals(results, pricing)
 
 
-def _totals(results: Sequence[list[tuple[Any, ...]]]) -> dict[str, SessionUsage]:
+def _totals(results: Sequence[list[tuple[Any, ...]]], pricing: Pricing) -> dict[str, SessionUsage]:
     """Merge the shards (a call in two of them: the earlier group keeps it), then sum per session."""
     rows: dict[str, tuple[Any, ...]] = {}
     for shard_rows in results:
@@ -330,7 +348,7 @@ def _totals(results: Sequence[list[tuple[Any, ...]]]) -> dict[str, SessionUsage]
                 first, later = (row, have) if row[1] < have[1] else (have, row)
                 call = _Call(*first[2:8])
                 call.merge(_Call(*later[2:8]))
-                rows[row[0]] = _row(row[0], first[1], call)
+                rows[row[0]] = _row(row[0], first[1], call, pricing)
     out: dict[str, SessionUsage] = {}
     for _key, _index, sid, usage, is_api_error, model, first_ns, last_ns, cost in sorted(rows.values(),
                                                                                          key=itemgetter(1)):
@@ -339,5 +357,5 @@ def _totals(results: Sequence[list[tuple[Any, ...]]]) -> dict[str, SessionUsage]
         s = out.get(sid)
         if s is None:
             s = out[sid] = SessionUsage(sid)
-        s.add(usage, cost, model if model and model != "<synthetic>" else None, first_ns, last_ns)
+        s.add(usage, cost, rules.reported_model(model), first_ns, last_ns)
     return out

@@ -1,29 +1,66 @@
-"""Spans stage: a Finished item -> a SpanRecord (DESIGN.md section 2, GenAI semconv v1.41.1).
+"""Spans stage: a Finished item -> SpanRecords (DESIGN.md section 2).
 
-Names: ``invoke_agent claude-code`` per turn, ``chat {model}`` per API response,
-``execute_tool {tool}`` per tool call, ``invoke_agent {agentType}`` per subagent.
-Raw transcript fields go under ``claude_code.*``. Content is only added when captured.
+Conventions: the OpenTelemetry GenAI semantic conventions as of
+open-telemetry/semantic-conventions-genai docs/gen-ai/gen-ai-spans.md @ 9430220e and
+gen-ai-agent-spans.md @ e8fc5751 (2026-11): ``gen_ai.usage.cache_write.input_tokens`` (the old
+``cache_creation`` name is written too unless ``OTEL_SEMCONV_STABILITY_OPT_IN`` has
+``gen_ai_latest_experimental``), ``gen_ai.usage.reasoning.output_tokens``,
+``gen_ai.response.time_to_first_chunk``; the in-process ``invoke_agent`` spans carry no
+``gen_ai.provider.name``, ``gen_ai.agent.id`` or usage; ``session.id`` is on every span
+(Phoenix, Langfuse and Claude Code's own telemetry group sessions by it).
+
+Names: ``invoke_agent claude-code`` per turn, ``chat {model}`` per API response (and one per
+advisor call under it), ``execute_tool {tool}`` per tool call, ``invoke_agent {agentType}`` per
+subagent. Raw transcript fields go under ``claude_code.*``. Content is only added when captured.
 """
 
 from __future__ import annotations
 
+import os
+from dataclasses import dataclass
 from typing import Any
 
-from . import ids
+from . import ids, rules
 from .assemble import AgentRun, Call, Finished, ToolCall, Turn
 from .content import ContentPolicy
-from .pricing import cost_usd
-from .records import SpanEvent, SpanKind, SpanRecord, StatusCode
+from .pricing import DEFAULT_PRICING, Pricing
+from .records import SpanEvent, SpanKind, SpanRecord, StatusCode, Usage
 
-__all__ = ["build_span"]
+__all__ = ["Conventions", "build_span", "build_spans"]
 
 PROVIDER = "anthropic"
 
 
-def build_span(f: Finished, content: ContentPolicy | None = None) -> SpanRecord:
+@dataclass(frozen=True)
+class Conventions:
+    """Which attribute names to write: ``latest`` drops the names the conventions replaced."""
+
+    latest: bool = False
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> "Conventions":
+        raw = (os.environ if env is None else env).get("OTEL_SEMCONV_STABILITY_OPT_IN", "")
+        return cls(latest="gen_ai_latest_experimental" in {v.strip() for v in raw.split(",")})
+
+
+DEFAULT_CONVENTIONS = Conventions()
+
+
+def build_spans(f: Finished, content: ContentPolicy | None = None,
+                conventions: Conventions = DEFAULT_CONVENTIONS, pricing: Pricing = DEFAULT_PRICING) -> list[SpanRecord]:
+    """The spans of a finished item: one, plus a chat span per advisor call of a response."""
+    span = build_span(f, content, conventions, pricing)
+    item = f.item
+    if isinstance(item, Call) and item.advisors and not item.is_api_error:
+        return [span, *(_advisor(item, i, span, conventions, pricing) for i in range(len(item.advisors)))]
+    return [span]
+
+
+def build_span(f: Finished, content: ContentPolicy | None = None,
+               conventions: Conventions = DEFAULT_CONVENTIONS, pricing: Pricing = DEFAULT_PRICING) -> SpanRecord:
     item = f.item
     if isinstance(item, Call):
-        return _chat(item, f)
+        return _chat(item, f, conventions, pricing)
     if isinstance(item, ToolCall):
         return _tool(item, f, content)
     if isinstance(item, Turn):
@@ -32,7 +69,7 @@ def build_span(f: Finished, content: ContentPolicy | None = None) -> SpanRecord:
 
 
 def _common(owner_session: str, version: str | None, cwd: str | None, branch: str | None) -> dict[str, Any]:
-    attrs: dict[str, Any] = {"gen_ai.conversation.id": owner_session}
+    attrs: dict[str, Any] = {"gen_ai.conversation.id": owner_session, "session.id": owner_session}
     if version:
         attrs["claude_code.version"] = version
     if cwd:
@@ -46,7 +83,6 @@ def _turn(t: Turn, f: Finished, content: ContentPolicy | None) -> SpanRecord:
     attrs = _common(t.session_id, t.version, t.cwd, t.git_branch)
     attrs.update({
         "gen_ai.operation.name": "invoke_agent",
-        "gen_ai.provider.name": PROVIDER,
         "gen_ai.agent.name": "claude-code",
         "claude_code.turn.trigger": t.trigger,
         "claude_code.turn.outcome": t.outcome or "incomplete",
@@ -87,7 +123,6 @@ def _agent(a: AgentRun, f: Finished) -> SpanRecord:
     attrs = _common(a.session_id, a.version, a.cwd, a.git_branch)
     attrs.update({
         "gen_ai.operation.name": "invoke_agent",
-        "gen_ai.provider.name": PROVIDER,
         "gen_ai.agent.name": agent_type,
         "claude_code.agent.link": a.link or "none",
         "claude_code.agent.background": a.background,
@@ -96,7 +131,6 @@ def _agent(a: AgentRun, f: Finished) -> SpanRecord:
         "claude_code.is_sidechain": True,
     })
     if a.agent_id:
-        attrs["gen_ai.agent.id"] = a.agent_id
         attrs["claude_code.agent_id"] = a.agent_id
     if a.description:
         attrs["gen_ai.agent.description"] = a.description
@@ -113,8 +147,8 @@ def _agent(a: AgentRun, f: Finished) -> SpanRecord:
     )
 
 
-def _chat(c: Call, f: Finished) -> SpanRecord:
-    model = c.model if c.model and c.model != "<synthetic>" else None
+def _chat(c: Call, f: Finished, conventions: Conventions, pricing: Pricing) -> SpanRecord:
+    model = rules.reported_model(c.model)
     attrs = _common(c.owner.session_id if c.owner else "", c.version, c.cwd, c.git_branch)
     attrs.update({
         "gen_ai.operation.name": "chat",
@@ -124,8 +158,14 @@ def _chat(c: Call, f: Finished) -> SpanRecord:
         "claude_code.message.lines": c.lines,
     })
     if model:
-        attrs["gen_ai.request.model"] = model
+        attrs["gen_ai.request.model"] = c.requested_model or model
         attrs["gen_ai.response.model"] = model
+    if c.requested_model and c.requested_model != model:
+        attrs["claude_code.requested_model"] = c.requested_model  # a fallback answered
+    if c.effort:
+        attrs["claude_code.effort"] = c.effort
+    if c.sent_ns is not None:
+        attrs["gen_ai.response.time_to_first_chunk"] = max(c.first_line_ns - c.sent_ns, 0) / 1e9
     if c.stop_reason:
         attrs["gen_ai.response.finish_reasons"] = (c.stop_reason,)
     if c.first_uuid:
@@ -136,19 +176,10 @@ def _chat(c: Call, f: Finished) -> SpanRecord:
         attrs["claude_code.request_id"] = c.request_id
     if c.agent_id:
         attrs["claude_code.agent_id"] = c.agent_id
-    u = c.usage
-    if u is not None and not c.is_api_error:  # a failed call's zero usage was never billed
-        attrs["gen_ai.usage.input_tokens"] = u.total_input
-        attrs["gen_ai.usage.output_tokens"] = u.output_tokens
-        attrs["gen_ai.usage.cache_read.input_tokens"] = u.cache_read_input_tokens
-        attrs["gen_ai.usage.cache_creation.input_tokens"] = u.cache_creation_input_tokens
-        attrs["claude_code.usage.input_tokens"] = u.input_tokens
-        if u.cache_creation_5m or u.cache_creation_1h:
-            attrs["claude_code.usage.cache_creation.ephemeral_5m_input_tokens"] = u.cache_creation_5m
-            attrs["claude_code.usage.cache_creation.ephemeral_1h_input_tokens"] = u.cache_creation_1h
-        cost = cost_usd(model, u)
-        if cost is not None:
-            attrs["claude_code.cost.usd"] = round(cost, 9)
+    if c.usage is not None and not c.is_api_error:  # a failed call's zero usage was never billed
+        _usage_attrs(attrs, model, c.usage, conventions, pricing.cost(model, c.usage, c.start_ns))
+    if c.advisors:
+        attrs["claude_code.advisor_calls"] = len(c.advisors)
     status, message = StatusCode.UNSET, None
     if c.is_api_error:
         status, message = StatusCode.ERROR, c.error_text or "api_error"
@@ -158,6 +189,48 @@ def _chat(c: Call, f: Finished) -> SpanRecord:
         name=f"chat {model}" if model else "chat", kind=SpanKind.CLIENT,
         start_ns=c.start_ns, end_ns=max(c.end_ns, c.start_ns), attributes=attrs,
         status=status, status_message=message,
+    )
+
+
+def _usage_attrs(attrs: dict[str, Any], model: str | None, u: Usage, conventions: Conventions,
+                 cost: float | None) -> None:
+    attrs["gen_ai.usage.input_tokens"] = u.total_input
+    attrs["gen_ai.usage.output_tokens"] = u.output_tokens
+    attrs["gen_ai.usage.cache_read.input_tokens"] = u.cache_read_input_tokens
+    attrs["gen_ai.usage.cache_write.input_tokens"] = u.cache_creation_input_tokens
+    if not conventions.latest:
+        attrs["gen_ai.usage.cache_creation.input_tokens"] = u.cache_creation_input_tokens
+    if u.reasoning_tokens:
+        attrs["gen_ai.usage.reasoning.output_tokens"] = u.reasoning_tokens
+    attrs["claude_code.usage.input_tokens"] = u.input_tokens
+    if u.cache_creation_5m or u.cache_creation_1h:
+        attrs["claude_code.usage.cache_creation.ephemeral_5m_input_tokens"] = u.cache_creation_5m
+        attrs["claude_code.usage.cache_creation.ephemeral_1h_input_tokens"] = u.cache_creation_1h
+    if cost is not None:
+        attrs["claude_code.cost.usd"] = round(cost, 9)
+    elif model is not None:
+        attrs["claude_code.cost.unpriced"] = True  # never a silent $0
+
+
+def _advisor(c: Call, index: int, chat: SpanRecord, conventions: Conventions, pricing: Pricing) -> SpanRecord:
+    """An advisor model consulted during the response: a call of its own, under the chat span."""
+    adv = c.advisors[index]
+    attrs = _common(c.owner.session_id if c.owner else "", c.version, c.cwd, c.git_branch)
+    attrs.update({
+        "gen_ai.operation.name": "chat",
+        "gen_ai.provider.name": PROVIDER,
+        "gen_ai.request.model": adv.model,
+        "gen_ai.response.model": adv.model,
+        "claude_code.advisor": True,
+        "claude_code.is_sidechain": c.is_sidechain,
+    })
+    if c.request_id:
+        attrs["claude_code.request_id"] = c.request_id
+    _usage_attrs(attrs, adv.model, adv.usage, conventions, pricing.cost(adv.model, adv.usage, c.start_ns))
+    return SpanRecord(
+        trace_id=chat.trace_id, span_id=ids.span_id("chat", c.key, "advisor", str(index)),
+        parent_span_id=chat.span_id, name=f"chat {adv.model}", kind=SpanKind.CLIENT,
+        start_ns=chat.start_ns, end_ns=chat.end_ns, attributes=attrs,
     )
 
 

@@ -131,7 +131,8 @@ def test_subagent_keeps_its_parent_turn_open_across_a_restart(tmp_path):
     b.backfill(close_all=True)
     expected = single_pass(root)
     assert ids(backend.delivered) == ids(expected)
-    agent = [s for s in backend.delivered if s.attributes.get("gen_ai.agent.id") == "bg"]
+    agent = [s for s in backend.delivered
+             if s.name.startswith("invoke_agent") and s.attributes.get("claude_code.agent_id") == "bg"]
     assert len(agent) == 1 and agent[0].parent_span_id == [s for s in expected if s.name == "execute_tool Agent"][0].span_id
     assert os.path.exists(main)
 

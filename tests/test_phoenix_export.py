@@ -101,7 +101,7 @@ def check_tree(name: str, spans: list[dict]) -> None:
             continue
         tool = by_id[parent["parent_id"]]
         assert tool["name"].split(" ", 1)[1] in TASK_TOOLS, tool["name"]
-        assert parent["attributes"].get("gen_ai.agent.id")
+        assert parent["attributes"].get("claude_code.agent_id")
     assert main_conversations  # the scenario had a main conversation
 
 

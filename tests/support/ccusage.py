@@ -89,11 +89,18 @@ PREFIX_ENV_VAR = "CCOTEL_CCUSAGE_PREFIX"
 REALDATA_ENV_VAR = "CCOTEL_REALDATA_DIR"
 
 #: Session ids of the realdata tree (main files and subagent-only dirs).
-EXPECTED_SESSION_COUNT = 54
-EXPECTED_MAIN_FILES = 53
-EXPECTED_SUBAGENT_FILES = 12
+EXPECTED_SESSION_COUNT = 77
+EXPECTED_MAIN_FILES = 76
+EXPECTED_SUBAGENT_FILES = 44  # 2.1.x subagents/ files and 2.0.x flat agent files
 
 _UUID_RE = re.compile(r"([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})")
+# Raw copies of a ~/.claude/projects dir (procrypto, isaacmorgado, Smartagent-so): the path with
+# '/' -> '__' (a leading '.claude' as '_claude'): a main file, a 2.1.x subagent file, or a 2.0.x
+# flat agent file beside the session files.
+_RAW_RE = re.compile(
+    r"^_?(?:claude__)?projects__(?P<proj>.+?)__(?:(?P<sid>[0-9a-f-]{36})"
+    r"(?:__subagents__(?P<agent>agent-[^/]+))?|(?P<flat>agent-[0-9a-f]+))\.jsonl$"
+)
 _SPOTTER_RE = re.compile(
     r"^test__fixtures__transcripts__(?P<sid>[0-9a-f-]{36})"
     r"(?:__subagents__(?P<agent>agent-[^/]+))?\.jsonl$"
@@ -338,9 +345,19 @@ def realdata_layout(realdata: Optional[Path] = None) -> list[LayoutEntry]:
             agent: Optional[str] = None
             note = ""
             spotter = _SPOTTER_RE.match(path.name)
+            raw = _RAW_RE.match(path.name)
+            flat = False
             if spotter:
                 sid = spotter.group("sid")
                 agent = spotter.group("agent")
+            elif raw and raw.group("flat"):
+                if not content_sids:
+                    continue
+                sid, agent, flat = content_sids[0], raw.group("flat"), True
+                note = "2.0.x flat agent file; its session from the lines"
+            elif raw:
+                sid = raw.group("sid")
+                agent = raw.group("agent")
             elif path.name.endswith("__full.jsonl") or not _UUID_RE.search(path.name):
                 # Entire checkpoints and fixture names: the sessionId inside.
                 if not content_sids:
@@ -354,9 +371,12 @@ def realdata_layout(realdata: Optional[Path] = None) -> list[LayoutEntry]:
             if not content_sids:
                 note = "no sessionId inside; named after the file"
             project = f"projects/{repo}"
-            dest = (
-                f"{project}/{sid}/subagents/{agent}.jsonl" if agent else f"{project}/{sid}.jsonl"
-            )
+            if flat:
+                dest = f"{project}/{agent}.jsonl"
+            else:
+                dest = (
+                    f"{project}/{sid}/subagents/{agent}.jsonl" if agent else f"{project}/{sid}.jsonl"
+                )
             by_dest.setdefault(dest, []).append((rel, sid, repo, agent, note))
     layout = []
     for dest, items in sorted(by_dest.items()):

@@ -69,6 +69,7 @@ class Totals:
     cache_read: int = 0
     keys: int = 0
     models: set[str] = field(default_factory=set)
+    by_model: dict[str, list[int]] = field(default_factory=dict)  # model -> [input, output, cc, cr]
 
     def as_row(self) -> tuple[int, int, int, int]:
         return (self.input, self.output, self.cache_creation, self.cache_read)
@@ -129,7 +130,8 @@ def reference_totals(files: Iterable[Path], *, agent_progress: bool = False) -> 
     the subagent files by the same key -- the only record of a subagent's calls
     when its own file is missing (all Entire checkpoints here).
     """
-    by_key: dict[tuple[str, Optional[str]], list[int]] = {}
+    by_key: dict[tuple[str, Optional[str], int], list[int]] = {}
+    model_of: dict[tuple[str, Optional[str], int], str] = {}
     models: set[str] = set()
     for path in files:
         with open(path, encoding="utf-8", errors="replace") as fh:
@@ -142,27 +144,41 @@ def reference_totals(files: Iterable[Path], *, agent_progress: bool = False) -> 
                         continue
                     if msg.get("model") == "<synthetic>":
                         continue
+                    if obj.get("madeBy") == "other":
+                        continue  # 2.1.3xx: a line Claude Code wrote itself
                     usage = msg["usage"]
-                    key = (str(msg.get("id")), obj.get("requestId"))
-                    row = [
-                        _usage_int(usage, "input_tokens"),
-                        _usage_int(usage, "output_tokens"),
-                        _usage_int(usage, "cache_creation_input_tokens"),
-                        _usage_int(usage, "cache_read_input_tokens"),
+                    call = (str(msg.get("id")), obj.get("requestId"))
+                    # the response itself, then each advisor iteration as a call of its own model
+                    parts = [(0, msg.get("model"), usage)] + [
+                        (i + 1, it.get("model"), it)
+                        for i, it in enumerate(usage.get("iterations") or [])
+                        if isinstance(it, dict) and it.get("type") == "advisor_message"
                     ]
-                    if isinstance(msg.get("model"), str):
-                        models.add(msg["model"])
-                    old = by_key.get(key)
-                    if old is None:
-                        by_key[key] = row
-                    else:  # input/cache are equal on every line; output grows
-                        by_key[key] = [max(a, b) for a, b in zip(old, row)]
-    totals = Totals(keys=len(by_key), models=models)
-    for inp, out, cc, cr in by_key.values():
+                    for index, model, u in parts:
+                        key = (*call, index)
+                        row = [
+                            _usage_int(u, "input_tokens"),
+                            _usage_int(u, "output_tokens"),
+                            _usage_int(u, "cache_creation_input_tokens"),
+                            _usage_int(u, "cache_read_input_tokens"),
+                        ]
+                        if isinstance(model, str):
+                            models.add(model)
+                            model_of[key] = model
+                        old = by_key.get(key)
+                        if old is None:
+                            by_key[key] = row
+                        else:  # input/cache are equal on every line; output grows
+                            by_key[key] = [max(a, b) for a, b in zip(old, row)]
+    totals = Totals(keys=len({k[:2] for k in by_key}), models=models)
+    for key, (inp, out, cc, cr) in by_key.items():
         totals.input += inp
         totals.output += out
         totals.cache_creation += cc
         totals.cache_read += cr
+        per = totals.by_model.setdefault(model_of.get(key, "unknown"), [0, 0, 0, 0])
+        for i, v in enumerate((inp, out, cc, cr)):
+            per[i] += v
     return totals
 
 
@@ -276,8 +292,8 @@ def ccusage_emulation(config_dir: Path) -> EmulationReport:
                 request_id=obj.get("requestId"),
                 sidechain=obj.get("isSidechain") is True,
                 usage=(
-                    _usage_int(usage, "input_tokens"),
-                    _usage_int(usage, "output_tokens"),
+                    _usage_int(usage, "input_tokens") + _advisor_sum(usage, "input_tokens"),
+                    _usage_int(usage, "output_tokens") + _advisor_sum(usage, "output_tokens"),
                     _cache_creation(usage),
                     _usage_int(usage, "cache_read_input_tokens"),
                 ),
@@ -320,7 +336,19 @@ def ccusage_emulation(config_dir: Path) -> EmulationReport:
 
 
 def _cache_creation(usage: dict[str, Any]) -> int:
+    """ccusage takes the TTL breakdown when there is one: with an advisor that object holds only
+    the first iteration's writes (less than cache_creation_input_tokens), and a 0/0 breakdown
+    next to a non-zero total counts 0."""
+    split = usage.get("cache_creation")
+    if isinstance(split, dict):
+        return _usage_int(split, "ephemeral_5m_input_tokens") + _usage_int(split, "ephemeral_1h_input_tokens")
     return _usage_int(usage, "cache_creation_input_tokens")
+
+
+def _advisor_sum(usage: dict[str, Any], key: str) -> int:
+    """ccusage adds advisor iterations (as entries of their own model)."""
+    return sum(_usage_int(it, key) for it in usage.get("iterations") or []
+               if isinstance(it, dict) and it.get("type") == "advisor_message")
 
 
 def _should_replace(candidate: _Entry, existing: _Entry) -> bool:

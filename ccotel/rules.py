@@ -1,0 +1,164 @@
+"""The rules of the Claude Code transcript, in one place.
+
+Every stage that decides what a line means asks here, so no rule is written twice: parse
+(usage, advisor iterations, the cache-write split), assemble (what an API call is, which
+snapshot of it counts, synthetic lines and repairs, what a prompt is), report (the same calls
+from assistant lines alone), check and the pipeline's detectors (ghost sessions, orphans).
+The evidence is DESIGN.md sections 1 and 1b and shared/realdata/FORMAT.md; each rule says
+which Claude Code versions need it.
+
+Identity of an API call: ``message.id`` + ``requestId`` (``message.id`` alone when a backend
+writes no requestId: glm, qwen). One call may be written as several lines (one per content
+block), into several files (main and subagent file, resumed or copied sessions) and with
+different snapshots of its usage: it is counted once, with the final (largest) snapshot,
+whichever file holds it. ``usage.iterations`` entries of type ``advisor_message`` (2.1.2xx+)
+are calls to another model made during the response, billed, and not part of the top-level
+usage: each is a call of its own model.
+
+What is not an API call: lines Claude Code wrote itself: ``madeBy: "other"`` (2.1.3xx), model
+``<synthetic>`` (all versions; "No response requested." after an interrupt or a repair).
+An API error line (``isApiErrorMessage``, model ``<synthetic>``) is a failed call: counted as
+an error, never billed.
+
+Orphans: a tool_use without a tool_result. Before 2.1.2xx a resume left it on a dead branch;
+from then on the resumed process writes a repair tool_result ("[Tool call interrupted...") and
+a synthetic "No response requested." line. Either way the orphan is one event: counted once,
+when the turn that owns it closes without a real result (superseded, process dead, idle past
+the stall timeout) or when the repair arrives, whichever is first; the repair of an orphan
+already counted is not a second one. A repaired call's tool span ends at the last activity
+before the kill, with ``error.type`` interrupted... see ``repair_end``.
+
+Ghost session: a main transcript with a prompt and no assistant record of any kind. An API
+error line is an assistant record (the CLI reached the API and wrote its answer), so a session
+whose only reply is a failed call is not a ghost.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from .records import AdvisorCall, Entry, Usage
+
+__all__ = [
+    "FINAL_STOP",
+    "SYNTHETIC_MODEL",
+    "TASK_TOOLS",
+    "advisor_calls",
+    "call_key",
+    "cache_write_split",
+    "classify_user",
+    "is_api_call",
+    "is_assistant_record",
+    "is_billed_model",
+    "is_repair_text",
+    "is_final_snapshot",
+    "reported_model",
+]
+
+SYNTHETIC_MODEL = "<synthetic>"
+TASK_TOOLS = frozenset({"Task", "Agent"})
+# stop_reasons after which the model owes nothing more in this turn
+FINAL_STOP = frozenset({"end_turn", "stop_sequence", "max_tokens", "refusal"})
+ADVISOR_ITERATION = "advisor_message"
+
+# User texts on the main chain that a person did not type as a prompt.
+_NOT_PROMPT_PREFIXES = (
+    "<local-command-stdout>",
+    "<local-command-stderr>",
+    "<local-command-caveat>",
+    "<bash-stdout>",
+    "<bash-stderr>",
+    "Caveat: The messages below were generated",
+)
+_NOTIFICATION_PREFIXES = ("<task-notification>", "<agent-notification>")
+INTERRUPT_PREFIX = "[Request interrupted by user"
+# The tool_result a resumed 2.1.3xx process writes for a call its killed predecessor left open.
+REPAIR_PREFIX = "[Tool call interrupted"
+
+
+def call_key(message_id: str, request_id: str | None) -> str:
+    """The identity of an API call: (message.id, requestId), message.id alone if no requestId."""
+    return message_id if not request_id else f"{message_id}:{request_id}"
+
+
+def is_api_call(model: str | None, made_by: str | None, is_api_error: bool) -> bool:
+    """Does an assistant line record an API call? Lines Claude Code wrote itself do not, except
+    API errors (a failed call: counted as an error, never billed)."""
+    if is_api_error:
+        return True
+    return made_by != "other" and model != SYNTHETIC_MODEL
+
+
+def is_assistant_record(e: Entry) -> bool:
+    """What tells a real session from a ghost: any assistant line, a failed call included."""
+    return e.type == "assistant"
+
+
+def reported_model(model: str | None) -> str | None:
+    """The model a call is reported and priced under (None for synthetic lines)."""
+    return model if model and model != SYNTHETIC_MODEL else None
+
+
+def is_billed_model(model: str | None) -> bool:
+    return reported_model(model) is not None
+
+
+def is_final_snapshot(a: Usage, b: Usage) -> bool:
+    """Is ``a`` a later snapshot of the same call than ``b``? Input and cache fields are equal on
+    every line of a response and output only grows (FORMAT.md 4.2), so: larger output, then
+    larger total. Placeholders (``output_tokens: 1``, early copies in another file) lose."""
+    return (a.output_tokens, a.total) > (b.output_tokens, b.total)
+
+
+def cache_write_split(top_5m: int, top_1h: int, cache_creation: int,
+                      iterations: Iterable[tuple[str | None, int, int, int]]) -> tuple[int, int]:
+    """(5-minute, 1-hour) cache writes of a call. ``iterations``: (type, cache_creation, 5m, 1h)
+    of each ``usage.iterations`` entry. With an advisor, the top-level ``cache_creation`` object
+    holds only the first iteration's split while ``cache_creation_input_tokens`` is the sum of
+    all the model's iterations: the split is then the sum of the iterations' own splits."""
+    msg = [(cc, m5, h1) for t, cc, m5, h1 in iterations if t != ADVISOR_ITERATION]
+    if len(msg) > 1 and sum(cc for cc, _, _ in msg) == cache_creation \
+            and sum(m5 + h1 for _, m5, h1 in msg) == cache_creation:
+        return sum(m5 for _, m5, _ in msg), sum(h1 for _, _, h1 in msg)
+    return top_5m, top_1h
+
+
+def advisor_calls(iterations: Iterable[tuple[Any, ...]]) -> tuple[AdvisorCall, ...]:
+    """The advisor iterations of a usage: (type, model, input, output, cache_read,
+    cache_creation, 5m, 1h) each -> calls of their own model."""
+    out = []
+    for t, model, inp, outp, cr, cc, m5, h1 in iterations:
+        if t == ADVISOR_ITERATION:
+            out.append(AdvisorCall(model if isinstance(model, str) and model else "unknown",
+                                   Usage(inp, outp, cr, cc, m5, h1)))
+    return tuple(out)
+
+
+def is_repair_text(text: str | None) -> bool:
+    """The tool_result a resumed process writes for a call its killed predecessor left open."""
+    return text is not None and text.lstrip().startswith(REPAIR_PREFIX)
+
+
+def classify_user(e: Entry) -> str:
+    """What a user line is: prompt | command | tool_result | interrupt | notification | meta |
+    compact_summary | other."""
+    if e.is_meta:
+        return "meta"
+    if e.is_compact_summary:
+        return "compact_summary"
+    if any(b.type == "tool_result" for b in e.blocks):
+        return "tool_result"
+    text = next((b.text for b in e.blocks if b.type == "text" and b.text is not None), None)
+    if text is None:
+        return "other"
+    stripped = text.lstrip()
+    if stripped.startswith(INTERRUPT_PREFIX):
+        return "interrupt"
+    if stripped.startswith(_NOTIFICATION_PREFIXES):
+        return "notification"
+    if stripped.startswith(_NOT_PROMPT_PREFIXES):
+        return "other"
+    if stripped.startswith("<command-name>") or stripped.startswith("<command-message>"):
+        return "command"
+    return "prompt"

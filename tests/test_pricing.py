@@ -1,0 +1,73 @@
+"""Prices: genai-prices decides which price applies, ccotel does the arithmetic on floats.
+
+The float arithmetic must equal genai-prices' own (Decimal) calculation, tiers and 1-hour cache
+writes included; a model without a price is None (flagged), never $0; a --prices file wins.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+
+import pytest
+from genai_prices import Usage as GUsage, calc_price
+from hypothesis import given, settings, strategies as st
+
+from ccotel.pricing import Pricing, load_overrides
+from ccotel.records import Usage
+
+MODELS = ["claude-opus-5", "claude-sonnet-5", "claude-fable-5", "claude-opus-5-5", "claude-opus-4-6",
+          "claude-opus-4-8", "claude-haiku-4-5-20251001", "claude-sonnet-4-5-20250929",
+          "claude-sonnet-4-20250514", "claude-3-5-haiku-20241022"]
+AT = datetime(2026, 9, 1, tzinfo=timezone.utc)
+AT_NS = int(AT.timestamp() * 1e9)
+
+
+def reference(model: str, u: Usage) -> float:
+    split = u.cache_creation_5m + u.cache_creation_1h
+    g = GUsage(input_tokens=u.total_input, output_tokens=u.output_tokens,
+               cache_read_tokens=u.cache_read_input_tokens, cache_write_tokens=u.cache_creation_input_tokens,
+               cache_write_1h_tokens=u.cache_creation_1h if split else 0)
+    return float(calc_price(g, model, provider_id="anthropic", genai_request_timestamp=AT).total_price)
+
+
+@settings(max_examples=300, deadline=None)
+@given(model=st.sampled_from(MODELS), fresh=st.integers(0, 400_000), out=st.integers(0, 100_000),
+       read=st.integers(0, 300_000), w5=st.integers(0, 100_000), w1=st.integers(0, 100_000))
+def test_float_arithmetic_equals_genai_prices(model, fresh, out, read, w5, w1):
+    u = Usage(fresh, out, read, w5 + w1, w5, w1)
+    ours = Pricing().cost(model, u, AT_NS)
+    assert ours == pytest.approx(reference(model, u), rel=1e-9, abs=1e-12)
+
+
+def test_tier_crossing_is_priced_at_the_tier_rate():
+    # sonnet-4-5 has a 200k-input tier: all tokens of a call past it cost the tier rate
+    below, above = Usage(199_000, 0, 0, 0), Usage(201_000, 0, 0, 0)
+    p = Pricing()
+    assert p.cost("claude-sonnet-4-5-20250929", below, AT_NS) == pytest.approx(199_000 * 3 / 1e6)
+    assert p.cost("claude-sonnet-4-5-20250929", above, AT_NS) == pytest.approx(201_000 * 6 / 1e6)
+
+
+@pytest.mark.parametrize("model", ["claude-opus-5", "claude-sonnet-5", "claude-fable-5", "claude-opus-5-5"])
+def test_new_models_have_a_price(model):
+    cost = Pricing().cost(model, Usage(1000, 1000, 1000, 1000), AT_NS)
+    assert cost is not None and cost > 0
+
+
+@pytest.mark.parametrize("model", ["glm-4.7", "qwen3-coder:30b", "<synthetic>", "", None])
+def test_unknown_models_are_unpriced_not_free(model):
+    assert Pricing().cost(model, Usage(1000, 1000), AT_NS) is None
+
+
+def test_a_prices_file_overrides(tmp_path):
+    path = tmp_path / "prices.json"
+    path.write_text(json.dumps({"glm-4": {"input": 1, "output": 2},
+                                "claude-opus-5": {"input": 10, "output": 20, "cache_read": 1,
+                                                  "cache_write_5m": 12, "cache_write_1h": 15}}))
+    p = Pricing(load_overrides(str(path)))
+    assert p.cost("glm-4.7", Usage(1_000_000, 1_000_000), AT_NS) == pytest.approx(3.0)
+    assert p.cost("claude-opus-5", Usage(0, 0, 1_000_000, 2_000_000, 1_000_000, 1_000_000), AT_NS) \
+        == pytest.approx(1 + 12 + 15)
+    path.write_text("[1]")
+    with pytest.raises(ValueError):
+        load_overrides(str(path))
