@@ -14,6 +14,7 @@ import re
 import time
 from dataclasses import asdict, dataclass, field
 
+from . import rules
 from .assemble import Assembler, Timeouts
 from .discover import classify, within_root
 from .parse import parse_line
@@ -91,7 +92,7 @@ def check_session(arg: str, roots: tuple[str, ...], stall_s: float = 180.0, now_
         health.bad_lines += len(parsed.errors)
         for entry in parsed.entries:
             health.lines += 1
-            if entry.type == "assistant" and entry.model != "<synthetic>":
+            if rules.is_assistant_record(entry):
                 health.has_assistant_record = True
             asm.add(entry, tf)
     now = now_ns if now_ns is not None else time.time_ns()

@@ -33,6 +33,7 @@ from .parse import parse_line, parse_timestamp
 from .procs import pid_alive, read_session_pids
 from .records import FileKind, SpanRecord, TranscriptFile
 from .shard import Group
+from . import rules
 from .pricing import DEFAULT_PRICING, Pricing
 from .spans import DEFAULT_CONVENTIONS, Conventions, build_spans
 from .state import Commit, State, digest64
@@ -507,7 +508,7 @@ class Pipeline:
                 self._error(err, f"{state.tf.path}@{line.offset}", count=fresh)
             for entry in parsed.entries:
                 self.stats.entries += 1
-                if entry.type == "assistant":
+                if rules.is_assistant_record(entry):
                     state.has_assistant = True
                 elif entry.type == "user" and not state.has_user:
                     state.has_user = True

@@ -67,3 +67,56 @@ def test_symlink_out_of_the_root_is_refused(tmp_path):
     (root / "projects" / "-p" / f"{sid}.jsonl").symlink_to(outside)
     with pytest.raises(CheckError):
         check_session(sid, (str(root),))
+
+
+def test_one_ghost_rule_for_check_and_the_pipeline(tmp_path):
+    """A session whose only reply is a failed API call (a <synthetic> API-error line) is not a ghost:
+    the CLI reached the API and wrote its answer. check and the pipeline's detector ask the same
+    rule (rules.is_assistant_record), so they agree on every kind of session (found in review:
+    check called it a ghost, the pipeline did not)."""
+    import time
+
+    import orjson
+
+    from ccotel.export import ExportQueue, make_sink
+    from ccotel.metrics import Metrics
+    from ccotel.pipeline import Options, Pipeline
+    from ccotel.state import Commit, State
+
+    root = tmp_path / "claude"
+    proj = root / "projects" / "-p"
+    proj.mkdir(parents=True)
+
+    def write(sid: str, *extra: dict) -> None:
+        lines = [{"type": "user", "uuid": f"{sid[:8]}-u", "parentUuid": None, "sessionId": sid,
+                  "timestamp": "2025-01-01T00:00:00.000Z", "message": {"role": "user", "content": "hello?"}}, *extra]
+        (proj / f"{sid}.jsonl").write_bytes(b"".join(orjson.dumps(o) + b"\n" for o in lines))
+
+    ghost, failed, answered = (f"{c * 8}-1111-4222-8333-444444444444" for c in "abc")
+    write(ghost)
+    write(failed, {"type": "assistant", "uuid": "f-a", "parentUuid": f"{failed[:8]}-u", "sessionId": failed,
+                   "timestamp": "2025-01-01T00:00:01.000Z", "isApiErrorMessage": True, "madeBy": "model",
+                   "message": {"id": "0b0b0b0b-0000-4000-8000-000000000000", "model": "<synthetic>", "role": "assistant",
+                               "content": [{"type": "text", "text": "API Error: 529 overloaded"}],
+                               "usage": {"input_tokens": 0, "output_tokens": 0}}})
+    write(answered, {"type": "assistant", "uuid": "c-a", "parentUuid": f"{answered[:8]}-u", "sessionId": answered,
+                     "timestamp": "2025-01-01T00:00:01.000Z", "requestId": "req_1",
+                     "message": {"id": "msg_1", "model": "claude-opus-5", "role": "assistant", "stop_reason": "end_turn",
+                                 "content": [{"type": "text", "text": "hi"}],
+                                 "usage": {"input_tokens": 1, "output_tokens": 1}}})
+    verdicts = {sid: check_session(sid, (str(root),)).has_assistant_record for sid in (ghost, failed, answered)}
+    assert verdicts == {ghost: False, failed: True, answered: True}
+
+    state_dir = tmp_path / "state"
+    State(str(state_dir)).commit(Commit(marks=["caught_up"]))  # a restart: events are counted
+    now = [time.time_ns()]
+    metrics, queue = Metrics(), ExportQueue(make_sink("none"))
+    pipeline = Pipeline(Options(roots=(str(root),)), emit=queue.submit, state=State(str(state_dir)),
+                        metrics=metrics, clock=lambda: now[0])
+    queue.on_ack = pipeline.acknowledge
+    pipeline.backfill()
+    now[0] += 10 * 60 * 10 ** 9  # past the stall timeout
+    pipeline.tick()
+    queue.close(timeout_s=10)
+    ghosts = metrics.value("ccotel_missing_transcripts", "session")
+    assert ghosts == sum(1 for has in verdicts.values() if not has) == 1
