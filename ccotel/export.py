@@ -1,22 +1,27 @@
 """Export stage: SpanRecords -> OTLP (gRPC or HTTP), the console, memory, or nowhere.
 
-The sinks call the exporter themselves and return whether the backend acknowledged the batch:
-the SDK's BatchSpanProcessor drops spans when its queue is full and never says what was
-delivered. ``ExportQueue`` holds finished spans, ships them from one thread, retries with
-backoff while the backend is away, and applies backpressure (``submit`` blocks) when full,
-so memory stays bounded: the data waits in the transcript files instead.
+The sinks call the exporter themselves and return what became of the batch, an ``ExportResult``
+(export_result.py): OK (delivered, maybe with some spans rejected), RETRY (nothing delivered,
+try again) or DROP (refused for good). The SDK's BatchSpanProcessor drops spans when its queue
+is full and never says what was delivered. ``ExportQueue`` holds finished spans and ships them
+from one thread: it retries with backoff (honouring what the backend asks) while the backend is
+away or throttles, applying backpressure (``submit`` blocks) when full so memory stays bounded
+(the data waits in the transcript files instead); it splits a batch the backend finds too large;
+and it hands delivered *and* dropped spans to ``on_ack`` with the result, since both are final:
+one batch the backend will never take must not stop the rest.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import random
 import socket
 import sys
 import threading
 import time
 import urllib.parse
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, TextIO
@@ -24,14 +29,36 @@ from typing import Protocol, TextIO
 import orjson
 
 from . import __version__
-from .otlp import GrpcTransport, HttpTransport, TransportConfig, encode_request, encode_span, parse_headers
+from .export_result import (
+    CONNECTIVITY_REASONS,
+    OK,
+    REASON_ERROR,
+    REASON_PARTIAL,
+    REASON_THROTTLED,
+    REASON_TOO_LARGE,
+    REASON_UNENCODABLE,
+    ExportResult,
+    Outcome,
+)
+from .memory_sink import MemorySink
+from .otlp import encode_request, encode_span
 from .records import SpanRecord
+from .transport import (
+    GrpcTransport,
+    HttpTransport,
+    Transport,
+    TransportConfig,
+    parse_headers,
+)
 
 __all__ = [
     "ConsoleSink",
     "ExportQueue",
+    "ExportResult",
+    "MemorySink",
     "NoneSink",
     "OtlpSink",
+    "Outcome",
     "SpanSink",
     "make_sink",
     "otlp_settings",
@@ -41,7 +68,7 @@ log = logging.getLogger("ccotel.export")
 
 
 class SpanSink(Protocol):
-    def export(self, spans: Sequence[SpanRecord]) -> bool: ...
+    def export(self, spans: Sequence[SpanRecord]) -> ExportResult: ...
 
     def describe(self) -> str: ...
 
@@ -49,8 +76,8 @@ class SpanSink(Protocol):
 
 
 class NoneSink:
-    def export(self, spans: Sequence[SpanRecord]) -> bool:
-        return True
+    def export(self, spans: Sequence[SpanRecord]) -> ExportResult:
+        return OK
 
     def describe(self) -> str:
         return "nowhere (--traces-exporter none)"
@@ -81,11 +108,11 @@ class ConsoleSink:
     def __init__(self, out: TextIO | None = None) -> None:
         self.out = out or sys.stdout
 
-    def export(self, spans: Sequence[SpanRecord]) -> bool:
+    def export(self, spans: Sequence[SpanRecord]) -> ExportResult:
         for s in spans:
             self.out.write(orjson.dumps(span_to_dict(s)).decode() + "\n")
         self.out.flush()
-        return True
+        return OK
 
     def describe(self) -> str:
         return "stdout (--traces-exporter console)"
@@ -166,22 +193,26 @@ class OtlpSink:
         self.settings = otlp_settings(env)
         self.resource = resource_attributes(env)
         if self.settings.protocol == "grpc":
-            self._transport: HttpTransport | GrpcTransport = GrpcTransport(self.settings.transport)
+            self._transport: Transport = GrpcTransport(self.settings.transport)
         else:
             self._transport = HttpTransport(self.settings.transport)
 
-    def export(self, spans: Sequence[SpanRecord]) -> bool:
+    def export(self, spans: Sequence[SpanRecord]) -> ExportResult:
+        sent: Sequence[SpanRecord] = spans
         try:
             body = encode_request(spans, self.resource, "ccotel", __version__)
-        except Exception:  # noqa: BLE001 - one span that cannot be encoded must not block the rest
-            good = [s for s in spans if _encodes(s)]
-            log.error("dropped %d span(s) that cannot be encoded as OTLP", len(spans) - len(good))
-            body = encode_request(good, self.resource, "ccotel", __version__)
+        except Exception:  # one span that cannot be encoded must not block the rest
+            log.debug("a batch of %d span(s) does not encode as OTLP", len(spans), exc_info=True)
+            sent = [s for s in spans if _encodes(s)]
+            if not sent:
+                return ExportResult.drop(len(spans), REASON_UNENCODABLE, "spans ccotel cannot encode as OTLP")
+            body = encode_request(sent, self.resource, "ccotel", __version__)
         try:
-            return self._transport.send(body)
-        except Exception:  # noqa: BLE001 - a broken backend must never stop the sidecar
+            result = self._transport.send(body, len(sent))
+        except Exception as exc:  # a broken backend must never stop the sidecar
             log.debug("OTLP export raised", exc_info=True)
-            return False
+            result = ExportResult.retry(REASON_ERROR, f"{type(exc).__name__}: {exc}")
+        return result.plus_dropped(len(spans) - len(sent), REASON_UNENCODABLE)
 
     def describe(self) -> str:
         return f"OTLP {self.settings.protocol} {self.settings.endpoint}"
@@ -205,33 +236,64 @@ def make_sink(name: str, env: dict[str, str] | None = None) -> SpanSink:
         return ConsoleSink()
     if name == "none":
         return NoneSink()
-    raise ValueError(f"unknown traces exporter {name!r} (otlp, console, none)")
+    if name == "memory":
+        return MemorySink()
+    raise ValueError(f"unknown traces exporter {name!r} (otlp, console, none, memory)")
+
+
+#: ``on_ack``: spans that are final, with what became of them. ``result.drops`` says how many
+#: were dropped and why (all of a DROP, the rejected ones of a partial success); the rest were
+#: delivered. Checkpoints hang on it: dropped spans will never be delivered, so waiting for
+#: them would stop the checkpoint for good.
+AckCallback = Callable[[Sequence[SpanRecord], ExportResult], None]
+
+_RETRY_AFTER_FLOOR_S = 0.05  # a backend asking for no wait at all still gets no busy loop
+_GROW_AFTER = 8  # batches delivered at a reduced size before the size doubles again
 
 
 class ExportQueue:
-    """Ships spans from one thread in batches; retries forever with capped backoff.
+    """Ships spans from one thread in batches, acting on each batch's ``ExportResult``.
 
-    ``on_ack`` is called with every batch the backend acknowledged (checkpoints hang on it).
+    - OK: ``on_ack(batch, result)``; spans the backend rejected (partial success) are counted
+      in ``dropped`` by reason, the rest in ``exported``.
+    - RETRY: the same batch again after capped exponential backoff with jitter, or after the
+      wait the backend named (Retry-After, RetryInfo), until it answers otherwise. Meanwhile
+      ``submit`` blocks once ``max_pending`` spans wait (backpressure).
+    - DROP: final. Reason ``too_large`` with more than one span: the halves are sent instead
+      (and later batches are smaller for a while); otherwise ``on_ack(batch, result)`` moves the
+      checkpoints past the batch and ``dropped`` counts it by reason. The backend's message is
+      logged once per reason.
+
+    ``on_failure`` is called for every attempt that was not OK; ``on_result`` with every result.
     """
 
     def __init__(self, sink: SpanSink, max_pending: int = 20_000, batch_size: int = 512,
-                 on_ack: Callable[[Sequence[SpanRecord]], None] | None = None,
+                 on_ack: AckCallback | None = None,
                  max_backoff_s: float = 30.0, notify: Callable[[str], None] | None = None,
-                 on_failure: Callable[[], None] | None = None) -> None:
+                 on_failure: Callable[[], None] | None = None, *, min_backoff_s: float = 0.5,
+                 max_retry_after_s: float = 300.0,
+                 on_result: Callable[[ExportResult], None] | None = None) -> None:
         self.sink = sink
         self.max_pending = max_pending
         self.batch_size = batch_size
         self.on_ack = on_ack
+        self.min_backoff_s = min_backoff_s
         self.max_backoff_s = max_backoff_s
+        self.max_retry_after_s = max_retry_after_s
         self.notify = notify or (lambda msg: log.warning("%s", msg))
         self.on_failure = on_failure
+        self.on_result = on_result
         self._q: deque[SpanRecord] = deque()
         self._inflight = 0
         self._cv = threading.Condition()
         self._stop = False
-        self.exported = 0
-        self.failures = 0
+        self.exported = 0  # spans delivered
+        self.dropped: Counter[str] = Counter()  # spans that are final but not delivered, by reason
+        self.failures = 0  # attempts that were not OK
         self.down_since: float | None = None
+        self._cap = batch_size  # the batch size now: smaller after a "too large"
+        self._at_cap = 0
+        self._told: set[str] = set()  # reasons whose first occurrence was logged
         self._thread = threading.Thread(target=self._loop, name="ccotel-export", daemon=True)
         self._thread.start()
 
@@ -273,49 +335,131 @@ class ExportQueue:
         self.sink.shutdown()
         return ok
 
+    # -- the export thread -------------------------------------------------------------------
+
     def _loop(self) -> None:
-        backoff = 0.5
+        backoff = self.min_backoff_s
         while True:
             with self._cv:
                 while not self._q and not self._stop:
                     self._cv.wait()
                 if self._stop and not self._q:
                     return
-                batch = [self._q.popleft() for _ in range(min(self.batch_size, len(self._q)))]
+                batch = [self._q.popleft() for _ in range(min(self._cap, len(self._q)))]
                 self._inflight = len(batch)
             while True:
-                ok = self._export(batch)
-                if ok:
-                    backoff = 0.5
+                result = self._attempt(batch)
+                if result.outcome is not Outcome.RETRY:
+                    backoff = self.min_backoff_s
                     break
+                self._outage(result)
+                delay = self._delay(result, backoff)
+                backoff = min(backoff * 2, self.max_backoff_s)
                 with self._cv:
+                    if not self._stop:
+                        self._cv.wait(timeout=delay)
                     if self._stop:
                         self._q.extendleft(reversed(batch))
                         self._inflight = 0
                         self._cv.notify_all()
                         return
-                    self._cv.wait(timeout=backoff)
-                backoff = min(backoff * 2, self.max_backoff_s)
+            self._answered()
+            if result.outcome is Outcome.DROP and result.reason == REASON_TOO_LARGE and len(batch) > 1:
+                self._split(batch, result)
+                continue
+            self._settle(batch, result)
             with self._cv:
                 self._inflight = 0
                 self._cv.notify_all()
 
-    def _export(self, batch: list[SpanRecord]) -> bool:
-        ok = self.sink.export(batch)
-        if ok:
-            self.exported += len(batch)
-            if self.down_since is not None:
-                self.notify(f"trace backend answers again ({self.sink.describe()}); sending held spans")
-                self.down_since = None
-            if self.on_ack is not None:
-                self.on_ack(batch)
-        else:
+    def _attempt(self, batch: list[SpanRecord]) -> ExportResult:
+        try:
+            result = self.sink.export(batch)
+        except Exception as exc:  # a sink's bug must not end the export thread
+            log.debug("sink %s raised", self.sink.describe(), exc_info=True)
+            result = ExportResult.retry(REASON_ERROR, f"{type(exc).__name__}: {exc}")
+        if self.on_result is not None:
+            self.on_result(result)
+        if result.outcome is not Outcome.OK:
             self.failures += 1
             if self.on_failure is not None:
                 self.on_failure()
-            if self.down_since is None:
-                self.down_since = time.monotonic()
-                self.notify(
-                    f"trace backend not reachable at {self.sink.describe()}; spans are kept and sent "
-                    "when it answers (set OTEL_EXPORTER_OTLP_ENDPOINT, or --traces-exporter console|none)")
-        return ok
+        return result
+
+    def _delay(self, result: ExportResult, backoff: float) -> float:
+        if result.retry_after is not None:
+            return min(max(result.retry_after, _RETRY_AFTER_FLOOR_S), self.max_retry_after_s)
+        return backoff * random.uniform(0.8, 1.2)
+
+    def _split(self, batch: list[SpanRecord], result: ExportResult) -> None:
+        """The backend found the batch too large: its halves go first, and batches stay that
+        small until _GROW_AFTER of them were delivered."""
+        half = len(batch) // 2
+        self._tell_once(f"split:{result.reason}",
+                        f"trace backend at {self.sink.describe()} refused {len(batch)} spans in one request "
+                        f"({result.message or result.reason}); sending them in smaller batches")
+        with self._cv:
+            self._cap = max(1, min(self._cap, half))
+            self._at_cap = 0
+            self._q.extendleft(reversed(batch))
+            self._inflight = 0
+            self._cv.notify_all()
+
+    def _settle(self, batch: list[SpanRecord], result: ExportResult) -> None:
+        """The batch is final: delivered, dropped, or partly each."""
+        result = result.fitted(len(batch))
+        self.exported += len(batch) - result.dropped
+        for reason, n in result.drops:
+            self.dropped[reason] += n
+            self._tell_drop(reason, n, result)
+        if result.outcome is Outcome.OK and not result.drops and result.message:
+            self._tell_once(f"warning:{result.reason}", f"trace backend at {self.sink.describe()} took the "
+                            f"spans with a warning: {result.message}")
+        if result.outcome is Outcome.OK and self._cap < self.batch_size and len(batch) >= self._cap:
+            self._at_cap += 1
+            if self._at_cap >= _GROW_AFTER:
+                self._cap, self._at_cap = min(self._cap * 2, self.batch_size), 0
+        if self.on_ack is not None:
+            self.on_ack(batch, result)
+
+    def _tell_drop(self, reason: str, n: int, result: ExportResult) -> None:
+        where = self.sink.describe()
+        if reason == REASON_UNENCODABLE:
+            text = f"dropped {n} span(s) that cannot be encoded as OTLP"
+        elif reason == REASON_PARTIAL:
+            text = f"trace backend at {where} rejected {n} of the spans it was sent ({result.message})"
+        elif reason == REASON_TOO_LARGE:
+            text = f"trace backend at {where} refused a single span as too large ({result.message})"
+        else:
+            text = f"trace backend at {where} rejected {n} span(s) ({result.message or reason})"
+        self._tell_once(f"drop:{reason}", f"{text}; dropped, not retried. Further drops for this reason are "
+                        f"counted in ccotel_spans_dropped_total{{reason=\"{reason}\"}}, not logged",
+                        f"{text}; dropped")
+
+    def _tell_once(self, key: str, first: str, later: str | None = None) -> None:
+        if key in self._told:
+            log.debug("%s", later or first)
+            return
+        self._told.add(key)
+        self.notify(first)
+
+    def _outage(self, result: ExportResult) -> None:
+        if self.down_since is not None:
+            log.debug("export retried: %s", result.message or result.reason)
+            return
+        self.down_since = time.monotonic()
+        where, said = self.sink.describe(), result.message or result.reason
+        if result.reason in CONNECTIVITY_REASONS:
+            self.notify(f"trace backend not reachable at {where} ({said}); spans are kept and sent when it "
+                        "answers (set OTEL_EXPORTER_OTLP_ENDPOINT, or --traces-exporter console|none)")
+        elif result.reason == REASON_THROTTLED:
+            self.notify(f"trace backend at {where} asks ccotel to slow down ({said}); spans are kept and "
+                        "sent again")
+        else:
+            self.notify(f"trace backend at {where} could not take spans now ({said}); they are kept and "
+                        "sent again")
+
+    def _answered(self) -> None:
+        if self.down_since is not None:
+            self.notify(f"trace backend answers again ({self.sink.describe()}); sending held spans")
+            self.down_since = None

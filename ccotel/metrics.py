@@ -62,6 +62,9 @@ METRICS: dict[str, Spec] = {
     "ccotel_parse_errors": Spec("counter", "Bad input skipped, by reason.", ("reason",)),
     "ccotel_spans_exported": Spec("counter", "Spans the trace backend acknowledged."),
     "ccotel_export_failures": Spec("counter", "Export attempts the trace backend refused or missed."),
+    "ccotel_spans_dropped": Spec("counter", "Spans that will never reach the trace backend: rejected by it "
+                                 "(HTTP 400, partial success, too large, ...) or not encodable, by reason.",
+                                 ("reason",)),
 }
 _TOKEN_ATTRS = (("input", "claude_code.usage.input_tokens"), ("output", "gen_ai.usage.output_tokens"),
                 ("cache_read", "gen_ai.usage.cache_read.input_tokens"),

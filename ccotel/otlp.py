@@ -1,26 +1,24 @@
-"""OTLP trace protobuf encoding and transports (HTTP/protobuf and gRPC), one attempt per call.
+"""OTLP trace protobuf: the ExportTraceServiceRequest encoder and the few decoders of answers.
 
 Encoding by hand: SpanRecords are already final, so building SDK span objects or generated
 protobuf messages only to serialise them would cost more than the rest of the pipeline.
 The bytes are those of opentelemetry-proto's ExportTraceServiceRequest (tests decode them with
-the official classes and compare with the SDK's own encoder). Retries and backoff live in
-ExportQueue, so a dead backend is noticed at the first refused connection.
+the official classes and compare with the SDK's own encoder). The decoders read what a backend
+answers: ExportTraceServiceResponse.partial_success and google.rpc.Status (with RetryInfo).
+Sending is transport.py's job; retries and backoff are ExportQueue's.
 """
 
 from __future__ import annotations
 
-import gzip
-import http.client
-import ssl
+import functools
 import struct
-import urllib.parse
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from .records import SpanRecord
 
-__all__ = ["encode_request", "encode_span", "HttpTransport", "GrpcTransport", "TransportConfig", "parse_headers"]
+__all__ = ["RpcStatus", "decode_partial_success", "decode_status", "encode_request", "encode_span"]
 
 _pack_d = struct.Struct("<d").pack
 _pack_q = struct.Struct("<Q").pack
@@ -124,7 +122,7 @@ def _key(k: str) -> bytes:
 
 
 def _key_values(attrs: dict[str, Any], tag: bytes) -> bytes:
-    out = []
+    out: list[bytes] = []
     append = out.append
     cache = _KV_CACHE
     for k, v in attrs.items():
@@ -203,100 +201,145 @@ def encode_request(spans: Iterable[SpanRecord], resource: dict[str, Any], scope_
     return _ld(_T_STR1, resource_spans)
 
 
-@dataclass(frozen=True)
-class TransportConfig:
-    endpoint: str
-    headers: tuple[tuple[str, str], ...] = ()
-    timeout_s: float = 10.0
-    compression: str | None = None  # gzip | None
-    insecure: bool | None = None  # gRPC: None means decide from the scheme
-    certificate: str | None = None
 
 
-class HttpTransport:
-    """POST to an OTLP/HTTP endpoint over one kept-alive connection."""
+# -- decoding the backend's answers ------------------------------------------------------------
 
-    def __init__(self, cfg: TransportConfig) -> None:
-        self.cfg = cfg
-        url = urllib.parse.urlsplit(cfg.endpoint)
-        self._https = url.scheme == "https"
-        self._host = url.hostname or "localhost"
-        self._port = url.port or (443 if self._https else 80)
-        self._path = url.path or "/v1/traces"
-        self._conn: http.client.HTTPConnection | None = None
-
-    def _connection(self) -> http.client.HTTPConnection:
-        if self._conn is None:
-            if self._https:
-                ctx = ssl.create_default_context(cafile=self.cfg.certificate)
-                self._conn = http.client.HTTPSConnection(self._host, self._port, timeout=self.cfg.timeout_s,
-                                                         context=ctx)
-            else:
-                self._conn = http.client.HTTPConnection(self._host, self._port, timeout=self.cfg.timeout_s)
-        return self._conn
-
-    def send(self, body: bytes) -> bool:
-        headers = {"Content-Type": "application/x-protobuf", **dict(self.cfg.headers)}
-        if self.cfg.compression == "gzip":
-            body = gzip.compress(body, compresslevel=1)
-            headers["Content-Encoding"] = "gzip"
-        for attempt in (1, 2):  # a kept-alive connection the server closed: reconnect once
-            conn = self._connection()
-            try:
-                conn.request("POST", self._path, body=body, headers=headers)
-                resp = conn.getresponse()
-                resp.read()
-                return 200 <= resp.status < 300
-            except (OSError, http.client.HTTPException):
-                self.close()
-                if attempt == 2:
-                    return False
-        return False
-
-    def close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+_R = TypeVar("_R")
 
 
-class GrpcTransport:
-    """The OTLP TraceService/Export call with pre-encoded bytes (no generated message objects)."""
+def _read_varint(buf: bytes, i: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        if i >= len(buf):
+            raise ValueError("truncated varint")
+        b = buf[i]
+        i += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return result, i
+        shift += 7
+        if shift >= 70:
+            raise ValueError("varint too long")
 
-    METHOD = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 
-    def __init__(self, cfg: TransportConfig) -> None:
-        import grpc
-
-        self.cfg = cfg
-        url = urllib.parse.urlsplit(cfg.endpoint if "://" in cfg.endpoint else f"http://{cfg.endpoint}")
-        target = f"{url.hostname}:{url.port or 4317}"
-        insecure = cfg.insecure if cfg.insecure is not None else url.scheme != "https"
-        compression = grpc.Compression.Gzip if cfg.compression == "gzip" else None
-        if insecure:
-            self._channel = grpc.insecure_channel(target, compression=compression)
+def _fields(buf: bytes) -> Iterator[tuple[int, int | bytes]]:
+    """(field number, value) of each field of one message: ints for varints and fixed
+    numbers, bytes for length-delimited fields. ValueError on malformed input."""
+    i, n = 0, len(buf)
+    while i < n:
+        key, i = _read_varint(buf, i)
+        field, wire = key >> 3, key & 7
+        value: int | bytes
+        if wire == 0:
+            value, i = _read_varint(buf, i)
+        elif wire == 2:
+            size, i = _read_varint(buf, i)
+            if i + size > n:
+                raise ValueError("truncated field")
+            value, i = buf[i:i + size], i + size
+        elif wire in (1, 5):
+            width = 8 if wire == 1 else 4
+            if i + width > n:
+                raise ValueError("truncated field")
+            value, i = int.from_bytes(buf[i:i + width], "little"), i + width
         else:
-            root = open(cfg.certificate, "rb").read() if cfg.certificate else None
-            self._channel = grpc.secure_channel(target, grpc.ssl_channel_credentials(root), compression=compression)
-        self._call = self._channel.unary_unary(self.METHOD)
-        self._grpc = grpc
+            raise ValueError(f"unsupported wire type {wire}")
+        if field == 0:
+            raise ValueError("field number 0")
+        yield field, value
 
-    def send(self, body: bytes) -> bool:
+
+def _int64(v: int | bytes) -> int:
+    if not isinstance(v, int):
+        raise TypeError("expected a varint")
+    v &= (1 << 64) - 1
+    return v - (1 << 64) if v >= 1 << 63 else v
+
+
+def _text(v: int | bytes) -> str:
+    if not isinstance(v, bytes):
+        raise TypeError("expected a string")
+    return v.decode("utf-8", "replace")
+
+
+def _message(v: int | bytes) -> bytes:
+    if not isinstance(v, bytes):
+        raise TypeError("expected a message")
+    return v
+
+
+def _malformed_is_value_error(fn: Callable[[bytes], _R]) -> Callable[[bytes], _R]:
+    """A field of the wrong wire type is malformed input too: ValueError, as for the rest."""
+
+    @functools.wraps(fn)
+    def decode(body: bytes) -> _R:
         try:
-            self._call(body, timeout=self.cfg.timeout_s, metadata=list(self.cfg.headers) or None)
-            return True
-        except self._grpc.RpcError:
-            return False
-
-    def close(self) -> None:
-        self._channel.close()
+            return fn(body)
+        except TypeError as exc:
+            raise ValueError(str(exc)) from exc
+    return decode
 
 
-def parse_headers(raw: str) -> tuple[tuple[str, str], ...]:
-    """OTEL_EXPORTER_OTLP_HEADERS: k=v,k2=v2 with percent-encoded values."""
-    out = []
-    for item in raw.split(","):
-        key, sep, value = item.partition("=")
-        if sep and key.strip():
-            out.append((key.strip().lower(), urllib.parse.unquote(value.strip())))
-    return tuple(out)
+@_malformed_is_value_error
+def decode_partial_success(body: bytes) -> tuple[int, str]:
+    """ExportTraceServiceResponse -> (partial_success.rejected_spans, partial_success.error_message).
 
+    (0, "") for an empty answer, which is the usual full success. ValueError if malformed."""
+    rejected, message = 0, ""
+    for field, value in _fields(body):
+        if field == 1:  # partial_success
+            for f, v in _fields(_message(value)):
+                if f == 1:
+                    rejected = _int64(v)
+                elif f == 2:
+                    message = _text(v)
+    return rejected, message
+
+
+_RETRY_INFO = "type.googleapis.com/google.rpc.RetryInfo"
+
+
+@dataclass(frozen=True)
+class RpcStatus:
+    """google.rpc.Status: gRPC code, message and, from its details, RetryInfo's delay."""
+
+    code: int
+    message: str
+    retry_delay_s: float | None = None
+
+
+@_malformed_is_value_error
+def decode_status(body: bytes) -> RpcStatus:
+    """google.rpc.Status (an OTLP/HTTP error body, or gRPC's grpc-status-details-bin).
+    ValueError if malformed."""
+    code, message, delay = 0, "", None
+    for field, value in _fields(body):
+        if field == 1:
+            code = _int64(value)
+        elif field == 2:
+            message = _text(value)
+        elif field == 3:  # details: repeated google.protobuf.Any
+            type_url, payload = "", b""
+            for f, v in _fields(_message(value)):
+                if f == 1:
+                    type_url = _text(v)
+                elif f == 2:
+                    payload = _message(v)
+            if type_url == _RETRY_INFO:
+                delay = _retry_delay(payload)
+    return RpcStatus(code, message, delay)
+
+
+def _retry_delay(retry_info: bytes) -> float | None:
+    """RetryInfo.retry_delay (a google.protobuf.Duration) in seconds."""
+    for field, value in _fields(retry_info):
+        if field == 1:
+            seconds = nanos = 0
+            for f, v in _fields(_message(value)):
+                if f == 1:
+                    seconds = _int64(v)
+                elif f == 2:
+                    nanos = _int64(v)
+            return max(seconds + nanos / 1e9, 0.0)
+    return None

@@ -1,0 +1,350 @@
+"""OTLP transports: send one encoded ExportTraceServiceRequest, say what the backend answered.
+
+Each ``send`` is one attempt and returns an ``ExportResult`` sorted as the OTLP specification
+sorts answers (https://opentelemetry.io/docs/specs/otlp/):
+
+- OTLP/HTTP: 2xx is success, its body an ExportTraceServiceResponse whose partial_success may
+  reject some spans; 429, 502, 503 and 504 are retryable (``Retry-After`` in seconds or as an
+  HTTP date); 413 means the request was too large; every other status is permanent, its body
+  a google.rpc.Status carrying the backend's message.
+- OTLP/gRPC: CANCELLED, DEADLINE_EXCEEDED, ABORTED, OUT_OF_RANGE, UNAVAILABLE and DATA_LOSS are
+  retryable, RESOURCE_EXHAUSTED only when the status details hold a RetryInfo (its delay is
+  honoured); the rest are permanent.
+- A connection refused, reset or timed out is retryable: nothing reached the backend.
+
+Retrying, backoff and splitting are ExportQueue's (export.py).
+"""
+
+from __future__ import annotations
+
+import email.utils
+import gzip
+import http.client
+import json
+import logging
+import math
+import re
+import socket
+import ssl
+import time
+import urllib.parse
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import timezone
+from typing import Any
+
+from .export_result import (
+    OK,
+    REASON_BAD_REQUEST,
+    REASON_CONNECTION,
+    REASON_THROTTLED,
+    REASON_TIMEOUT,
+    REASON_TOO_LARGE,
+    REASON_UNAVAILABLE,
+    ExportResult,
+)
+from .otlp import decode_partial_success, decode_status
+
+__all__ = [
+    "GrpcTransport",
+    "HttpTransport",
+    "Transport",
+    "TransportConfig",
+    "classify_grpc",
+    "classify_http",
+    "parse_headers",
+    "parse_retry_after",
+]
+
+log = logging.getLogger("ccotel.transport")
+
+_MAX_ANSWER_BYTES = 1 << 20  # what is read of an answer body; more only closes the connection
+_MESSAGE_CHARS = 300  # of the backend's message, for the log
+
+
+@dataclass(frozen=True)
+class TransportConfig:
+    endpoint: str
+    headers: tuple[tuple[str, str], ...] = ()
+    timeout_s: float = 10.0
+    compression: str | None = None  # gzip | None
+    insecure: bool | None = None  # gRPC: None means decide from the scheme
+    certificate: str | None = None
+
+
+class Transport:
+    """What a transport offers: one attempt per ``send``, of ``spans`` spans encoded in ``body``."""
+
+    def send(self, body: bytes, spans: int) -> ExportResult:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+
+def parse_headers(raw: str) -> tuple[tuple[str, str], ...]:
+    """OTEL_EXPORTER_OTLP_HEADERS: k=v,k2=v2 with percent-encoded values."""
+    out = []
+    for item in raw.split(","):
+        key, sep, value = item.partition("=")
+        if sep and key.strip():
+            out.append((key.strip().lower(), urllib.parse.unquote(value.strip())))
+    return tuple(out)
+
+
+def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
+    """Retry-After as seconds from now: delay-seconds or an HTTP date; None if absent or unreadable."""
+    if value is None or not value.strip():
+        return None
+    text = value.strip()
+    try:
+        seconds = float(text)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(text)
+        except (TypeError, ValueError, IndexError):
+            return None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=timezone.utc)
+        seconds = when.timestamp() - (time.time() if now is None else now)
+    return max(seconds, 0.0) if math.isfinite(seconds) else None
+
+
+_SPACES = re.compile(r"\s+")
+
+
+def _clean(text: str) -> str:
+    """One line of printable text, at most _MESSAGE_CHARS long."""
+    text = _SPACES.sub(" ", "".join(c if c.isprintable() else " " for c in text)).strip()
+    return text if len(text) <= _MESSAGE_CHARS else text[:_MESSAGE_CHARS - 1] + "…"
+
+
+def _content_type(headers: Mapping[str, str]) -> str:
+    for k, v in headers.items():
+        if k.lower() == "content-type":
+            return v.split(";")[0].strip().lower()
+    return ""
+
+
+def _header(headers: Mapping[str, str], name: str) -> str | None:
+    for k, v in headers.items():
+        if k.lower() == name:
+            return v
+    return None
+
+
+def _partial_success(ctype: str, body: bytes) -> tuple[int, str]:
+    if not body:
+        return 0, ""
+    if ctype == "application/json":
+        doc = json.loads(body)
+        part = (doc.get("partialSuccess") or doc.get("partial_success")) if isinstance(doc, dict) else None
+        if not isinstance(part, dict):
+            return 0, ""
+        rejected = part.get("rejectedSpans", part.get("rejected_spans")) or 0
+        message = part.get("errorMessage", part.get("error_message")) or ""
+        return int(rejected), str(message)
+    return decode_partial_success(body)
+
+
+def _error_details(ctype: str, body: bytes) -> tuple[str, float | None]:
+    """The backend's message (and RetryInfo delay) from an error body: a google.rpc.Status in
+    protobuf or JSON, else the text itself."""
+    if not body:
+        return "", None
+    try:
+        if ctype == "application/json":
+            doc = json.loads(body)
+            if isinstance(doc, dict) and isinstance(doc.get("message"), str):
+                return _clean(doc["message"]), None
+        elif ctype in ("application/x-protobuf", "application/protobuf", "application/grpc"):
+            status = decode_status(body)
+            return _clean(status.message), status.retry_delay_s
+    except ValueError:  # json.JSONDecodeError is one; a body that is not what it says it is
+        pass
+    return _clean(body.decode("utf-8", "replace")), None
+
+
+def classify_http(status: int, reason: str, headers: Mapping[str, str], body: bytes, spans: int) -> ExportResult:
+    """An OTLP/HTTP answer (body already decompressed) as an ExportResult for ``spans`` spans."""
+    ctype = _content_type(headers)
+    if 200 <= status < 300:
+        try:
+            rejected, message = _partial_success(ctype, body)
+        except (ValueError, TypeError, AttributeError):
+            log.debug("unreadable OTLP response body (%d bytes, %s)", len(body), ctype or "no content type")
+            return OK
+        if rejected <= 0 and not message:
+            return OK
+        return ExportResult.partial(min(max(rejected, 0), spans), _clean(f"HTTP {status}: {message}"))
+    said, delay = _error_details(ctype, body)
+    message = f"HTTP {status} {reason}".strip() + (f": {said}" if said else "")
+    if status in (429, 502, 503, 504):
+        retry_after = parse_retry_after(_header(headers, "retry-after"))
+        return ExportResult.retry(REASON_THROTTLED if status == 429 else REASON_UNAVAILABLE, message,
+                                  retry_after if retry_after is not None else delay)
+    if status == 413:
+        return ExportResult.drop(spans, REASON_TOO_LARGE, message)
+    return ExportResult.drop(spans, REASON_BAD_REQUEST if status == 400 else f"http_{status}", message)
+
+
+def _connection_failure(exc: BaseException) -> ExportResult:
+    timed_out = isinstance(exc, (TimeoutError, socket.timeout))
+    text = str(exc) or type(exc).__name__
+    return ExportResult.retry(REASON_TIMEOUT if timed_out else REASON_CONNECTION,
+                              _clean(f"{type(exc).__name__}: {text}" if str(exc) else text))
+
+
+class HttpTransport(Transport):
+    """POST to an OTLP/HTTP endpoint over one kept-alive connection."""
+
+    def __init__(self, cfg: TransportConfig) -> None:
+        self.cfg = cfg
+        url = urllib.parse.urlsplit(cfg.endpoint)
+        self._https = url.scheme == "https"
+        self._host = url.hostname or "localhost"
+        self._port = url.port or (443 if self._https else 80)
+        self._path = url.path or "/v1/traces"
+        self._conn: http.client.HTTPConnection | None = None
+
+    def _connection(self) -> http.client.HTTPConnection:
+        if self._conn is None:
+            if self._https:
+                ctx = ssl.create_default_context(cafile=self.cfg.certificate)
+                self._conn = http.client.HTTPSConnection(self._host, self._port, timeout=self.cfg.timeout_s,
+                                                         context=ctx)
+            else:
+                self._conn = http.client.HTTPConnection(self._host, self._port, timeout=self.cfg.timeout_s)
+        return self._conn
+
+    def send(self, body: bytes, spans: int) -> ExportResult:
+        headers = {"Content-Type": "application/x-protobuf", **dict(self.cfg.headers)}
+        if self.cfg.compression == "gzip":
+            body = gzip.compress(body, compresslevel=1)
+            headers["Content-Encoding"] = "gzip"
+        while True:
+            reused = self._conn is not None
+            conn = self._connection()
+            try:
+                conn.request("POST", self._path, body=body, headers=headers)
+            except (BrokenPipeError, ConnectionResetError) as exc:
+                # A backend that refuses a large body may answer (413) and close before reading
+                # it all: its answer can still be read. Else a kept-alive connection it had
+                # closed: connect once more.
+                answer = self._late_answer(conn, spans)
+                self.close()
+                if answer is not None:
+                    return answer
+                if not reused:
+                    return _connection_failure(exc)
+                continue
+            except (OSError, http.client.HTTPException) as exc:
+                self.close()
+                if reused and not isinstance(exc, (TimeoutError, socket.timeout)):
+                    continue
+                return _connection_failure(exc)
+            try:
+                return self._answer(conn, spans)
+            except (OSError, http.client.HTTPException) as exc:
+                self.close()
+                if reused and isinstance(exc, (http.client.RemoteDisconnected, ConnectionResetError)):
+                    continue  # closed while idle, noticed only now
+                return _connection_failure(exc)
+
+    def _answer(self, conn: http.client.HTTPConnection, spans: int) -> ExportResult:
+        resp = conn.getresponse()
+        raw = resp.read(_MAX_ANSWER_BYTES)
+        if not resp.isclosed():
+            self.close()  # an answer larger than anything OTLP sends: do not read the rest
+        if resp.getheader("Content-Encoding", "").lower() == "gzip":
+            try:
+                raw = gzip.decompress(raw)
+            except (OSError, EOFError):
+                raw = b""
+        return classify_http(resp.status, resp.reason, dict(resp.getheaders()), raw, spans)
+
+    def _late_answer(self, conn: http.client.HTTPConnection, spans: int) -> ExportResult | None:
+        try:
+            return self._answer(conn, spans)
+        except Exception:  # noqa: BLE001 - no answer came before the connection broke
+            return None
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+
+# gRPC status codes (grpc.StatusCode values), as the OTLP/gRPC specification sorts them.
+_GRPC_RETRYABLE = frozenset(("CANCELLED", "DEADLINE_EXCEEDED", "ABORTED", "OUT_OF_RANGE", "UNAVAILABLE",
+                             "DATA_LOSS"))
+_GRPC_DETAILS_KEY = "grpc-status-details-bin"
+_TOO_LARGE_WORDS = ("larger than max", "message too large", "too large")
+
+
+def classify_grpc(code: str, details: str, trailing: Mapping[str, str | bytes], spans: int) -> ExportResult:
+    """A failed OTLP/gRPC call (``code``: the grpc.StatusCode name) as an ExportResult."""
+    said, delay = _clean(details or ""), None
+    raw = trailing.get(_GRPC_DETAILS_KEY)
+    if isinstance(raw, bytes):
+        try:
+            status = decode_status(raw)
+            said, delay = _clean(status.message) or said, status.retry_delay_s
+        except ValueError:
+            pass
+    message = f"gRPC {code}" + (f": {said}" if said else "")
+    if code in _GRPC_RETRYABLE:
+        reason = {"UNAVAILABLE": REASON_UNAVAILABLE, "DEADLINE_EXCEEDED": REASON_TIMEOUT}.get(code,
+                                                                                           f"grpc_{code.lower()}")
+        return ExportResult.retry(reason, message, delay)
+    if code == "RESOURCE_EXHAUSTED":
+        if delay is not None:  # the backend says it can recover: throttling
+            return ExportResult.retry(REASON_THROTTLED, message, delay)
+        if any(w in said.lower() for w in _TOO_LARGE_WORDS):
+            return ExportResult.drop(spans, REASON_TOO_LARGE, message)
+    reason = REASON_BAD_REQUEST if code == "INVALID_ARGUMENT" else f"grpc_{code.lower()}"
+    return ExportResult.drop(spans, reason, message)
+
+
+class GrpcTransport(Transport):
+    """The OTLP TraceService/Export call with pre-encoded bytes (no generated message objects)."""
+
+    METHOD = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
+
+    def __init__(self, cfg: TransportConfig) -> None:
+        import grpc  # type: ignore[import-untyped]
+
+        self.cfg = cfg
+        url = urllib.parse.urlsplit(cfg.endpoint if "://" in cfg.endpoint else f"http://{cfg.endpoint}")
+        target = f"{url.hostname}:{url.port or 4317}"
+        insecure = cfg.insecure if cfg.insecure is not None else url.scheme != "https"
+        compression = grpc.Compression.Gzip if cfg.compression == "gzip" else None
+        if insecure:
+            self._channel: Any = grpc.insecure_channel(target, compression=compression)
+        else:
+            root = None
+            if cfg.certificate:
+                with open(cfg.certificate, "rb") as f:
+                    root = f.read()
+            self._channel = grpc.secure_channel(target, grpc.ssl_channel_credentials(root), compression=compression)
+        self._call: Any = self._channel.unary_unary(self.METHOD)
+        self._grpc: Any = grpc
+
+    def send(self, body: bytes, spans: int) -> ExportResult:
+        try:
+            answer = self._call(body, timeout=self.cfg.timeout_s, metadata=list(self.cfg.headers) or None)
+        except self._grpc.RpcError as err:
+            code = err.code() if hasattr(err, "code") else None
+            trailing = dict(err.trailing_metadata() or ()) if hasattr(err, "trailing_metadata") else {}
+            details = err.details() if hasattr(err, "details") else str(err)
+            return classify_grpc(code.name if code is not None else "UNKNOWN", details or "", trailing, spans)
+        try:
+            rejected, message = decode_partial_success(answer if isinstance(answer, bytes) else b"")
+        except ValueError:
+            return OK
+        if rejected <= 0 and not message:
+            return OK
+        return ExportResult.partial(min(max(rejected, 0), spans), _clean(f"gRPC OK: {message}"))
+
+    def close(self) -> None:
+        self._channel.close()
