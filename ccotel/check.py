@@ -18,7 +18,7 @@ from . import rules
 from .assemble import Assembler, Timeouts
 from .discover import classify, within_root
 from .parse import parse_line
-from .procs import pid_alive, read_session_pids
+from .procs import any_alive, read_session_pids
 from .records import FileKind
 from .tail import Tailer
 
@@ -98,7 +98,7 @@ def check_session(arg: str, roots: tuple[str, ...], stall_s: float = 180.0, now_
     now = now_ns if now_ns is not None else time.time_ns()
     pids = read_session_pids((root,))
     if tf.session_id in pids:
-        health.process = "running" if pid_alive(*pids[tf.session_id]) else "gone"
+        health.process = "running" if any_alive(pids[tf.session_id]) else "gone"
     turn = asm.current_turn(tf.session_id)
     if turn is not None:
         health.idle_seconds = max(now - turn.last_ns, 0) / 1e9

@@ -30,7 +30,7 @@ from .export_result import ExportResult
 from .metrics import Metrics
 from .orchestrator import DEFAULT_PATTERNS, OrchestratorLog, Pattern
 from .parse import parse_line, parse_timestamp
-from .procs import pid_alive, read_session_pids
+from .procs import Proc, any_alive, read_session_pids
 from .records import FileKind, SpanRecord, TranscriptFile
 from .shard import Group
 from . import rules
@@ -117,7 +117,7 @@ class Pipeline:
         self._new_marks: list[str] = []
         self._checkpoints: dict[str, tuple[object, int, int]] = {}
         self._acked_before: set[int] = set()
-        self._pids: dict[str, tuple[int, str | None]] = {}
+        self._pids: dict[str, tuple[Proc, ...]] = {}
         self._pids_read_ns = 0
         self.last_export_ns = 0
         self.started_ns = clock()
@@ -357,13 +357,13 @@ class Pipeline:
         found = self._pids.get(session_id)
         if found is None:
             return None
-        if pid_alive(*found):
+        if any_alive(found):
             return True
         # Dead per a cached read: a resumed run may have replaced the file since. Act on a fresh one.
         self._pids = read_session_pids(self.options.roots)
         self._pids_read_ns = now
         found = self._pids.get(session_id)
-        return None if found is None else pid_alive(*found)
+        return None if found is None else any_alive(found)
 
     def _detect_ghosts(self, now: int) -> None:
         """A main session file that went idle with prompts and no assistant record at all; a

@@ -12,19 +12,24 @@ import os
 
 import orjson
 
-__all__ = ["read_session_pids", "pid_alive"]
+__all__ = ["Proc", "any_alive", "read_session_pids", "pid_alive"]
 
 
-def read_session_pids(roots: tuple[str, ...]) -> dict[str, tuple[int, str | None]]:
-    """sessionId -> (pid, procStart) from <root>/sessions/<pid>.json (Claude Code keeps one per live process)."""
-    out: dict[str, tuple[int, str | None]] = {}
+Proc = tuple[int, "str | None"]  # (pid, procStart)
+
+
+def read_session_pids(roots: tuple[str, ...]) -> dict[str, tuple[Proc, ...]]:
+    """sessionId -> every (pid, procStart) of <root>/sessions/<pid>.json naming it. Claude Code keeps
+    one per live process; 2.1.3xx no longer deletes a killed process's file when the session is
+    resumed, so a session can have a stale file beside its live one."""
+    out: dict[str, list[Proc]] = {}
     for root in roots:
         d = os.path.join(root, "sessions")
         try:
             names = os.listdir(d)
         except OSError:
             continue
-        for name in names:
+        for name in sorted(names):
             if not name.endswith(".json"):
                 continue
             try:
@@ -34,8 +39,13 @@ def read_session_pids(roots: tuple[str, ...]) -> dict[str, tuple[int, str | None
                 continue
             if isinstance(doc, dict) and isinstance(doc.get("pid"), int) and isinstance(doc.get("sessionId"), str):
                 start = doc.get("procStart")
-                out[doc["sessionId"]] = (doc["pid"], str(start) if start is not None else None)
-    return out
+                out.setdefault(doc["sessionId"], []).append((doc["pid"], str(start) if start is not None else None))
+    return {sid: tuple(procs) for sid, procs in out.items()}
+
+
+def any_alive(procs: tuple[Proc, ...]) -> bool:
+    """Does any process that wrote a sessions file for the session still run?"""
+    return any(pid_alive(pid, start) for pid, start in procs)
 
 
 def pid_alive(pid: int, proc_start: str | None) -> bool:

@@ -120,3 +120,23 @@ def test_one_ghost_rule_for_check_and_the_pipeline(tmp_path):
     queue.close(timeout_s=10)
     ghosts = metrics.value("ccotel_missing_transcripts", "session")
     assert ghosts == sum(1 for has in verdicts.values() if not has) == 1
+
+
+def test_a_stale_sessions_file_beside_the_live_one_is_not_death(tmp_path):
+    """2.1.3xx keeps a killed process's sessions/<pid>.json after a resume (harness NOTES, s06):
+    the session runs if any of its processes does, whichever file is listed first."""
+    import os
+
+    from ccotel.procs import any_alive, read_session_pids
+
+    d = tmp_path / "claude" / "sessions"
+    d.mkdir(parents=True)
+    sid = "dddddddd-1111-4222-8333-444444444444"
+    with open(f"/proc/{os.getpid()}/stat") as f:
+        start = f.read().rsplit(")", 1)[1].split()[19]
+    (d / "1.json").write_text(json.dumps({"pid": 2 ** 22 + 7, "sessionId": sid, "procStart": "1"}))  # dead
+    (d / f"{os.getpid()}.json").write_text(json.dumps({"pid": os.getpid(), "sessionId": sid, "procStart": start}))
+    procs = read_session_pids((str(tmp_path / "claude"),))
+    assert len(procs[sid]) == 2 and any_alive(procs[sid])
+    (d / f"{os.getpid()}.json").unlink()
+    assert not any_alive(read_session_pids((str(tmp_path / "claude"),))[sid])
