@@ -25,6 +25,7 @@ __all__ = [
     "REASON_CONNECTION",
     "REASON_ERROR",
     "REASON_PARTIAL",
+    "REASON_REDIRECT",
     "REASON_THROTTLED",
     "REASON_TIMEOUT",
     "REASON_TOO_LARGE",
@@ -52,6 +53,7 @@ REASON_TIMEOUT = "timeout"  # no answer in OTEL_EXPORTER_OTLP_TIMEOUT
 REASON_UNAVAILABLE = "unavailable"  # HTTP 502/503/504, gRPC UNAVAILABLE and the other retryable codes
 REASON_THROTTLED = "throttled"  # HTTP 429, gRPC RESOURCE_EXHAUSTED with RetryInfo
 REASON_ERROR = "error"  # the sink raised: a bug of ours, retried like an outage
+REASON_REDIRECT = "redirect"  # HTTP 3xx: the endpoint setting is wrong; spans are held until it is fixed
 
 #: RETRY reasons that mean the backend could not be reached or did not answer.
 CONNECTIVITY_REASONS = frozenset((REASON_CONNECTION, REASON_TIMEOUT, REASON_UNAVAILABLE))

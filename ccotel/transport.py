@@ -11,6 +11,7 @@ sorts answers (https://opentelemetry.io/docs/specs/otlp/):
   retryable, RESOURCE_EXHAUSTED only when the status details hold a RetryInfo (its delay is
   honoured); the rest are permanent.
 - A connection refused, reset or timed out is retryable: nothing reached the backend.
+- A redirect (3xx) is not followed; the spans are kept (RETRY) until the endpoint is corrected.
 
 Retrying, backoff and splitting are ExportQueue's (export.py).
 """
@@ -37,6 +38,7 @@ from .export_result import (
     OK,
     REASON_BAD_REQUEST,
     REASON_CONNECTION,
+    REASON_REDIRECT,
     REASON_THROTTLED,
     REASON_TIMEOUT,
     REASON_TOO_LARGE,
@@ -185,6 +187,10 @@ def classify_http(status: int, reason: str, headers: Mapping[str, str], body: by
                                   retry_after if retry_after is not None else delay)
     if status == 413:
         return ExportResult.drop(spans, REASON_TOO_LARGE, message)
+    if 300 <= status < 400:  # the endpoint moved: a setting to fix, not spans to lose meanwhile
+        where = _header(headers, "location")
+        return ExportResult.retry(REASON_REDIRECT, f"{message}; ccotel does not follow redirects: set "
+                                  f"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT{f' to {_clean(where)}' if where else ''}")
     return ExportResult.drop(spans, REASON_BAD_REQUEST if status == 400 else f"http_{status}", message)
 
 

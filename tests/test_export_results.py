@@ -401,6 +401,8 @@ def test_classify_http_answers() -> None:
     r = classify_http(429, "", proto, status_body(8, "quota", retry_delay_s=1.5), 5)  # RetryInfo in the body
     assert (r.reason, r.retry_after) == ("throttled", 1.5)
     assert classify_http(500, "", {}, b"oops", 5).outcome is Outcome.DROP  # not retryable in OTLP
+    r = classify_http(308, "Permanent Redirect", {"Location": "https://c:4318/v1/traces"}, b"", 5)
+    assert r.outcome is Outcome.RETRY and "https://c:4318/v1/traces" in r.message  # held, not dropped
 
 
 def test_parse_retry_after() -> None:
