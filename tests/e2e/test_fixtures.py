@@ -85,12 +85,14 @@ def test_loader_and_copy(tmp_path: Path) -> None:
 
 def test_loader_versions(tmp_path: Path) -> None:
     """Bare names are 2.1.197's (as before the matrix); "<version>/<scenario>" or version= pick another."""
-    old, new = load_fixture("s01_bash_tool"), load_fixture(f"{NEWEST}/s01_bash_tool")
-    assert (old.version, new.version) == (OLDEST, NEWEST)
+    old, new = load_fixture("s01_bash_tool"), load_fixture(f"{NEWEST}-s01_bash_tool")
+    assert (old.version, new.version) == (OLDEST, NEWEST) and new.name == f"{NEWEST}-s01_bash_tool"
+    assert load_fixture(f"{NEWEST}/s01_bash_tool").name == new.name  # the path form is accepted
+    assert all("/" not in n for n in FIXTURES)  # names are safe as URL segments and file names
     assert load_fixture("s01_bash_tool", version=NEWEST).root == new.root
     assert load_fixture("s01_bash_tool", version=OLDEST).root == old.root
-    assert list_fixtures(OLDEST) == [n for n in FIXTURES if "/" not in n]
+    assert list_fixtures(OLDEST) == [n for n in FIXTURES if split_name(n)[0] == OLDEST]
     assert FIXTURES == list_fixtures(OLDEST) + [n for v in VERSIONS[1:] for n in list_fixtures(v)]
     copy = copy_fixture("s01_bash_tool", tmp_path, version=NEWEST)
-    assert copy.name == f"{NEWEST}/s01_bash_tool" and copy.version == NEWEST
-    assert copy.root == tmp_path / NEWEST / "s01_bash_tool"
+    assert copy.name == f"{NEWEST}-s01_bash_tool" and copy.version == NEWEST
+    assert copy.root == tmp_path / f"{NEWEST}-s01_bash_tool"

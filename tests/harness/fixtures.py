@@ -5,10 +5,11 @@ Where they are (the version matrix is :data:`tests.harness.install.VERSIONS`)::
     tests/fixtures/<scenario>/             2.1.197 (the oldest version; where its fixtures always were)
     tests/fixtures/<version>/<scenario>/   every newer version, e.g. tests/fixtures/2.1.330/s01_bash_tool
 
-A fixture's *name* is its path under ``tests/fixtures``: ``"s01_bash_tool"`` is the 2.1.197 one,
-``"2.1.330/s01_bash_tool"`` the 2.1.330 one. :func:`list_fixtures` lists every version's fixtures
-(2.1.197 first) unless given a version; :func:`load_fixture` takes either form of name, or a bare
-scenario name plus ``version=``.
+A fixture's *name* is ``"s01_bash_tool"`` for the 2.1.197 one and ``"2.1.330-s01_bash_tool"`` for the
+2.1.330 one: no ``/``, so a name is also safe as a pytest id, a file name and a URL path segment
+(tests use it as a Phoenix project name). :func:`list_fixtures` lists every version's fixtures
+(2.1.197 first) unless given a version; :func:`load_fixture` takes a name (``"2.1.330/s01_bash_tool"``,
+the path form, is accepted too), or a bare scenario name plus ``version=``.
 
 Layout of one fixture (written by ``python -m tests.harness.regenerate``)::
 
@@ -24,7 +25,7 @@ Usage::
 
     from tests.harness.fixtures import load_fixture, copy_fixture
     fx = load_fixture("s03_parallel_subagents")                    # 2.1.197
-    fx = load_fixture("2.1.330/s03_parallel_subagents")            # 2.1.330
+    fx = load_fixture("2.1.330-s03_parallel_subagents")            # 2.1.330
     fx = load_fixture("s03_parallel_subagents", version="2.1.330")  # the same
     fx.version, fx.scenario    # "2.1.330", "s03_parallel_subagents"
     fx.config_dir            # point CLAUDE_CONFIG_DIR-like inputs here (read-only!)
@@ -51,15 +52,17 @@ FIXTURES_DIR = Path(__file__).resolve().parents[1] / "fixtures"
 
 
 def fixture_name(version: str, scenario: str) -> str:
-    """The name of ``scenario``'s fixture for ``version`` (bare for 2.1.197, ``<version>/<scenario>`` after)."""
-    return scenario if version == OLDEST else f"{version}/{scenario}"
+    """The name of ``scenario``'s fixture for ``version`` (bare for 2.1.197, ``<version>-<scenario>`` after)."""
+    return scenario if version == OLDEST else f"{version}-{scenario}"
 
 
 def split_name(name: str) -> tuple[str, str]:
-    """(version, scenario) of a fixture name (a bare name is 2.1.197's)."""
-    if "/" in name:
-        version, scenario = name.split("/", 1)
-        return version, scenario
+    """(version, scenario) of a fixture name (``<version>-<scenario>`` or ``<version>/<scenario>``;
+    a bare name is 2.1.197's)."""
+    for version in VERSIONS:
+        for sep in ("-", "/"):
+            if name.startswith(version + sep):
+                return version, name[len(version) + 1:]
     return OLDEST, name
 
 
@@ -74,7 +77,7 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 @dataclass(frozen=True)
 class Fixture:
-    name: str  # e.g. "s01_bash_tool" (2.1.197) or "2.1.330/s01_bash_tool"
+    name: str  # e.g. "s01_bash_tool" (2.1.197) or "2.1.330-s01_bash_tool"
     root: Path
 
     @property
@@ -152,18 +155,19 @@ def list_fixtures(version: str | None = None) -> list[str]:
     """Fixture names of one version, or of every version of the matrix (2.1.197's first, then newer ones).
 
     Before the version matrix this listed only the 2.1.197 fixtures (bare names); those names are
-    unchanged, the newer versions' names are added as ``<version>/<scenario>``.
+    unchanged, the newer versions' names are added as ``<version>-<scenario>``.
     """
     versions = VERSIONS if version is None else (version,)
     return [fixture_name(v, sc) for v in versions for sc in _scenarios_in(fixture_root(v))]
 
 
 def load_fixture(name: str, version: str | None = None) -> Fixture:
-    """The fixture ``name`` (``"s01_bash_tool"``: 2.1.197; ``"2.1.330/s01_bash_tool"``), or with ``version``
+    """The fixture ``name`` (``"s01_bash_tool"``: 2.1.197; ``"2.1.330-s01_bash_tool"``), or with ``version``
     the fixture of that version for the bare scenario ``name``."""
-    if version is not None and "/" not in name:
-        name = fixture_name(version, name)
     v, scenario = split_name(name)
+    if version is not None and (v, scenario) == (OLDEST, name):
+        v = version
+    name = fixture_name(v, scenario)
     root = fixture_root(v) / scenario
     if not (root / "meta.json").is_file():
         raise FileNotFoundError(f"no fixture {name!r} under {FIXTURES_DIR} (have: {list_fixtures()})")
