@@ -69,6 +69,7 @@ class ToolCall:
     result_text: str | None = None
     agent_id: str | None = None
     background: bool = False
+    repaired: bool = False  # a resumed 2.1.3xx process wrote its result: the process died during the call
     owner: "Owner | None" = None
 
 
@@ -139,6 +140,7 @@ class _OwnerBase:
     awaiting_model: bool = False  # the last line was a prompt or a tool result: the model owes a reply
     live: bool = False  # started while ccotel ran (not history read on a first start): counted in metrics
     orphaned_tools: int = 0
+    killed: bool = False  # a repair line says its process died (2.1.3xx resume)
 
     @property
     def token(self) -> str:
@@ -151,6 +153,8 @@ class Turn(_OwnerBase):
     trigger: str = "prompt"  # prompt | command | notification | continuation
     prompt_text: str | None = None
     outcome: str | None = None  # completed | interrupted | orphaned | killed | incomplete
+    # orphaned tool calls of earlier turns this turn's conversation does not know (a dead branch)
+    lost_tools: int = 0
 
 
 @dataclass(eq=False)
@@ -202,6 +206,9 @@ class _Session:
     turn_index: list[tuple[int, int, int]] = field(default_factory=list)  # (start, trace_id, root span)
     open_owners: list[Owner] = field(default_factory=list)
     requests_sent: dict[str, int] = field(default_factory=dict)  # api-request id -> sent (until answered)
+    # tool_use ids left without a result by a closed turn, until a resume repairs them or a new
+    # prompt continues without them (rules.py: orphans)
+    unrepaired: dict[str, str] = field(default_factory=dict)
 
 
 class Assembler:
@@ -236,6 +243,11 @@ class Assembler:
             self._count("duplicate_uuid")
             return  # the same line again (a file read again from its start, a re-emitted line)
         kind = classify_user(entry) if entry.type == "user" else None
+        repair = kind == "tool_result" and _is_repair(entry)
+        if repair:
+            for b in entry.blocks:
+                if b.type == "tool_result" and b.id is not None:
+                    sess.unrepaired.pop(b.id, None)  # the conversation keeps the call: no memory lost
         if src.kind is FileKind.MAIN and not entry.is_sidechain:
             owner = self._main_owner(sess, entry, kind)
         else:
@@ -245,6 +257,12 @@ class Assembler:
         if owner is None:
             return
         ts = entry.timestamp_ns if entry.timestamp_ns is not None else owner.last_ns
+        if repair or (owner.killed and entry.type == "assistant" and not rules.is_api_call(
+                entry.model, entry.made_by, entry.is_api_error)):
+            # Written by the resumed process, maybe hours later: the owner's activity, and the
+            # repaired call, ended with the last line before the kill.
+            ts, arrival_ns = owner.last_ns, 0
+            owner.killed = True
         if src.path not in owner.first_offsets:
             if not owner.first_offsets and isinstance(owner, AgentRun) and owner.agent_id:
                 self._unseen_agents.pop((sess.session_id, owner.agent_id), None)
@@ -350,20 +368,26 @@ class Assembler:
         return sum(1 for sid in self._active if sid in self._sessions
                    for o in self._open_owners(self._sessions[sid]) if o.stalled)
 
-    def flush(self, now_ns: int | None = None, session_id: str | None = None) -> int:
+    def flush(self, now_ns: int | None = None, session_id: str | None = None,
+              alive: Callable[[str], bool | None] = lambda _sid: None) -> int:
         """End of a backfill pass: close every owner that is safe to close.
 
         An owner still waiting for a tool result that is younger than the stall timeout is kept
-        open (its session may still be running); returns how many stay open. With now_ns None
-        everything closes (the data is known to be complete).
+        open (its session may still be running), unless ``alive`` says its process is gone;
+        returns how many stay open. With now_ns None everything closes (the data is known to be
+        complete).
         """
         kept = 0
         sessions = [self._sessions[session_id]] if session_id in self._sessions else (
             [] if session_id is not None else list(self._sessions.values()))
         for sess in sessions:
-            for owner in self._open_owners(sess):
+            owners = self._open_owners(sess)
+            running = alive(sess.session_id) if owners and now_ns is not None else None
+            for owner in owners:
                 quiet = None if now_ns is None else now_ns - self._last_activity(sess, owner)
-                if not owner.open_tools and (quiet is None or owner.final_seen or quiet >= self.timeouts.idle_ns):
+                if running is False and (owner.open_tools or owner.awaiting_model or not owner.final_seen):
+                    self._close(sess, owner, "killed")  # its process is gone: nothing more will come
+                elif not owner.open_tools and (quiet is None or owner.final_seen or quiet >= self.timeouts.idle_ns):
                     self._close(sess, owner, "completed" if owner.final_seen else "incomplete")
                 elif owner.open_tools and (quiet is None or quiet >= self.timeouts.stall_ns):
                     self._close(sess, owner, "orphaned")
@@ -402,8 +426,8 @@ class Assembler:
             return found[0]
         if sess.current_turn is not None and not sess.current_turn.closed:
             return sess.current_turn
-        if e.type == "assistant" and e.message_id and not self._is_replay(e) \
-                and not (e.uuid and digest64(e.uuid) in self._seen_prompts):
+        if e.type == "assistant" and e.message_id and rules.is_api_call(e.model, e.made_by, e.is_api_error) \
+                and not self._is_replay(e) and not (e.uuid and digest64(e.uuid) in self._seen_prompts):
             # Lines that answer no prompt we saw (a continuation after a closed turn, a file
             # read from a checkpoint): their calls still get a trace.
             return self._start_turn(sess, e, "continuation")
@@ -417,13 +441,14 @@ class Assembler:
         if prev is not None and not prev.closed:
             # A new prompt supersedes the turn: a tool call still without result is a dead branch.
             self._close(sess, prev, "orphaned" if prev.open_tools else "completed")
+        lost, sess.unrepaired = len(sess.unrepaired), {}
         ts = e.timestamp_ns or 0
         uuid = e.uuid or ""
         trace = ids.trace_id(sess.session_id, uuid)
         turn = Turn(
             session_id=sess.session_id, key=uuid, start_ns=ts, last_ns=ts,
             span_id=ids.span_id("turn", sess.session_id, uuid), trace_id=trace,
-            prompt_uuid=uuid, trigger=kind or "continuation",
+            prompt_uuid=uuid, trigger=kind or "continuation", lost_tools=lost,
         )
         if self.capture_content and e.type == "user":
             turn.prompt_text = next((b.text for b in e.blocks if b.type == "text"), None)
@@ -607,7 +632,10 @@ class Assembler:
                 continue
             tool.end_ns = ts
             text = b.text or ""
-            if text.startswith(_INTERRUPT_PREFIX) or (e.tool_use_result or {}).get("interrupted") is True:
+            if rules.is_repair_text(text):
+                tool.is_error, tool.error_type, tool.repaired = True, "interrupted", True
+                (tool.owner or owner).orphaned_tools += 1
+            elif text.startswith(_INTERRUPT_PREFIX) or (e.tool_use_result or {}).get("interrupted") is True:
                 tool.is_error, tool.error_type = True, "interrupted"
             elif e.tool_use_result_error == "User rejected tool use":
                 tool.is_error, tool.error_type = True, "rejected"
@@ -673,6 +701,8 @@ class Assembler:
         self._release_superseded(owner)
         if owner.current is not None:
             self._finish_call(owner, owner.current)
+        if owner.killed and outcome in ("completed", "incomplete", "orphaned"):
+            outcome = "killed"
         for tool in list(owner.open_tools.values()):
             sess.open_tools.pop(tool.tool_use_id, None)
             tool.end_ns = max(owner.last_ns, tool.start_ns)
@@ -680,6 +710,8 @@ class Assembler:
             tool.error_type = "interrupted" if owner.interrupted else "orphaned"
             if tool.error_type == "orphaned":
                 owner.orphaned_tools += 1
+                if len(sess.unrepaired) < 256:
+                    sess.unrepaired[tool.tool_use_id] = tool.name
             self._emit(owner, tool)
         owner.open_tools.clear()
         owner.closed = True
@@ -786,3 +818,7 @@ class Assembler:
 
     def _count(self, name: str) -> None:
         self.counters[name] = self.counters.get(name, 0) + 1
+
+
+def _is_repair(e: Entry) -> bool:
+    return any(b.type == "tool_result" and rules.is_repair_text(b.text) for b in e.blocks)

@@ -132,8 +132,8 @@ class Metrics:
             outcome = str(a.get("error.type", "ok")) if s.status is StatusCode.ERROR else "ok"
             inc("ccotel_tool_calls", tool, outcome)
             self.observe("ccotel_tool_duration_seconds", max(s.end_ns - s.start_ns, 0) / 1e9, tool, channel="delivered")
-            if outcome == "orphaned":
-                inc("ccotel_orphaned_tool_uses", tool)
+            if outcome == "orphaned" or a.get("claude_code.tool.repaired"):
+                inc("ccotel_orphaned_tool_uses", tool)  # once: seen live, or only from the repair
         elif op == "invoke_agent" and s.parent_span_id is None and a.get("gen_ai.agent.name") == "claude-code":
             self._turn(s)
         elif op == "invoke_agent":
@@ -152,8 +152,8 @@ class Metrics:
             inc("ccotel_user_interrupts")
         if outcome == "killed":
             inc("ccotel_killed_turns")
-        if a.get("claude_code.turn.orphaned_tools"):
-            # a session left on an orphaned tool_use cannot be resumed as it was
+        if a.get("claude_code.turn.lost_tools"):
+            # resumed on a branch without a call that never got its result: memory lost
             inc("ccotel_session_resets", "orphaned_tool_use", "transcript")
         if a.get("claude_code.turn.stalled"):
             fate = {"completed": "recovered", "interrupted": "recovered"}.get(outcome, outcome)

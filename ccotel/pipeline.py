@@ -171,7 +171,7 @@ class Pipeline:
                     progress(done, total)
             self._flush_group(group, close_all)
             self.process_acks()
-        kept = self.assembler.flush(None if close_all else self.clock())
+        kept = self.assembler.flush(None if close_all else self.clock(), alive=self._alive)
         self._emit()
         self._complete = False
         if not final:
@@ -189,7 +189,7 @@ class Pipeline:
         if any(tf.kind is FileKind.FLAT_AGENT for _, tf in group):
             return  # 2.0.x flat agent files name their session only inside: keep it to the end
         for sid in sessions:
-            self.assembler.flush(None if close_all else self.clock(), session_id=sid)
+            self.assembler.flush(None if close_all else self.clock(), session_id=sid, alive=self._alive)
         self._emit()
 
     # -- live --------------------------------------------------------------------

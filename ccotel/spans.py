@@ -101,6 +101,8 @@ def _turn(t: Turn, f: Finished, content: ContentPolicy | None) -> SpanRecord:
         attrs["claude_code.turn.stalled"] = True
     if t.orphaned_tools:
         attrs["claude_code.turn.orphaned_tools"] = t.orphaned_tools
+    if t.lost_tools:
+        attrs["claude_code.turn.lost_tools"] = t.lost_tools  # the session resumed without them: a reset
     if content is not None and t.prompt_text is not None:
         attrs["gen_ai.input.messages"] = content.messages_json("user", t.prompt_text)
     events = tuple(
@@ -256,6 +258,8 @@ def _tool(t: ToolCall, f: Finished, content: ContentPolicy | None) -> SpanRecord
         attrs["claude_code.tool.agent_id"] = t.agent_id
     if t.background:
         attrs["claude_code.tool.background"] = True
+    if t.repaired:
+        attrs["claude_code.tool.repaired"] = True  # its process died; the resume wrote the result
     if content is not None:
         if t.input is not None:
             attrs["gen_ai.tool.call.arguments"] = content.json_text(t.input)
@@ -263,7 +267,7 @@ def _tool(t: ToolCall, f: Finished, content: ContentPolicy | None) -> SpanRecord
             attrs["gen_ai.tool.call.result"] = content.text(t.result_text)
     status, message = StatusCode.UNSET, None
     if t.is_error:
-        status, message = StatusCode.ERROR, t.error_type
+        status, message = StatusCode.ERROR, "killed, repaired on resume" if t.repaired else t.error_type
         attrs["error.type"] = t.error_type or "tool_error"
     end = t.end_ns if t.end_ns is not None else t.start_ns
     return SpanRecord(

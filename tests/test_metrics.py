@@ -9,10 +9,12 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import uuid
 import sys
 import time
 
 import orjson
+import pytest
 from prometheus_client.exposition import generate_latest
 
 from ccotel.metrics import Metrics, registry_for
@@ -119,6 +121,11 @@ def test_stalled_turn_counted_once_as_what_it_turned_out_to_be(tmp_path):
 
 
 def test_killed_process_closes_its_turn_at_once(tmp_path):
+    _killed(tmp_path)
+
+
+def _killed(tmp_path):
+    """A turn whose process is dead (sessions/<pid>.json names a finished pid), left on a tool call."""
     live = Live(tmp_path, stall_s=600)
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
@@ -134,8 +141,41 @@ def test_killed_process_closes_its_turn_at_once(tmp_path):
     live.advance(1)  # far less than the stall timeout: the dead pid says enough
     assert live.v("ccotel_killed_turns") == 1
     assert live.v("ccotel_orphaned_tool_uses", "Bash") == 1
-    assert live.v("ccotel_session_resets", "orphaned_tool_use", "transcript") == 1
     assert live.v("ccotel_turns", "killed") == 1
+    # no session has restarted yet: a reset is counted when one resumes without the call
+    assert live.v("ccotel_session_resets", "orphaned_tool_use", "transcript") == 0
+    return live, t, path
+
+
+@pytest.mark.parametrize("era", ["dead_branch", "repaired"])
+def test_an_orphan_is_a_reset_only_if_the_resume_loses_it(tmp_path, era):
+    """rules.py, orphans. Before the repair era a resume parents the new prompt before the
+    orphaned tool_use (a dead branch: the conversation lost the call): one reset. 2.1.3xx writes a
+    repair result and a madeBy "other" line and chains the prompt on them: no memory lost, no
+    reset. Either way the orphan itself was counted once, live, and the repair counts nothing more."""
+    live, t, path = _killed(tmp_path)
+    prompt_uuid = t.lines[0]["uuid"]
+    t.lines = []
+    t.t_ms = live.now[0] // 1_000_000
+    if era == "dead_branch":
+        t.prompt("go on", parent=prompt_uuid)
+    else:
+        t.tool_result("toolu_k", "[Tool call interrupted: the session ended before this call's result was recorded, "
+                      "so its outcome is unknown.]", is_error=True)
+        t.response(str(uuid.uuid4()), [text("No response requested.")], model="<synthetic>",
+                   stop_reason="stop_sequence", usage={"input_tokens": 0, "output_tokens": 0})
+        t.lines[-1]["madeBy"] = "other"
+        del t.lines[-1]["requestId"]
+        t.prompt("go on")
+    t.response("msg_2", [text("done")], stop_reason="end_turn")
+    with open(path, "ab") as f:
+        f.write(t.bytes())
+    live.p.poll([path])
+    live.advance(5)
+    assert live.v("ccotel_session_resets", "orphaned_tool_use", "transcript") == (1 if era == "dead_branch" else 0)
+    assert live.v("ccotel_orphaned_tool_uses", "Bash") == 1
+    assert live.v("ccotel_api_calls", "claude-opus-4-6") == 2  # the repair line is no API call
+    assert live.v("ccotel_turns", "completed") == 1
 
 
 def test_orphan_after_stall_without_process_info_and_parse_errors(tmp_path):
