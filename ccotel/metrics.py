@@ -60,6 +60,11 @@ METRICS: dict[str, Spec] = {
     "ccotel_lines_read": Spec("counter", "Transcript lines read."),
     "ccotel_bytes_read": Spec("counter", "Transcript bytes read."),
     "ccotel_parse_errors": Spec("counter", "Bad input skipped, by reason.", ("reason",)),
+    "ccotel_format_unknown": Spec("counter", "Transcript format ccotel does not know, by Claude Code version: "
+                                  "lines of an unknown type (each line), unknown top-level fields (first "
+                                  "sighting per process, on sampled lines).", ("version", "kind", "name")),
+    "ccotel_unpriced_calls": Spec("counter", "API calls of models without a known price (their cost is not in "
+                                  "ccotel_cost_usd_total; give them one with --prices).", ("model",)),
     "ccotel_spans_exported": Spec("counter", "Spans the trace backend acknowledged."),
     "ccotel_export_failures": Spec("counter", "Export attempts the trace backend refused or missed."),
     "ccotel_spans_dropped": Spec("counter", "Spans that will never reach the trace backend: rejected by it "
@@ -127,6 +132,8 @@ class Metrics:
                     inc("ccotel_tokens", model, kind, value=float(a[attr]))
             if "claude_code.cost.usd" in a:
                 inc("ccotel_cost_usd", model, value=float(a["claude_code.cost.usd"]))
+            elif a.get("claude_code.cost.unpriced"):
+                inc("ccotel_unpriced_calls", model)
         elif op == "execute_tool":
             tool = str(a.get("gen_ai.tool.name", "unknown"))
             outcome = str(a.get("error.type", "ok")) if s.status is StatusCode.ERROR else "ok"

@@ -26,6 +26,7 @@ import orjson
 from .assemble import AgentRun, Assembler, Finished, Owner, Timeouts, Turn
 from .content import ContentPolicy
 from .discover import classify, scan, within_root
+from .drift import FormatDrift
 from .export_result import ExportResult
 from .metrics import Metrics
 from .orchestrator import DEFAULT_PATTERNS, OrchestratorLog, Pattern
@@ -119,6 +120,7 @@ class Pipeline:
         self._acked_before: set[int] = set()
         self._pids: dict[str, tuple[Proc, ...]] = {}
         self._pids_read_ns = 0
+        self.drift = FormatDrift()
         self.last_export_ns = 0
         self.started_ns = clock()
         if state is not None:
@@ -508,6 +510,9 @@ class Pipeline:
                 self._error(err, f"{state.tf.path}@{line.offset}", count=fresh)
             for entry in parsed.entries:
                 self.stats.entries += 1
+                for drift in self.drift.observe(entry, line.data):
+                    if fresh and self.metrics is not None and self._counting():
+                        self.metrics.inc("ccotel_format_unknown", *drift)
                 if rules.is_assistant_record(entry):
                     state.has_assistant = True
                 elif entry.type == "user" and not state.has_user:

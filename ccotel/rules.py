@@ -54,6 +54,8 @@ __all__ = [
     "is_repair_text",
     "is_final_snapshot",
     "reported_model",
+    "KNOWN_FIELDS",
+    "KNOWN_LINE_TYPES",
 ]
 
 SYNTHETIC_MODEL = "<synthetic>"
@@ -162,3 +164,57 @@ def classify_user(e: Entry) -> str:
     if stripped.startswith("<command-name>") or stripped.startswith("<command-message>"):
         return "command"
     return "prompt"
+
+
+# -- the format as known: every line type and top-level field seen in shared/realdata (Claude Code
+# 1.0.17 to 2.1.237) and in the real-CLI fixtures (2.1.197, 2.1.330). Anything else is drift: a
+# new release changed the format (drift.py counts it by version).
+_ENVELOPE = frozenset({
+    "agentId", "cwd", "entrypoint", "gitBranch", "isSidechain", "parentUuid", "sessionId", "sessionKind",
+    "session_id", "slug", "timestamp", "type", "userType", "uuid", "version", "logicalParentUuid", "isMeta",
+    "promptId",
+})
+KNOWN_FIELDS: dict[str, frozenset[str]] = {
+    "user": _ENVELOPE | {
+        "classifierMetaLines", "imagePasteIds", "isCompactSummary", "isVisibleInTranscriptOnly", "message",
+        "origin", "permissionDecision", "permissionMode", "planContent", "promptSource", "queuePriority",
+        "queueSkipAttachments", "sandboxed", "sourceToolAssistantUUID", "sourceToolUseID",
+        "summarizedTurnPromptUuids", "thinkingMetadata", "todos", "toolDenialKind", "toolUseResult",
+        "turnCompanion", "turnOrigin", "turnPosition", "userFeedback"},
+    "assistant": _ENVELOPE | {
+        "advisorModel", "apiBlockIndex", "apiErrorStatus", "apiErrorType", "attributionAgent", "attributionPlugin",
+        "attributionSkill", "effort", "error", "failedResponseHadNoToolCall", "isApiErrorMessage", "madeBy",
+        "message", "perTurnEffort", "promptCacheRequested", "requestId", "requestRef", "requestedModel",
+        "thinkingDisplay", "thinkingDurationMs", "toolInputStreamMs"},
+    "attachment": _ENVELOPE | {"attachment", "rendered", "renderedBesideToolResult", "renderedRole"},
+    "system": _ENVELOPE | {
+        "compactMetadata", "content", "durationMs", "error", "fallbackModel", "hasOutput", "hookAdditionalContext",
+        "hookCount", "hookErrors", "hookInfos", "level", "maxRetries", "messageCount", "microcompactMetadata",
+        "originalModel", "pendingBackgroundAgentCount", "pendingWorkflowCount", "preventedContinuation",
+        "retryAttempt", "retryInMs", "source", "stopReason", "subtype", "toolUseID", "trigger"},
+    "progress": _ENVELOPE | {"data", "parentToolUseID", "toolUseID"},
+    "summary": frozenset({"leafUuid", "summary", "type"}),
+    "file-history-snapshot": frozenset({"isSnapshotUpdate", "messageId", "snapshot", "type"}),
+    "file-history-delta": frozenset({"backup", "messageId", "snapshotMessageId", "timestamp", "trackingPath",
+                                     "type"}),
+    "queue-operation": frozenset({"content", "operation", "sessionId", "timestamp", "type"}),
+    "last-prompt": frozenset({"lastPrompt", "leafUuid", "sessionId", "type"}),
+    "mode": frozenset({"mode", "sessionId", "type"}),
+    "permission-mode": frozenset({"permissionMode", "sessionId", "type"}),
+    "atis-latch": frozenset({"atis", "sessionId", "type"}),
+    "ai-title": frozenset({"aiTitle", "sessionId", "type"}),
+    "agent-name": frozenset({"agentName", "sessionId", "type"}),
+    "agent-setting": frozenset({"agentSetting", "sessionId", "type"}),
+    "pr-link": frozenset({"prNumber", "prRepository", "prUrl", "sessionId", "timestamp", "type"}),
+    "relocated": frozenset({"relocatedCwd", "sessionId", "type"}),
+    "worktree-state": frozenset({"sessionId", "type", "worktreeSession"}),
+    "tools-used": frozenset({"sessionId", "tools", "type"}),
+    "api-request": frozenset({"agentId", "base", "cacheControl", "id", "keep", "params", "querySource",
+                              "requestDigest", "sessionId", "shapeHash", "tail", "timestamp", "type", "version"}),
+    "api-request-blob": frozenset({"agentId", "hash", "message", "sessionId", "type"}),
+    "api-request-shape": frozenset({"agentId", "sessionId", "shape", "shapeHash", "timestamp", "type", "version"}),
+    "cost-state": frozenset({"hasUnknownModelCost", "modelUsage", "sessionId", "startTime", "totalAPIDuration",
+                             "totalAPIDurationWithoutRetries", "totalCostUSD", "totalDuration", "totalLinesAdded",
+                             "totalLinesRemoved", "totalToolDuration", "type"}),
+}
+KNOWN_LINE_TYPES = frozenset(KNOWN_FIELDS)
