@@ -113,6 +113,7 @@ class _OwnerBase:
     parent_span_id: int | None = None
     current: Call | None = None
     superseded: Call | None = None  # the response before current, held open for stray lines
+    held: list[Call] = field(default_factory=list)  # early copies kept until the owner closes (rules.py)
     open_tools: dict[str, ToolCall] = field(default_factory=dict)
     final_seen: bool = False
     closed: bool = False
@@ -221,6 +222,7 @@ class Assembler:
         # digests (state.digest64) of API calls and prompts already traced: counted once
         self._seen_calls: set[int] = set()
         self._seen_prompts: set[int] = set()
+        self._open_calls: dict[str, Call] = {}  # calls not emitted yet, by key: a copy elsewhere may finish them
         self._unseen_agents: dict[tuple[str, str], int] = {}  # named subagents with no line yet
         self._active: set[str] = set()  # sessions with open owners: the only ones tick looks at
         self.new_owners: list[Owner] = []  # every owner created since the pipeline last looked
@@ -556,6 +558,9 @@ class Assembler:
                     self._late_line(sess, owner, key, e, ts)
                     return
                 self._count("replayed_message_lines")
+                live = self._open_calls.get(key)
+                if live is not None:  # counted once, with the final snapshot, whichever file has it
+                    self._merge_snapshot(live, e)
                 return  # the same API response replayed (resume, copied session): counted once
             else:
                 call = self._new_call(sess, owner, key, e, ts)
@@ -563,20 +568,25 @@ class Assembler:
         call.end_ns = max(call.end_ns, ts)
         call.model = e.model or call.model
         call.version, call.cwd, call.git_branch = e.version, e.cwd, e.git_branch
-        if e.usage is not None and (call.usage is None or rules.is_final_snapshot(e.usage, call.usage)):
-            call.usage = e.usage
-        if len(e.advisors) > len(call.advisors):
-            call.advisors = e.advisors  # written with the final snapshot
+        self._merge_snapshot(call, e)
         call.requested_model = e.requested_model or call.requested_model
         call.effort = e.effort or call.effort
-        if e.stop_reason is not None:
-            call.stop_reason = e.stop_reason
         if e.is_api_error:
             call.is_api_error = True
             call.error_text = e.error_text
             owner.api_errors += 1
         self._tool_uses(sess, owner, call, e, ts)
         owner.final_seen = call.stop_reason in _FINAL_STOP or call.is_api_error
+
+    @staticmethod
+    def _merge_snapshot(call: Call, e: Entry) -> None:
+        """Another line (or copy) of a call: the final snapshot of its usage wins (rules.py)."""
+        if e.usage is not None and (call.usage is None or rules.is_final_snapshot(e.usage, call.usage)):
+            call.usage = e.usage
+        if len(e.advisors) > len(call.advisors):
+            call.advisors = e.advisors  # written with the final snapshot
+        if e.stop_reason is not None:
+            call.stop_reason = e.stop_reason
 
     def _tool_uses(self, sess: _Session, owner: Owner, call: Call, e: Entry, ts: int) -> None:
         for b in e.blocks:
@@ -663,8 +673,7 @@ class Assembler:
     def _new_call(self, sess: _Session, owner: Owner, key: str, e: Entry, ts: int) -> Call:
         """A new API response. The one before is held (superseded) until the one after it starts,
         a tick, or the owner closes: a stray line of it may still come."""
-        if owner.superseded is not None:
-            self._emit(owner, owner.superseded)
+        self._release_superseded(owner)
         owner.superseded = owner.current
         parent_ts = sess.owner_of.get(e.parent_uuid, (None, ts))[1] if e.parent_uuid else ts
         sent = sess.requests_sent.pop(e.request_ref, None) if e.request_ref else None
@@ -677,6 +686,7 @@ class Assembler:
             sent_ns=sent, first_line_ns=ts,
         )
         self._seen_calls.add(digest64(key))
+        self._open_calls[key] = call
         owner.call_keys.append(key)
         owner.current = call
         owner.calls += 1
@@ -686,7 +696,10 @@ class Assembler:
     def _release_superseded(self, owner: Owner) -> None:
         if owner.superseded is not None:
             call, owner.superseded = owner.superseded, None
-            self._emit(owner, call)
+            if call.stop_reason is None and rules.writes_final_usage(call.version):
+                owner.held.append(call)  # an early copy: its final snapshot may be in another file
+            else:
+                self._emit(owner, call)
 
     # -- finishing ---------------------------------------------------------------
 
@@ -701,6 +714,9 @@ class Assembler:
         self._release_superseded(owner)
         if owner.current is not None:
             self._finish_call(owner, owner.current)
+        held, owner.held = owner.held, []
+        for call in held:
+            self._emit(owner, call)
         if owner.killed and outcome in ("completed", "incomplete", "orphaned"):
             outcome = "killed"
         for tool in list(owner.open_tools.values()):
@@ -741,6 +757,7 @@ class Assembler:
                 item.span_emitted = True
             self._out.append(Finished(item, owner.trace_id, owner.parent_span_id))
         elif isinstance(item, Call):
+            self._open_calls.pop(item.key, None)
             self._out.append(Finished(item, owner.trace_id, owner.span_id))
         else:
             parent = ids.span_id("chat", item.call_key)

@@ -53,6 +53,7 @@ __all__ = [
     "is_billed_model",
     "is_repair_text",
     "is_final_snapshot",
+    "writes_final_usage",
     "reported_model",
     "KNOWN_FIELDS",
     "KNOWN_LINE_TYPES",
@@ -111,6 +112,19 @@ def is_final_snapshot(a: Usage, b: Usage) -> bool:
     every line of a response and output only grows (FORMAT.md 4.2), so: larger output, then
     larger total. Placeholders (``output_tokens: 1``, early copies in another file) lose."""
     return (a.output_tokens, a.total) > (b.output_tokens, b.total)
+
+
+def writes_final_usage(version: str | None) -> bool:
+    """From 2.1.231 every line of a response carries its final usage and stop_reason (FORMAT.md
+    4.2): a copy with ``stop_reason: null`` is an early snapshot, whose final one may be in another
+    file. Older versions leave stop_reason null on most lines: nothing to wait for."""
+    if not version:
+        return False
+    try:
+        parts = tuple(int(p) for p in version.split(".")[:3])
+    except ValueError:
+        return False
+    return parts >= (2, 1, 231)
 
 
 def cache_write_split(top_5m: int, top_1h: int, cache_creation: int,
