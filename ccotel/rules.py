@@ -21,12 +21,15 @@ An API error line (``isApiErrorMessage``, model ``<synthetic>``) is a failed cal
 an error, never billed.
 
 Orphans: a tool_use without a tool_result. Before 2.1.2xx a resume left it on a dead branch;
-from then on the resumed process writes a repair tool_result ("[Tool call interrupted...") and
-a synthetic "No response requested." line. Either way the orphan is one event: counted once,
-when the turn that owns it closes without a real result (superseded, process dead, idle past
-the stall timeout) or when the repair arrives, whichever is first; the repair of an orphan
-already counted is not a second one. A repaired call's tool span ends at the last activity
-before the kill, with ``error.type`` interrupted... see ``repair_end``.
+from 2.1.3xx the resumed process writes a repair tool_result ("[Tool call interrupted...") and a
+"No response requested." line (madeBy "other") and chains the new prompt on them. Either way the
+orphan is one event, counted once (``ccotel_orphaned_tool_uses_total``): when the turn that owns it
+closes without a real result (superseded, process dead, idle past the stall timeout with no live
+process), or when the repair is the first ccotel sees of it. A repaired call's tool span ends at
+the last line before the kill, with error.type ``interrupted`` and ``claude_code.tool.repaired``.
+A session *reset* (``session_resets{reason="orphaned_tool_use"}``) is counted when the session is
+resumed on a branch that does not hold the call (the conversation lost it): once, on the resumed
+turn (``claude_code.turn.lost_tools``). A repaired call is no reset: nothing was lost.
 
 Ghost session: a main transcript with a prompt and no assistant record of any kind. An API
 error line is an assistant record (the CLI reached the API and wrote its answer), so a session
