@@ -63,6 +63,9 @@ METRICS: dict[str, Spec] = {
     "ccotel_format_unknown": Spec("counter", "Transcript format ccotel does not know, by Claude Code version: "
                                   "lines of an unknown type (each line), unknown top-level fields (first "
                                   "sighting per process, on sampled lines).", ("version", "kind", "name")),
+    "ccotel_reported_cost_usd": Spec("counter", "Claude Code's own cost figure (2.1.3xx cost-state lines), by "
+                                     "model, beside ccotel's estimate ccotel_cost_usd_total; it includes calls "
+                                     "no transcript line records (compaction).", ("model",)),
     "ccotel_unpriced_calls": Spec("counter", "API calls of models without a known price (their cost is not in "
                                   "ccotel_cost_usd_total; give them one with --prices).", ("model",)),
     "ccotel_spans_exported": Spec("counter", "Spans the trace backend acknowledged."),

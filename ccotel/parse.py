@@ -544,7 +544,27 @@ def to_entry(obj: dict[str, Any], offset: int, capture: bool, errors: list[str])
         _progress(obj, kw, errors)
     elif etype == "api-request":
         kw["api_request_id"] = _str(obj, "id", errors)
+    elif etype == "cost-state":
+        _cost_state(obj, kw, errors)
     return _new_entry(kw)
+
+
+def _cost_state(obj: dict[str, Any], kw: dict[str, Any], errors: list[str]) -> None:
+    """Claude Code's own running cost per model of one process (cumulative, keyed by startTime)."""
+    start = obj.get("startTime")
+    if isinstance(start, (int, str)) and not isinstance(start, bool):
+        kw["process_start"] = str(start)
+    usage = obj.get("modelUsage")
+    if not isinstance(usage, dict):
+        return
+    costs = []
+    for model, u in usage.items():
+        cost = u.get("costUSD") if isinstance(u, dict) else None
+        if isinstance(cost, (int, float)) and not isinstance(cost, bool) and 0 <= cost < 1e9:
+            costs.append((str(model)[:128], float(cost)))
+        else:
+            errors.append("bad_field")
+    kw["reported_costs"] = tuple(costs)
 
 
 def _line_fields(kw: dict[str, Any], made_by: Any, request_ref: Any, requested_model: Any, effort: Any) -> None:
@@ -849,6 +869,8 @@ def _entry_of(o: _JLine, offset: int, capture: bool) -> Entry:
         if o.id is not None and not isinstance(o.id, str):
             raise _StepAside  # bad_field
         kw["api_request_id"] = o.id
+    elif etype == "cost-state":
+        raise _StepAside  # one line a run: the checked path reads it
     return _new_entry(kw)  # type: ignore[no-any-return]
 
 

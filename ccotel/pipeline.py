@@ -32,13 +32,13 @@ from .metrics import Metrics
 from .orchestrator import DEFAULT_PATTERNS, OrchestratorLog, Pattern
 from .parse import parse_line, parse_timestamp
 from .procs import Proc, any_alive, read_session_pids
-from .records import FileKind, SpanRecord, TranscriptFile
+from .records import Entry, FileKind, SpanRecord, TranscriptFile
 from .shard import Group
 from . import rules
 from .pricing import DEFAULT_PRICING, Pricing
 from .spans import DEFAULT_CONVENTIONS, Conventions, build_spans
 from .state import Commit, State, digest64
-from .tail import Tailer
+from .tail import Tailer, lines_with
 
 __all__ = ["Pipeline", "PipelineStats", "Options", "discover", "session_groups", "unread_bytes"]
 
@@ -121,6 +121,7 @@ class Pipeline:
         self._pids: dict[str, tuple[Proc, ...]] = {}
         self._pids_read_ns = 0
         self.drift = FormatDrift()
+        self._cost_seen: dict[tuple[str, str], dict[str, float]] = {}  # (session, process) -> model -> USD
         self.last_export_ns = 0
         self.started_ns = clock()
         if state is not None:
@@ -513,6 +514,8 @@ class Pipeline:
                 for drift in self.drift.observe(entry, line.data):
                     if fresh and self.metrics is not None and self._counting():
                         self.metrics.inc("ccotel_format_unknown", *drift)
+                if entry.type == "cost-state":
+                    self._reported_cost(state, entry, fresh)
                 if rules.is_assistant_record(entry):
                     state.has_assistant = True
                 elif entry.type == "user" and not state.has_user:
@@ -532,6 +535,27 @@ class Pipeline:
         else:
             self._partial.add(state.tf.path)
         self._dirty.add(state.tf.path)
+
+    def _reported_cost(self, state: _FileState, e: Entry, fresh: bool) -> None:
+        """Claude Code's own cost (2.1.3xx cost-state lines: a running total per process and model)
+        counted as increments, beside ccotel's estimate. The total before this line is remembered,
+        or after a restart found in the file itself, so a restart never counts a process twice."""
+        if not e.reported_costs or e.process_start is None:
+            return
+        key = (e.session_id or state.tf.session_id or "", e.process_start)
+        prev = self._cost_seen.get(key)
+        if prev is None:
+            prev = _previous_costs(state.tf.path, e.offset, e.process_start, self.options.max_line_bytes)
+        if len(self._cost_seen) > 10_000:
+            self._cost_seen.clear()
+        self._cost_seen[key] = dict(e.reported_costs)
+        if not fresh or self.metrics is None or not self._counting():
+            return
+        for model, total in e.reported_costs:
+            before = prev.get(model, 0.0)
+            delta = total - before if total >= before else total  # a process that started again from 0
+            if delta > 0:
+                self.metrics.inc("ccotel_reported_cost_usd", model, value=delta)
 
     def _emit(self) -> None:
         with self._ack_lock:
@@ -609,6 +633,18 @@ def _declare_series(metrics: Metrics, options: Options) -> None:
         metrics.inc("ccotel_session_resets", "missing_transcript", source, value=0.0)
         metrics.inc("ccotel_aborts", "abort", source, value=0.0)
         metrics.inc("ccotel_watchdog_kills", source, value=0.0)
+
+
+def _previous_costs(path: str, before: int, process_start: str, max_line_bytes: int) -> dict[str, float]:
+    """The last cost-state of a process before an offset of its file (once per process after a restart)."""
+    found: dict[str, float] = {}
+    for offset, line in lines_with(path, b'"cost-state"', max_line_bytes):
+        if offset >= before:
+            break
+        for e in parse_line(line, offset).entries:
+            if e.type == "cost-state" and e.process_start == process_start:
+                found = dict(e.reported_costs)
+    return found
 
 
 def _owner_of(f: Finished) -> Owner:

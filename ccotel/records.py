@@ -132,6 +132,9 @@ class Entry:
     effort: str | None = None
     # api-request lines (2.1.3xx): the id assistant lines name in requestRef; timestamp = sent
     api_request_id: str | None = None
+    # cost-state lines (2.1.3xx): Claude Code's own running cost of one process (startTime), per model
+    process_start: str | None = None
+    reported_costs: tuple[tuple[str, float], ...] = ()
     # user
     content_is_string: bool = False
     blocks: tuple[Block, ...] = ()

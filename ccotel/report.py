@@ -28,6 +28,7 @@ from .pipeline import Options, Pipeline, discover, session_groups, unread_bytes
 from .pricing import Pricing
 from .records import SpanRecord, Usage
 from .shard import Group, balance, default_workers, plan_shards, process_context
+from .tail import lines_with
 
 __all__ = ["SessionUsage", "session_usage", "build_report", "report_from_spans"]
 
@@ -208,64 +209,13 @@ def _slow(line: bytes, offset: int) -> list[_Line]:
             for e in parse_line(line, offset).entries if e.type == "assistant"]
 
 
-def _lines_with(path: str, needle: bytes, max_line_bytes: int, chunk_size: int = _CHUNK) -> Iterator[tuple[int, bytes]]:
-    """(offset, line) of every line of a file that contains ``needle``, found by a byte search
-    over 4 MiB chunks: the other lines cost no Python work at all. A line longer than the limit
-    is skipped with bounded memory (as the tail stage does); a last line may lack its newline."""
-    try:
-        f = open(path, "rb")
-    except OSError:
-        return
-    with f:
-        base = 0  # file offset of chunk[0]
-        carry = b""  # the start of a line the previous chunk did not finish
-        skipping = False  # inside a line over the limit: drop bytes up to its newline
-        while True:
-            try:
-                chunk = f.read(chunk_size)
-            except OSError:
-                return
-            if not chunk:
-                break
-            start = 0
-            if carry or skipping:
-                nl = chunk.find(b"\n")
-                head = chunk if nl < 0 else chunk[:nl]
-                if not skipping:
-                    carry += head
-                    skipping = len(carry) > max_line_bytes
-                if nl < 0:
-                    carry = b"" if skipping else carry
-                    base += len(chunk)
-                    continue
-                if not skipping and needle in carry:
-                    yield base - (len(carry) - nl), carry
-                carry, skipping, start = b"", False, nl + 1
-            end = chunk.rfind(b"\n", start)
-            if end < 0:
-                end = start - 1  # no whole line left in this chunk
-            pos = chunk.find(needle, start, max(end, start))
-            while pos >= 0:
-                first = chunk.rfind(b"\n", start, pos) + 1 or start
-                stop = chunk.find(b"\n", pos)
-                if stop - first <= max_line_bytes:
-                    yield base + first, chunk[first:stop]
-                pos = chunk.find(needle, stop, end)
-            carry = chunk[end + 1:]
-            skipping = len(carry) > max_line_bytes
-            carry = b"" if skipping else carry
-            base += len(chunk)
-        if carry and not skipping and needle in carry:
-            yield base - len(carry), carry
-
-
 def _read_group(group: Group, max_line_bytes: int) -> dict[str, _Call]:
     """The calls of one session group, by call key, in the order they first appear."""
     calls: dict[str, _Call] = {}
     seen_uuids: set[tuple[str, str]] = set()
     for _root, tf in group:
         last: tuple[str, str] | None = None  # message id and key of the file's last response line
-        for offset, raw in _lines_with(tf.path, _NEEDLE, max_line_bytes):
+        for offset, raw in lines_with(tf.path, _NEEDLE, max_line_bytes, _CHUNK):
             one = _quick(raw)
             for mid, rid, uuid, sid, usage, api_error, model, ts, made_by, advisors in \
                     ((one,) if one else () if one is not None else _slow(raw, offset)):

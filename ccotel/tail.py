@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from .parse import is_complete_json
 from .records import RawLine
 
-__all__ = ["FileIdentity", "Tailer", "ReadResult", "identity_of"]
+__all__ = ["FileIdentity", "Tailer", "ReadResult", "identity_of", "lines_with"]
 
 _CHUNK = 1 << 20
 _FINGERPRINT_BYTES = 256
@@ -182,3 +183,54 @@ class Tailer:
         else:
             data = bytes(buf)
         res.lines.append(RawLine(start, end, data))
+
+
+def lines_with(path: str, needle: bytes, max_line_bytes: int, chunk_size: int = _CHUNK) -> Iterator[tuple[int, bytes]]:
+    """(offset, line) of every line of a file that contains ``needle``, found by a byte search
+    over 4 MiB chunks: the other lines cost no Python work at all. A line longer than the limit
+    is skipped with bounded memory (as the tail stage does); a last line may lack its newline."""
+    try:
+        f = open(path, "rb")
+    except OSError:
+        return
+    with f:
+        base = 0  # file offset of chunk[0]
+        carry = b""  # the start of a line the previous chunk did not finish
+        skipping = False  # inside a line over the limit: drop bytes up to its newline
+        while True:
+            try:
+                chunk = f.read(chunk_size)
+            except OSError:
+                return
+            if not chunk:
+                break
+            start = 0
+            if carry or skipping:
+                nl = chunk.find(b"\n")
+                head = chunk if nl < 0 else chunk[:nl]
+                if not skipping:
+                    carry += head
+                    skipping = len(carry) > max_line_bytes
+                if nl < 0:
+                    carry = b"" if skipping else carry
+                    base += len(chunk)
+                    continue
+                if not skipping and needle in carry:
+                    yield base - (len(carry) - nl), carry
+                carry, skipping, start = b"", False, nl + 1
+            end = chunk.rfind(b"\n", start)
+            if end < 0:
+                end = start - 1  # no whole line left in this chunk
+            pos = chunk.find(needle, start, max(end, start))
+            while pos >= 0:
+                first = chunk.rfind(b"\n", start, pos) + 1 or start
+                stop = chunk.find(b"\n", pos)
+                if stop - first <= max_line_bytes:
+                    yield base + first, chunk[first:stop]
+                pos = chunk.find(needle, stop, end)
+            carry = chunk[end + 1:]
+            skipping = len(carry) > max_line_bytes
+            carry = b"" if skipping else carry
+            base += len(chunk)
+        if carry and not skipping and needle in carry:
+            yield base - len(carry), carry

@@ -204,3 +204,54 @@ def test_exposition_names_types_and_bounded_labels(tmp_path):
     # no session or user ids as labels
     for sid in load_fixture("s03_parallel_subagents").session_ids:
         assert sid not in text_
+
+
+def _cost_states(fixture: str) -> dict[tuple[str, str], float]:
+    """The last cost-state total of each process, per model, read straight from the files."""
+    last: dict[tuple[str, str], float] = {}
+    for path in load_fixture(fixture).transcripts:
+        for line in path.read_bytes().splitlines():
+            o = orjson.loads(line)
+            if o.get("type") == "cost-state":
+                for model, u in o["modelUsage"].items():
+                    last[(str(o["startTime"]), model)] = u["costUSD"]
+    return last
+
+
+def test_claude_codes_own_cost_beside_the_estimate(tmp_path):
+    """2.1.3xx cost-state lines: counted as increments per model, equal to each process's last
+    running total, beside ccotel's estimate; across a restart mid-file nothing is counted twice."""
+    name = "2.1.330-s02_resume_two_turns"
+    expected: dict[str, float] = {}
+    for (_start, model), total in _cost_states(name).items():
+        expected[model] = expected.get(model, 0.0) + total
+    assert expected and all(v > 0 for v in expected.values())
+    live = Live(tmp_path)
+    src = next(p for p in load_fixture(name).transcripts if "subagents" not in p.parts)
+    lines = src.read_bytes().splitlines(keepends=True)
+    cut = [i for i, line in enumerate(lines) if b'"cost-state"' in line][0] + 1  # after the first run's
+    dest = live.root / "projects" / src.parent.name / src.name
+    dest.parent.mkdir(parents=True)
+    dest.write_bytes(b"".join(lines[:cut]))
+    live.p.rescan()
+    live.advance(3600)
+    first = {m: live.v("ccotel_reported_cost_usd", m) for m in expected}
+    assert 0 < sum(first.values()) < sum(expected.values())
+    live.p.process_acks()  # checkpoints and counter totals committed
+    # a restart: a new pipeline on the same state reads only what follows
+    live2 = Live.__new__(Live)
+    live2.root, live2.now, live2.metrics = live.root, live.now, Metrics()
+    holder: list[Pipeline] = []
+    live2.p = Pipeline(Options(roots=(str(live.root),)), emit=lambda spans: holder[0].acknowledge(spans),
+                       clock=lambda: live.now[0], state=State(str(tmp_path / "st")), metrics=live2.metrics)
+    holder.append(live2.p)
+    live2.p.backfill()
+    with open(dest, "ab") as f:
+        f.write(b"".join(lines[cut:]))
+    live2.p.poll([str(dest)])
+    live2.advance(3600)
+    for model, total in expected.items():
+        assert live2.v("ccotel_reported_cost_usd", model) == pytest.approx(total, rel=1e-9)
+    # ccotel's estimate of the same calls, at list prices from genai-prices: close to Claude Code's own
+    estimate = sum(live2.v("ccotel_cost_usd", m) for m in expected)
+    assert estimate == pytest.approx(sum(expected.values()), rel=0.05)
