@@ -16,16 +16,26 @@ All SQL lives in this module.
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import hashlib
+import logging
 import os
 import sqlite3
 import struct
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .tail import FileIdentity
 
-__all__ = ["State", "Commit", "digest64", "default_state_dir"]
+__all__ = ["State", "Commit", "digest64", "default_state_dir", "StateError", "StateUnavailable", "StateLocked",
+           "StateLock", "lock_state_dir"]
+
+log = logging.getLogger("ccotel.state")
+
+LOCK_NAME = "ccotel.lock"
 
 SCHEMA_VERSION = 1
 
@@ -57,6 +67,106 @@ def default_state_dir(env: dict[str, str] | None = None) -> str:
     return os.path.join(base, "ccotel")
 
 
+class StateError(RuntimeError):
+    """The state cannot be used; the message says why, for the operator."""
+
+
+class StateUnavailable(StateError):
+    """The state dir or database cannot be written (read-only file system, permissions)."""
+
+
+class StateLocked(StateError):
+    """Another ccotel holds the state dir."""
+
+    def __init__(self, message: str, pid: int | None) -> None:
+        super().__init__(message)
+        self.pid = pid
+
+
+def _unwritable(state_dir: str, what: str, exc: BaseException) -> StateUnavailable:
+    reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+    return StateUnavailable(
+        f"the state dir {state_dir} cannot be used ({what}: {reason}). ccotel keeps its checkpoints there and "
+        f"will not run without them, since every restart would then send and count the whole history again: "
+        f"make it writable, give another --state-dir, or pass --state-dir none to run without checkpoints")
+
+
+def _prepare_dir(state_dir: str) -> None:
+    try:
+        os.makedirs(state_dir, mode=0o700, exist_ok=True)
+        os.chmod(state_dir, 0o700)  # transcripts' paths and digests are private
+    except OSError as exc:
+        raise _unwritable(state_dir, "creating it" if not os.path.isdir(state_dir) else "making it private",
+                          exc) from None
+
+
+class StateLock:
+    """An exclusive flock on ``<state dir>/ccotel.lock``, held for the life of the process (and of
+    catch-up workers forked from it): one ccotel writes a state at a time. Released on exit."""
+
+    def __init__(self, path: str, fd: int) -> None:
+        self.path = path
+        self._fd: int | None = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def lock_state_dir(state_dir: str) -> StateLock:
+    """Take the state dir for this process, or raise StateLocked naming the pid that holds it
+    (StateUnavailable if the dir cannot be written). Readers (check, report) need no lock."""
+    _prepare_dir(state_dir)
+    path = os.path.join(state_dir, LOCK_NAME)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        raise _unwritable(state_dir, f"creating {LOCK_NAME}", exc) from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            os.close(fd)
+            raise _unwritable(state_dir, f"locking {LOCK_NAME}", exc) from None
+        pid = _holder(fd)
+        os.close(fd)
+        who = f"pid {pid}" if pid else "a process that did not say its pid"
+        raise StateLocked(f"another ccotel ({who}) is using the state dir {state_dir}; two cannot share one "
+                          f"(each would send and count the same spans): stop it first, or give this one its own "
+                          f"--state-dir", pid) from None
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    except OSError:
+        pass  # the lock holds without the pid (a full disk): only the message loses it
+    return StateLock(path, fd)
+
+
+def _holder(fd: int) -> int | None:
+    try:
+        text = os.pread(fd, 64, 0).decode("ascii", "replace").strip()
+        return int(text.split()[0]) if text else None
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _error_reason(exc: BaseException) -> str:
+    text = str(exc).lower()
+    if isinstance(exc, OSError) and exc.errno == errno.ENOSPC or "full" in text:
+        return "disk_full"
+    if "readonly" in text or "read-only" in text or isinstance(exc, OSError) and exc.errno in (errno.EROFS,
+                                                                                             errno.EACCES):
+        return "read_only"
+    if "locked" in text or "busy" in text:
+        return "locked"
+    if "malformed" in text or "not a database" in text:
+        return "corrupt"
+    if "i/o" in text:
+        return "io_error"
+    return "other"
+
+
 @dataclass
 class Commit:
     """Everything one transaction writes."""
@@ -74,30 +184,88 @@ class Commit:
         return not (self.offsets or self.forget_files or self.acked or self.done_owners or self.calls
                     or self.prompts or self.counters or self.marks)
 
+    def merge(self, later: "Commit") -> None:
+        """Add a later commit to this one (one not written yet): the result writes both, in order."""
+        for path in later.offsets:
+            if path in self.forget_files:
+                self.forget_files.remove(path)
+        for path in later.forget_files:
+            self.offsets.pop(path, None)
+        self.offsets.update(later.offsets)
+        self.forget_files.extend(p for p in later.forget_files if p not in self.forget_files)
+        self.acked.extend(later.acked)
+        self.done_owners.extend(later.done_owners)
+        self.calls.extend(later.calls)
+        self.prompts.extend(later.prompts)
+        self.counters.update(later.counters)  # totals: the later ones include the earlier
+        self.marks.extend(later.marks)
+
+    def size(self) -> int:
+        return len(self.offsets) + len(self.forget_files) + len(self.acked) + len(self.done_owners)
+
 
 class State:
     """Counters are committed as increments: each commit adds what a counter grew by since the
     totals this process loaded (``counters``) or last committed. So the catch-up workers that
-    share one state (catchup.py) sum exactly, and a crash loses or repeats nothing."""
+    share one state (catchup.py) sum exactly, and a crash loses or repeats nothing.
 
-    def __init__(self, state_dir: str) -> None:
-        os.makedirs(state_dir, mode=0o700, exist_ok=True)
-        os.chmod(state_dir, 0o700)  # transcripts' paths and digests are private
+    Faults: a database that is not one, or fails SQLite's quick check, is moved aside to
+    ``state.db.corrupt-<UTC time>`` and a new one started (``rebuilt_from`` names the old one):
+    ccotel reads the history again as on a first start. A state dir or database that cannot be
+    written raises StateUnavailable. A commit that fails (disk full, I/O error, read-only
+    remount) is kept and written with the next one (``retry`` writes it alone), so nothing
+    acknowledged is lost or counted twice while ccotel runs; ``on_error(reason)`` is told of
+    each failed attempt and ``pending`` says how many records wait."""
+
+    def __init__(self, state_dir: str, verify: bool = True) -> None:
+        """``verify``: check the database at open (a catch-up worker opens one its parent checked)."""
+        _prepare_dir(state_dir)
         path = os.path.join(state_dir, "state.db")
+        self.path = path
         self.fresh = not os.path.exists(path)
+        self.rebuilt_from: str | None = None
+        self.on_error: Callable[[str], None] | None = None
+        self.failures = 0  # failed commit attempts since the last one written
+        self._pending: Commit | None = None  # what failed commits still owe the database
         self._committed: dict[str, float] = {}  # counter totals as this process last loaded or wrote them
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None,
-                                   timeout=60.0)  # several catch-up workers may wait on each other
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.executescript(_SCHEMA)
-        row = self._db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
-        if row is None:
-            self._db.execute("INSERT INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
-        elif int(row[0]) != SCHEMA_VERSION:
-            raise RuntimeError(f"state {path} has schema {row[0]}, this ccotel knows {SCHEMA_VERSION}")
-        os.chmod(path, 0o600)
+        try:
+            self._db = self._open(path, verify)
+        except sqlite3.DatabaseError as exc:
+            if isinstance(exc, sqlite3.OperationalError) or not verify:
+                raise _unwritable(state_dir, f"opening {path}", exc) from None
+            self.rebuilt_from = _move_aside(path, exc)
+            self.fresh = True
+            try:
+                self._db = self._open(path, verify)
+            except sqlite3.DatabaseError as exc2:
+                raise _unwritable(state_dir, f"opening a new {path}", exc2) from None
+        try:
+            os.chmod(path, 0o600)
+        except OSError as exc:
+            raise _unwritable(state_dir, f"making {path} private", exc) from None
+
+    @staticmethod
+    def _open(path: str, verify: bool) -> sqlite3.Connection:
+        db = sqlite3.connect(path, check_same_thread=False, isolation_level=None,
+                             timeout=60.0)  # several catch-up workers may wait on each other
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            if verify:
+                problems = [row[0] for row in db.execute("PRAGMA quick_check(3)")]
+                if problems != ["ok"]:
+                    raise sqlite3.DatabaseError("quick_check: " + "; ".join(problems))
+            db.executescript(_SCHEMA)
+            row = db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
+            if row is None:
+                db.execute("INSERT INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
+            elif int(row[0]) != SCHEMA_VERSION:
+                raise StateError(f"state {path} has schema {row[0]}, this ccotel knows {SCHEMA_VERSION}")
+        except BaseException:
+            db.close()
+            raise
+        return db
 
     def files(self) -> dict[str, tuple[FileIdentity | None, int, int]]:
         """path -> (identity, offset of the first line not fully delivered, bytes already read)."""
@@ -129,11 +297,31 @@ class State:
     def marks(self) -> set[str]:
         return {row[0] for row in self._db.execute("SELECT key FROM marks")}
 
-    def commit(self, c: Commit) -> None:
-        if c.empty():
-            return
+    @property
+    def pending(self) -> int:
+        """Records (offsets, span ids, owners) of failed commits not written yet; 0 when all is."""
         with self._lock:
-            db = self._db
+            return self._pending.size() if self._pending is not None else 0
+
+    def commit(self, c: Commit) -> bool:
+        """Write ``c`` (after whatever earlier commits failed to write). False if it failed: it is
+        kept and written with the next commit or ``retry``."""
+        if c.empty() and self._pending is None:
+            return True
+        with self._lock:
+            if self._pending is not None:
+                self._pending.merge(c)
+                c = self._pending
+            return self._write(c)
+
+    def retry(self) -> bool:
+        """Write what failed commits left; True if nothing is left."""
+        with self._lock:
+            return self._pending is None or self._write(self._pending)
+
+    def _write(self, c: Commit) -> bool:
+        db = self._db
+        try:
             db.execute("BEGIN IMMEDIATE")
             try:
                 for path, (ident, offset, read_to) in c.offsets.items():
@@ -158,13 +346,64 @@ class State:
                 db.executemany("INSERT OR IGNORE INTO marks VALUES (?)", ((m,) for m in c.marks))
                 db.execute("COMMIT")
             except BaseException:
-                db.execute("ROLLBACK")
+                if db.in_transaction:  # SQLite may have rolled back itself (a full disk)
+                    try:
+                        db.execute("ROLLBACK")
+                    except sqlite3.Error:
+                        pass
                 raise
-            self._committed.update(c.counters)
+        except (sqlite3.OperationalError, OSError) as exc:
+            self._failed(c, exc)
+            return False
+        except sqlite3.DatabaseError as exc:
+            if type(exc) is not sqlite3.DatabaseError:  # a programming or integrity error: a bug, not a fault
+                raise
+            self._failed(c, exc)  # corrupt under ccotel: keep running; the next start moves it aside
+            return False
+        self._committed.update(c.counters)
+        if self._pending is not None:
+            log.warning("checkpoints written again (after %d failed attempts); nothing was lost", self.failures)
+        self._pending = None
+        self.failures = 0
+        return True
+
+    def _failed(self, c: Commit, exc: BaseException) -> None:
+        self._pending = c
+        self.failures += 1
+        reason = _error_reason(exc)
+        if self.failures == 1:
+            log.error("checkpoint not written to %s (%s: %s); ccotel keeps reading and exporting, keeps what it "
+                      "must write in memory and retries with every commit. If it stops before a write succeeds, "
+                      "a restart sends the spans delivered since again (same ids)", self.path, reason, exc)
+        else:
+            log.debug("checkpoint still not written (%s: %s), attempt %d", reason, exc, self.failures)
+        if self.on_error is not None:
+            self.on_error(reason)
 
     def close(self) -> None:
         with self._lock:
             self._db.close()
+
+
+def _move_aside(path: str, exc: BaseException) -> str:
+    """Move a corrupt database (and its WAL and shared-memory files) to ``<name>.corrupt-<UTC time>``."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    aside = f"{path}.corrupt-{stamp}"
+    n = 1
+    while os.path.exists(aside):
+        n += 1
+        aside = f"{path}.corrupt-{stamp}-{n}"
+    for suffix in ("", "-wal", "-shm"):
+        if os.path.exists(path + suffix):
+            try:
+                os.replace(path + suffix, aside + suffix)
+            except OSError as exc2:
+                raise _unwritable(os.path.dirname(path), f"moving the corrupt {path}{suffix} aside", exc2) from None
+    log.error("the state database %s is corrupt (%s); moved it aside to %s and started a new one: the history "
+              "is read again as on a first start (counters restart from what it rebuilds, events in the history "
+              "are not counted again; traces already delivered are sent again with the same ids)",
+              path, exc, aside)
+    return aside
 
 
 def _unsigned(span_id: int) -> int:
