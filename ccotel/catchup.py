@@ -9,6 +9,11 @@ and adds its counter increments (state.py commits counters as increments). After
 pipeline starts from those checkpoints: it re-reads only the turns still open, skips spans
 already delivered, and is the one that declares the catch-up complete. A worker that dies
 loses nothing: whatever it did not checkpoint is read again by the caller.
+
+Stopping (SIGINT/SIGTERM to ccotel, cli.Stopper): the caller sends SIGTERM to each worker and
+waits for them until a deadline, then kills what is left. A worker stops like ccotel does: at
+the next file, after the batch it is sending was acknowledged and committed, without moving any
+offset past lines it read but did not hand to its exporter; its watchdog ends it in any case.
 """
 
 from __future__ import annotations
@@ -58,16 +63,23 @@ class CatchUpResult:
     unseen_agents: list[tuple[str, str, int]] = field(default_factory=list)
 
 
+# A stopped worker is gone within this long (its own watchdog); the caller kills it a little later.
+WORKER_STOP_GRACE_S = 1.2
+
+
 def catch_up_in_parallel(options: Options, state_dir: str, exporter: str, workers: int,
                          progress: Callable[[int, int], None] | None = None, close_all: bool = False,
-                         min_bytes: int = PARALLEL_MIN_BYTES, metrics: bool = True) -> CatchUpResult | None:
+                         min_bytes: int = PARALLEL_MIN_BYTES, metrics: bool = True,
+                         stopper: Any = None) -> CatchUpResult | None:
     """Read the unread history in ``workers`` processes. None if it is too small to split (or
     cannot be split: one shard); the caller's pipeline then reads it all, as it always does.
-    ``metrics``: the caller keeps metrics (``ccotel run``), so the workers add to its counters."""
+    ``metrics``: the caller keeps metrics (``ccotel run``), so the workers add to its counters.
+    ``stopper`` (cli.Stopper): once it is set the workers are stopped and cli.Interrupted raised;
+    any exception (``progress`` may raise one) stops them too before it goes on."""
     if workers < 2 or exporter == "console":  # console: several processes would interleave the output
         return None
     t0 = time.monotonic()
-    state = State(state_dir)
+    state = State(state_dir, verify=False)  # the caller opened (and checked) it first
     try:
         checkpoints = state.files()
     finally:
@@ -84,21 +96,59 @@ def catch_up_in_parallel(options: Options, state_dir: str, exporter: str, worker
     worker_options = dataclasses.replace(options, orchestrator_logs=())  # the caller follows those
     ctx = process_context()
     done = ctx.Value("q", 0)
-    procs = []
-    for b in bins:
-        reader, writer = ctx.Pipe(duplex=False)
-        proc = ctx.Process(target=_worker, name="ccotel-catchup", daemon=True,
-                           args=(worker_options, state_dir, exporter, [groups[i] for i in b], close_all, metrics,
-                                 done, writer, os.getpid()))
-        proc.start()
-        writer.close()
-        procs.append((proc, reader))
-    log.info("catching up on %.1f MB in %d processes", total / 1e6, len(procs))
+    procs: list[tuple[Any, Any]] = []
+    if stopper is not None:
+        stopper.hard = False  # from here on the workers are stopped, not abandoned
+        stopper.check()
+    try:
+        for b in bins:
+            reader, writer = ctx.Pipe(duplex=False)
+            proc = ctx.Process(target=_worker, name="ccotel-catchup", daemon=True,
+                               args=(worker_options, state_dir, exporter, [groups[i] for i in b], close_all,
+                                     metrics, done, writer, os.getpid()))
+            proc.start()
+            writer.close()
+            procs.append((proc, reader))
+        log.info("catching up on %.1f MB in %d processes", total / 1e6, len(procs))
+        result = _collect(procs, done, total, progress, stopper)
+    except BaseException:
+        _stop_workers(procs, stopper)
+        raise
+    result.seconds = time.monotonic() - t0
+    return result
+
+
+def _stop_workers(procs: list[tuple[Any, Any]], stopper: Any) -> None:
+    """SIGTERM each worker still running, wait for them (until the stopper's deadline), kill the rest."""
+    alive = [proc for proc, _ in procs if proc.is_alive()]
+    for proc in alive:
+        try:
+            os.kill(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    until = stopper.deadline(0.85) if stopper is not None and stopper.is_set() else time.monotonic() + 1.5
+    for proc in alive:
+        proc.join(max(until - time.monotonic(), 0.0))
+    for proc in alive:
+        if proc.is_alive():
+            log.warning("catch-up worker %d did not stop in time: killed", proc.pid)
+            proc.kill()
+            proc.join(1.0)
+    for _, reader in procs:
+        reader.close()
+
+
+def _collect(procs: list[tuple[Any, Any]], done: "Synchronized[int]", total: int,
+             progress: Callable[[int, int], None] | None, stopper: Any) -> CatchUpResult:
     result = CatchUpResult(workers=len(procs))
     for proc, reader in procs:
-        while proc.is_alive() and not reader.poll(0.2):
+        while proc.is_alive() and not reader.poll(0.1):
+            if stopper is not None:
+                stopper.check()
             if progress is not None:
                 progress(min(done.value, total), total)
+        if stopper is not None:
+            stopper.check()
         stats = _receive(reader)
         proc.join()
         if stats is None:
@@ -116,7 +166,6 @@ def catch_up_in_parallel(options: Options, state_dir: str, exporter: str, worker
         result.unseen_agents += [tuple(a) for a in stats["unseen_agents"]]
     if progress is not None:
         progress(min(done.value, total), total)
-    result.seconds = time.monotonic() - t0
     return result
 
 
@@ -129,26 +178,44 @@ def _receive(reader: Any) -> dict[str, Any] | None:
 
 def _worker(options: Options, state_dir: str, exporter: str, groups: list[Group], close_all: bool,
             count: bool, done: "Synchronized[int]", writer: Any, parent_pid: int) -> None:
+    from .cli import Interrupted, Stopper, abandon, die, drop_unsent, settle_state
+
+    stopper = Stopper(grace_s=WORKER_STOP_GRACE_S).install()  # hard: raises at once until the first file
     _die_with_parent(parent_pid)
     t0 = time.monotonic()
-    state = State(state_dir)
+    state = State(state_dir, verify=False)
     metrics = Metrics() if count else None
     queue = ExportQueue(make_sink(exporter), notify=lambda msg: log.warning("%s", msg),
                         on_failure=(lambda: metrics.inc("ccotel_export_failures")) if metrics else None)
+    stopper.wakers.append(lambda: drop_unsent(queue))
     pipeline = Pipeline(options, emit=queue.submit, state=state, metrics=metrics)
     queue.on_ack = pipeline.acknowledge
     last = [0]
 
     def progress(n: int, _total: int) -> None:
+        stopper.hard = False
+        stopper.check()
         if os.getppid() != parent_pid:
             os._exit(1)  # ccotel is gone (where PR_SET_PDEATHSIG does not exist)
         with done.get_lock():
             done.value += n - last[0]
         last[0] = n
 
-    pipeline.backfill(progress, close_all=close_all, groups=groups, final=False)
+    try:
+        try:
+            pipeline.backfill(progress, close_all=close_all, groups=groups, final=False)
+        except Interrupted:
+            abandon(queue, stopper.deadline(0.8))  # no process_acks: see cli._backfill
+            raise
+        stopper.hard = False
+        while not queue.flush(timeout_s=0.1):
+            stopper.check()
+        stopper.check()
+    except Interrupted as stop:
+        die(stop.signum)
     queue.close(timeout_s=None)
     pipeline.process_acks()
+    settle_state(state, time.monotonic() + 5.0)
     state.close()
     ghosts, unseen = pipeline.detector_state()
     writer.send({"ghosts": ghosts, "unseen_agents": unseen,"files": pipeline.stats.files, "lines": pipeline.stats.lines, "exported": queue.exported,

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import re
 import signal
 import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
@@ -26,15 +28,149 @@ from .pipeline import Options, Pipeline
 from .pricing import DEFAULT_PRICING, Pricing, load_overrides
 from .shard import default_workers
 from .spans import Conventions
-from .state import State, default_state_dir
+from .state import Commit, State, StateError, StateLock, StateLocked, default_state_dir, lock_state_dir
 from .watch import Watcher
 
 if TYPE_CHECKING:
     from .catchup import CatchUpResult
 
-__all__ = ["main", "build_parser", "parse_since"]
+__all__ = ["main", "build_parser", "parse_since", "Stopper", "Interrupted", "EXIT_ERROR", "EXIT_LOCKED"]
 
 log = logging.getLogger("ccotel")
+
+# Exit status (README, "Running it"): 0 done (backfill) or stopped by a signal once caught up
+# (run); killed by SIGINT/SIGTERM (130/143 in a shell) when stopped before its work was done;
+# EXIT_ERROR the state cannot be used or a checkpoint could not be written; EXIT_LOCKED
+# another ccotel holds the state dir; 2 usage (argparse) or, for check, refused.
+EXIT_ERROR = 1
+EXIT_LOCKED = 75  # EX_TEMPFAIL: try again once the other one stopped
+
+# After SIGINT/SIGTERM the process is gone within this long, whatever it was doing.
+STOP_GRACE_S = 1.75
+
+
+class Interrupted(Exception):
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+class Stopper:
+    """SIGINT and SIGTERM, honoured in every phase.
+
+    ``hard`` (the default, and while nothing is being checkpointed by this thread: discovery,
+    loading the state, starting workers' reads): the handler raises Interrupted at once.
+    Otherwise it only sets ``event`` and the code stops at its next ``check()`` (between
+    files, every 0.25 s live). Either way each ``wakers`` callable runs (an export queue drops
+    its unsent spans so nothing blocks on it), and a watchdog thread ends the process
+    ``grace_s`` after the signal if it has not ended by then; a second signal ends it at once.
+    The process ends by the signal itself (``die``), so a shell sees 130 / 143 and systemd a
+    clean stop."""
+
+    def __init__(self, grace_s: float = STOP_GRACE_S) -> None:
+        self.grace_s = grace_s
+        self.event = threading.Event()
+        self.signum = 0
+        self.at = 0.0  # monotonic time of the first signal
+        self.hard = True
+        self.wakers: list[Callable[[], None]] = []
+
+    def install(self) -> "Stopper":
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, self._handle)
+        return self
+
+    def is_set(self) -> bool:
+        return self.event.is_set()
+
+    def deadline(self, share: float = 1.0) -> float:
+        """A monotonic time ``share`` of the grace period after the signal."""
+        return self.at + self.grace_s * share
+
+    def check(self) -> None:
+        if self.event.is_set():
+            raise Interrupted(self.signum)
+
+    def _handle(self, signum: int, _frame: object) -> None:
+        if self.event.is_set():
+            die(signum, f"{signal.Signals(signum).name} again: exiting now; checkpoints are as last written")
+        self.signum, self.at = signum, time.monotonic()
+        self.event.set()
+        threading.Thread(target=self._watchdog, name="ccotel-stop", daemon=True).start()
+        for wake in self.wakers:
+            wake()
+        if self.hard:
+            raise Interrupted(signum)
+
+    def _watchdog(self) -> None:
+        time.sleep(max(self.deadline() - time.monotonic(), 0.0))
+        die(self.signum, f"still stopping {self.grace_s:.2f} s after {signal.Signals(self.signum).name}: exiting "
+            "now; checkpoints are as last written (a restart reads again what they do not cover)")
+
+
+def die(signum: int, message: str | None = None) -> None:
+    """End this process by ``signum`` (its default action), as an unhandled signal would, from
+    any thread; nothing else runs (no atexit, no thread joins). ``message``: a last log line."""
+    try:
+        if message:
+            stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+            os.write(2, f"{stamp} ccotel WARNING {message}\n".encode())
+        for handler in logging.getLogger().handlers:
+            stream = getattr(handler, "stream", None)
+            if stream is not None:
+                stream.flush()
+    except (OSError, ValueError):
+        pass
+    try:
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signum, signal.SIG_DFL)
+        else:  # signal.signal is for the main thread only; libc's is not
+            import ctypes
+
+            ctypes.CDLL(None).signal(signum, 0)  # SIG_DFL
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signum})
+        os.kill(os.getpid(), signum)
+        time.sleep(1.0)
+    finally:
+        os._exit(128 + signum)
+
+
+def drop_unsent(queue: ExportQueue) -> None:
+    """Forget the spans not sent yet (their lines are not checkpointed: a restart reads them
+    again) and wake whatever waits on the queue. A batch being sent is let finish."""
+    with queue._cv:  # noqa: SLF001  (ExportQueue has no public way to do this; see the final report)
+        queue._q.clear()  # noqa: SLF001
+        queue._cv.notify_all()  # noqa: SLF001
+
+
+def abandon(queue: ExportQueue, until: float) -> bool:
+    """Stop the export thread after the batch it is sending (its acknowledgement is committed
+    by on_ack), dropping what is unsent; wait for that until the monotonic time ``until``.
+    False if the batch was still out then (the backend may take it: a restart may send it again)."""
+    with queue._cv:  # noqa: SLF001
+        queue._q.clear()  # noqa: SLF001
+        queue._stop = True  # noqa: SLF001
+        queue._cv.notify_all()  # noqa: SLF001
+        while queue._inflight:  # noqa: SLF001
+            remaining = until - time.monotonic()
+            if remaining <= 0:
+                return False
+            queue._cv.wait(timeout=min(remaining, 0.05))  # noqa: SLF001
+    queue._thread.join(timeout=max(until - time.monotonic(), 0.0))  # noqa: SLF001
+    return True
+
+
+def settle_state(state: State | None, until: float) -> bool:
+    """Write what failed commits left, retrying until ``until``. True if nothing is left."""
+    if state is None:
+        return True
+    while not state.retry():
+        if time.monotonic() >= until:
+            log.error("%d checkpoint records could not be written (%d attempts); a restart sends the spans "
+                      "delivered since the last write again", state.pending, state.failures)
+            return False
+        time.sleep(0.2)
+    return True
 
 
 def parse_since(value: str, now: float | None = None) -> int:
@@ -140,13 +276,18 @@ def _options(args: argparse.Namespace) -> Options:
 
 
 class _Progress:
-    """A one-line progress bar on stderr while catching up (only on a terminal)."""
+    """A one-line progress bar on stderr while catching up (only on a terminal). Called between
+    files: where a stop is honoured (the stopper is soft from the first call on)."""
 
-    def __init__(self) -> None:
+    def __init__(self, stopper: Stopper | None = None) -> None:
         self.enabled = sys.stderr.isatty()
         self.last = 0.0
+        self.stopper = stopper
 
     def __call__(self, done: int, total: int) -> None:
+        if self.stopper is not None:
+            self.stopper.hard = False
+            self.stopper.check()
         now = time.monotonic()
         if not self.enabled or (now - self.last < 0.2 and done < total):
             return
@@ -167,11 +308,22 @@ def _state(args: argparse.Namespace) -> State | None:
     return State(args.state_dir or default_state_dir())
 
 
-def _start(args: argparse.Namespace, metrics: Metrics | None = None) -> tuple[Pipeline, ExportQueue]:
+def _lock(args: argparse.Namespace) -> StateLock | None:
+    """The state dir for this process alone (raises StateLocked / StateUnavailable)."""
+    if args.state_dir == "none":
+        log.warning("--state-dir none: no checkpoints; every start reads, sends and counts the whole history again")
+        return None
+    return lock_state_dir(args.state_dir or default_state_dir())
+
+
+def _start(args: argparse.Namespace, metrics: Metrics | None = None,
+           stopper: Stopper | None = None) -> tuple[Pipeline, ExportQueue]:
     sink = make_sink(args.traces_exporter)
     state = _state(args)
     queue = ExportQueue(sink, notify=lambda msg: log.warning("%s", msg),
                         on_failure=(lambda: metrics.inc("ccotel_export_failures")) if metrics else None)
+    if stopper is not None:
+        stopper.wakers.append(lambda: drop_unsent(queue))
     pipeline = Pipeline(_options(args), emit=queue.submit, state=state, metrics=metrics)
     queue.on_ack = pipeline.acknowledge
     roots = ", ".join(pipeline.options.roots)
@@ -181,7 +333,7 @@ def _start(args: argparse.Namespace, metrics: Metrics | None = None) -> tuple[Pi
 
 
 def _catch_up_in_parallel(args: argparse.Namespace, progress: _Progress, close_all: bool = False,
-                          metrics: bool = False) -> CatchUpResult | None:
+                          metrics: bool = False, stopper: Stopper | None = None) -> CatchUpResult | None:
     """A large history is first read by several processes (catchup.py); the pipeline then reads
     only what they left open."""
     if args.state_dir == "none":
@@ -191,7 +343,7 @@ def _catch_up_in_parallel(args: argparse.Namespace, progress: _Progress, close_a
     workers = default_workers() if args.workers is None else args.workers
     done = catch_up_in_parallel(_options(args), args.state_dir or default_state_dir(), args.traces_exporter,
                                 workers, progress, close_all=close_all, min_bytes=int(args.parallel_min_mb * 1e6),
-                                metrics=metrics)
+                                metrics=metrics, stopper=stopper)
     if done is not None:
         log.info("%d processes read %d files, %d lines and exported %d spans in %.1f s (%s s; peak RSS %s MB)%s",
                  done.workers, done.files, done.lines, done.spans_exported, done.seconds,
@@ -201,16 +353,78 @@ def _catch_up_in_parallel(args: argparse.Namespace, progress: _Progress, close_a
     return done
 
 
-def cmd_backfill(args: argparse.Namespace) -> int:
-    progress = _Progress()
-    parallel = _catch_up_in_parallel(args, progress, close_all=args.close_all)
-    pipeline, queue = _start(args)
-    kept = pipeline.backfill(progress, close_all=args.close_all)
-    progress.end()
+def _backfill(pipeline: Pipeline, queue: ExportQueue, progress: _Progress, stopper: Stopper,
+              close_all: bool = False) -> int:
+    """pipeline.backfill, stoppable between files. Interrupted: the export thread is stopped
+    after the batch it sends (acknowledged ids are committed by on_ack) and no further offsets
+    are checkpointed: the session being read was not handed to the exporter yet, so its lines
+    must not be passed over; a restart reads it again and skips the spans already delivered."""
+    stopper.hard = True  # until the first file is read, nothing is checkpointed by this thread
+    try:
+        kept = pipeline.backfill(progress, close_all=close_all)
+    except Interrupted:
+        abandon(queue, stopper.deadline(0.8))
+        raise
+    stopper.hard = False
+    return kept
+
+
+def _wait_for_backend(queue: ExportQueue, stopper: Stopper) -> None:
+    """Until every span is delivered (the backend may be down: then this waits), or a stop."""
     if queue.pending():
         log.info("waiting for the trace backend to take %d spans", queue.pending())
+    while not queue.flush(timeout_s=0.1):
+        stopper.check()
+    stopper.check()
+
+
+def _prune_gone(pipeline: Pipeline) -> None:
+    """Forget the checkpoints of transcripts deleted while ccotel did not run (Claude Code's
+    cleanupPeriodDays sweep): only under a root that is there (an unmounted root is not a sweep)."""
+    state = pipeline.state
+    if state is None:
+        return
+    roots = [r.rstrip(os.sep) + os.sep for r in pipeline.options.roots if os.path.isdir(r)]
+    logs = {path for path, _ in pipeline.options.orchestrator_logs}
+    gone = [p for p in state.files() if p not in logs and p not in pipeline.files and
+            any(p.startswith(r) for r in roots) and not os.path.lexists(p)]
+    if gone:
+        state.commit(Commit(forget_files=gone))
+        log.info("forgot the checkpoints of %d transcripts that no longer exist", len(gone))
+
+
+def _forget_deleted(pipeline: Pipeline, paths: set[str]) -> None:
+    """Files (or directories of them) deleted while followed: stop following, forget their checkpoints."""
+    gone: list[str] = []
+    for path in paths:
+        if os.path.lexists(path):
+            continue
+        prefix = path.rstrip(os.sep) + os.sep
+        gone += [p for p in pipeline.files if p == path or p.startswith(prefix)]
+    gone = [p for p in dict.fromkeys(gone) if not os.path.lexists(p)]
+    if not gone:
+        return
+    for p in gone:
+        del pipeline.files[p]
+    if pipeline.state is not None:
+        pipeline.state.commit(Commit(forget_files=gone))
+    log.debug("%d transcripts deleted; their checkpoints forgotten", len(gone))
+
+
+def cmd_backfill(args: argparse.Namespace, stopper: Stopper | None = None) -> int:
+    stopper = stopper or Stopper()
+    lock = _lock(args)  # noqa: F841  (held until the process ends)
+    progress = _Progress(stopper)
+    parallel = _catch_up_in_parallel(args, progress, close_all=args.close_all, stopper=stopper)
+    stopper.hard = True
+    pipeline, queue = _start(args, stopper=stopper)
+    kept = _backfill(pipeline, queue, progress, stopper, close_all=args.close_all)
+    progress.end()
+    _prune_gone(pipeline)
+    _wait_for_backend(queue, stopper)
     queue.close(timeout_s=None)
     pipeline.process_acks()
+    written = settle_state(pipeline.state, time.monotonic() + 5.0)
     st = pipeline.stats
     lines, exported, errors = st.lines, queue.exported, Counter(st.errors)
     if parallel is not None:  # the files are the same; the lines and spans add up
@@ -219,7 +433,7 @@ def cmd_backfill(args: argparse.Namespace) -> int:
     bad = ", ".join(f"{k}={v}" for k, v in sorted(errors.items())) or "none"
     log.info("backfill: %d files, %d lines, %d spans exported, bad input: %s%s", st.files, lines,
              exported, bad, f"; {kept} turns still open (ccotel run follows them)" if kept else "")
-    return 0
+    return 0 if written else EXIT_ERROR
 
 
 def _metrics_server(args: argparse.Namespace, metrics: Metrics) -> None:
@@ -231,7 +445,9 @@ def _metrics_server(args: argparse.Namespace, metrics: Metrics) -> None:
     log.info("metrics on http://%s:%s/metrics", host, port)
 
 
-def cmd_run(args: argparse.Namespace) -> int:
+def cmd_run(args: argparse.Namespace, stopper: Stopper | None = None) -> int:
+    stopper = stopper or Stopper()
+    lock = _lock(args)  # noqa: F841  (held until the process ends)
     metrics = Metrics()
     if args.state_dir != "none":  # served from the start, with the totals of the last run
         saved = State(args.state_dir or default_state_dir())
@@ -240,27 +456,34 @@ def cmd_run(args: argparse.Namespace) -> int:
     _metrics_server(args, metrics)
     watcher = Watcher(_options(args).roots, force_polling=args.poll)
     watcher.start()  # before the catch-up, so nothing written meanwhile is missed
-    progress = _Progress()
-    parallel = _catch_up_in_parallel(args, progress, metrics=True)
-    pipeline, queue = _start(args, metrics)
-    metrics.gauges = lambda: {**pipeline.gauges(), "ccotel_export_queue_spans": float(queue.pending())}
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
-    pipeline.backfill(progress)
+    progress = _Progress(stopper)
+    parallel = _catch_up_in_parallel(args, progress, metrics=True, stopper=stopper)
+    stopper.hard = True
+    pipeline, queue = _start(args, metrics, stopper)
+    state = pipeline.state
+    if state is not None:
+        state.on_error = lambda _reason: None  # the gauge below says it
+    metrics.gauges = lambda: {**pipeline.gauges(), "ccotel_export_queue_spans": float(queue.pending()),
+                              "ccotel_checkpoint_pending": float(state.pending if state is not None else 0)}
+    _backfill(pipeline, queue, progress, stopper)
     if parallel is not None:
         pipeline.adopt_detector_state(parallel.ghosts, parallel.unseen_agents)
     progress.end()
+    _prune_gone(pipeline)
     log.info("caught up: %d files, %d spans; following live (%s)", pipeline.stats.files,
              pipeline.stats.spans, watcher.mode)
     status = sys.stderr.isatty() and not args.no_status
-    last_rescan = last_status = time.monotonic()
-    while not stop.is_set():
+    last_rescan = last_status = last_retry = time.monotonic()
+    while not stopper.is_set():
         dirty = watcher.wait(0.25)
         if dirty:
             pipeline.poll(sorted(dirty))
+            _forget_deleted(pipeline, dirty)
         pipeline.tick()
         now = time.monotonic()
+        if state is not None and state.failures and now - last_retry > 1:
+            last_retry = now
+            state.retry()  # a full disk: the next commit may be a while away
         if now - last_rescan > 120:  # a safety net: inotify reports new files and directories
             last_rescan = now
             watcher.ensure_roots()
@@ -272,12 +495,17 @@ def cmd_run(args: argparse.Namespace) -> int:
             sys.stderr.write(f"\rlive: {st.files} files, {st.lines} lines, {queue.exported} spans sent,"
                              f" {queue.pending()} pending{down}   ")
             sys.stderr.flush()
+    # Stopped: what the backend takes within the first part of the grace period is checkpointed;
+    # the rest is not sent (its lines are read again after a restart). A second signal ends it at once.
+    log.info("%s: stopping", signal.Signals(stopper.signum).name)
     watcher.stop()
     if status:
         sys.stderr.write("\n")
-    queue.close(timeout_s=10)
+    queue.flush(timeout_s=max(stopper.deadline(0.45) - time.monotonic(), 0.0))
+    abandon(queue, stopper.deadline(0.7))
     pipeline.process_acks()
-    return 0
+    written = settle_state(state, stopper.deadline(0.85))
+    return 0 if written else EXIT_ERROR
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -326,10 +554,20 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s ccotel %(levelname)s %(message)s", stream=sys.stderr)
-    if args.command == "backfill":
-        return cmd_backfill(args)
-    if args.command == "run":
-        return cmd_run(args)
+    if args.command in ("backfill", "run"):
+        stopper = Stopper().install()  # first: a stop is honoured from the start
+        try:
+            return cmd_backfill(args, stopper) if args.command == "backfill" else cmd_run(args, stopper)
+        except Interrupted as stop:
+            log.warning("%s before %s was done: stopped; checkpoints hold what the backend acknowledged, a "
+                        "restart goes on from there", stop, "the catch-up" if args.command == "run" else "the backfill")
+            die(stop.signum)
+        except StateLocked as exc:
+            log.error("%s", exc)
+            return EXIT_LOCKED
+        except StateError as exc:
+            log.error("%s", exc)
+            return EXIT_ERROR
     if args.command == "report":
         return cmd_report(args)
     if args.command == "check":
