@@ -96,3 +96,14 @@ def test_loader_versions(tmp_path: Path) -> None:
     copy = copy_fixture("s01_bash_tool", tmp_path, version=NEWEST)
     assert copy.name == f"{NEWEST}-s01_bash_tool" and copy.version == NEWEST
     assert copy.root == tmp_path / f"{NEWEST}-s01_bash_tool"
+
+
+def test_ids_unique_across_fixtures() -> None:
+    """No API message id (nor tool_use id) is in two fixtures: readers treat one id in two sessions as
+    the same call replayed, so the versions' fixtures of a scenario must not share the fake's ids."""
+    seen: dict[str, str] = {}
+    for name in FIXTURES:
+        for r in load_fixture(name).ground_truth:
+            for key in [r.get("message_id")] + [b.get("id") for b in r.get("blocks") or []]:
+                if key:
+                    assert seen.setdefault(key, name) == name, (key, seen[key], name)

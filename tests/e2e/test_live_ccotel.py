@@ -26,7 +26,7 @@ import pytest
 from tests.harness.fakeapi import FakeAPI
 from tests.harness.install import OLDEST, selected_versions
 from tests.harness.runner import Sandbox
-from tests.harness.scenarios import SCENARIOS, Context
+from tests.harness.scenarios import SCENARIOS, Context, api_tag
 from tests.otlp_receiver import OtlpReceiver
 from tests.support import prometheus as prom
 from tests.support.fixtures import missing_component
@@ -58,7 +58,7 @@ def run_live(name: str, sandbox: Sandbox) -> Path:
     """Run a harness scenario in an existing sandbox (ccotel already watches its config dir)."""
     scenario = SCENARIOS[name]
     gt = sandbox.root / f"{name}.ground_truth.jsonl"
-    with FakeAPI(f"s{scenario.number:02d}", scenario.rules(version=sandbox.version), gt) as api:
+    with FakeAPI(api_tag(scenario, sandbox.version), scenario.rules(version=sandbox.version), gt) as api:
         scenario.drive(Context(api=api, sandbox=sandbox))
     return gt
 

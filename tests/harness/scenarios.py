@@ -23,7 +23,7 @@ from .fakeapi import (ApiError, FakeAPI, Message, Rule, Usage, advisor_iteration
 from .install import CLAUDE_CODE_VERSION, OLDEST, VERSIONS
 from .runner import RunResult, Sandbox, StdinStep, tool_use_seen, transcript_lines
 
-__all__ = ["Scenario", "ScenarioResult", "Context", "SCENARIOS", "run_scenario", "usage_for", "copy_config_tree"]
+__all__ = ["Scenario", "ScenarioResult", "Context", "SCENARIOS", "run_scenario", "api_tag", "usage_for", "copy_config_tree"]
 
 
 def usage_for(scenario_no: int, i: int) -> Usage:
@@ -125,6 +125,15 @@ class ScenarioResult:
         return ids
 
 
+def api_tag(scenario: Scenario, version: str = CLAUDE_CODE_VERSION) -> str:
+    """The fake API's id tag (``msg_<tag>_001``, ``req_<tag>_001``, ``toolu_<tag>_001_0``): ``s01`` for
+    2.1.197 (its fixtures have those ids), ``s01_21330`` for 2.1.330. Real message ids are unique
+    across sessions and readers (ccotel) treat the same id in two sessions as one call replayed, so
+    two versions' fixtures of one scenario must not share ids."""
+    tag = f"s{scenario.number:02d}"
+    return tag if version == OLDEST else f"{tag}_{version.replace('.', '')}"
+
+
 def run_scenario(scenario: Scenario, base: Path | str | None = None, debug_requests: bool = False,
                  version: str = CLAUDE_CODE_VERSION) -> ScenarioResult:
     """Run ``scenario`` with Claude Code ``version`` in a fresh sandbox (a temp dir under ``base``)."""
@@ -132,7 +141,7 @@ def run_scenario(scenario: Scenario, base: Path | str | None = None, debug_reque
     gt = sandbox.root / "ground_truth.jsonl"
     req_log = sandbox.root / "requests.jsonl" if debug_requests else None
     started = time.time()
-    with FakeAPI(f"s{scenario.number:02d}", scenario.rules(version=version), gt, req_log) as api:
+    with FakeAPI(api_tag(scenario, version), scenario.rules(version=version), gt, req_log) as api:
         ctx = Context(api=api, sandbox=sandbox)
         scenario.drive(ctx)
     return ScenarioResult(scenario=scenario, sandbox=sandbox, runs=ctx.runs, ground_truth=gt, notes=ctx.notes,
