@@ -1,8 +1,10 @@
-"""Metrics stage: counters derived from delivered spans and from detectors, served to Prometheus.
+"""Metrics stage: counters derived from spans as they are built and from detectors, served to Prometheus.
 
 Counters count what happens while ccotel runs: spans of history read on a first start are not
 counted, and the totals are checkpointed with the offsets (state.py), so a restart neither
-resets them nor counts an event twice. Everything is exposed by one custom Collector reading
+resets them nor counts an event twice. They never wait for the trace backend: a span is counted
+when it is built; its increments are checkpointed once the span is final (delivered, or dropped
+for good), and until then a crash re-reads its lines and counts it again, once. Everything is exposed by one custom Collector reading
 this object at scrape time; no global registry.
 """
 
@@ -10,7 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
@@ -86,14 +88,17 @@ def _key(name: str, labels: tuple[str, ...]) -> str:
 class Metrics:
     """Counter values keyed by name and label values; thread-safe.
 
-    Two channels, each checkpointed in the same transaction as what it counts: "delivered"
-    (derived from spans, saved with the acknowledged span ids) and "read" (lines, parse
-    errors, detectors, orchestrator logs: saved with the offsets). The exposition adds them.
+    Channels: "pending" (from spans built but not final yet: exposed, never checkpointed),
+    "delivered" (from final spans, saved with their span ids in one transaction) and "read"
+    (lines, parse errors, detectors, orchestrator logs: saved with the offsets). The exposition
+    adds them.
     """
 
     def __init__(self, gauges: Callable[[], dict[str, float]] | None = None) -> None:
         self._lock = threading.Lock()
-        self._channels: dict[str, dict[str, float]] = {"read": {}, "delivered": {}}
+        # "pending": counted from spans not final yet (exposed, never checkpointed)
+        self._channels: dict[str, dict[str, float]] = {"read": {}, "delivered": {}, "pending": {}}
+        self._pending: dict[int, list[tuple[str, float]]] = {}
         self.gauges = gauges or (lambda: {})
         self.started = time.time()
 
@@ -119,69 +124,41 @@ class Metrics:
                 k = _key(name + suffix, labels)
                 values[k] = values.get(k, 0.0) + v
 
-    def observe_span(self, s: SpanRecord) -> None:
-        """Count what a delivered span says happened (the "delivered" channel)."""
-        inc = self._inc_delivered
-        a = s.attributes
-        op = a.get("gen_ai.operation.name")
-        if op == "chat":
-            model = str(a.get("gen_ai.response.model") or "unknown")
-            if s.status is StatusCode.ERROR:
-                inc("ccotel_api_errors", str(a.get("error.type", "api_error")))
-                return
-            inc("ccotel_api_calls", model)
-            for kind, attr in _TOKEN_ATTRS:
-                if attr in a:
-                    inc("ccotel_tokens", model, kind, value=float(a[attr]))
-            if "claude_code.cost.usd" in a:
-                inc("ccotel_cost_usd", model, value=float(a["claude_code.cost.usd"]))
-            elif a.get("claude_code.cost.unpriced"):
-                inc("ccotel_unpriced_calls", model)
-        elif op == "execute_tool":
-            tool = str(a.get("gen_ai.tool.name", "unknown"))
-            outcome = str(a.get("error.type", "ok")) if s.status is StatusCode.ERROR else "ok"
-            inc("ccotel_tool_calls", tool, outcome)
-            self.observe("ccotel_tool_duration_seconds", max(s.end_ns - s.start_ns, 0) / 1e9, tool, channel="delivered")
-            if outcome == "orphaned" or a.get("claude_code.tool.repaired"):
-                inc("ccotel_orphaned_tool_uses", tool)  # once: seen live, or only from the repair
-        elif op == "invoke_agent" and s.parent_span_id is None and a.get("gen_ai.agent.name") == "claude-code":
-            self._turn(s)
-        elif op == "invoke_agent":
-            inc("ccotel_subagents", str(a.get("gen_ai.agent.name", "subagent")))
-            self._compactions(s)
+    def observe_span(self, s: SpanRecord, span_key: int | None = None) -> None:
+        """Count what a span says happened, when it is built: metrics never wait for the trace
+        backend. With ``span_key`` the increments are held as "pending" until ``settle`` (the span
+        is final: delivered or dropped for good), and only settled ones are checkpointed: a crash
+        before then re-reads the span's lines, builds it again and counts it again, once."""
+        incs = _span_increments(s)
+        with self._lock:
+            if span_key is None:
+                target = self._channels["delivered"]
+            else:
+                target = self._channels["pending"]
+                held = self._pending.setdefault(span_key, [])
+                held.extend(incs)
+            for k, v in incs:
+                target[k] = target.get(k, 0.0) + v
 
-    def _inc_delivered(self, name: str, *labels: str, value: float = 1.0) -> None:
-        self.inc(name, *labels, value=value, channel="delivered")
-
-    def _turn(self, s: SpanRecord) -> None:
-        inc = self._inc_delivered
-        a = s.attributes
-        outcome = str(a.get("claude_code.turn.outcome", "incomplete"))
-        inc("ccotel_turns", outcome)
-        if outcome == "interrupted":
-            inc("ccotel_user_interrupts")
-        if outcome == "killed":
-            inc("ccotel_killed_turns")
-        if a.get("claude_code.turn.lost_tools"):
-            # resumed on a branch without a call that never got its result: memory lost
-            inc("ccotel_session_resets", "orphaned_tool_use", "transcript")
-        if a.get("claude_code.turn.stalled"):
-            fate = {"completed": "recovered", "interrupted": "recovered"}.get(outcome, outcome)
-            inc("ccotel_stalled_turns", fate)
-        self._compactions(s)
-
-    def _compactions(self, s: SpanRecord) -> None:
-        inc = self._inc_delivered
-        for e in s.events:
-            if e.name == "claude_code.compaction":
-                inc("ccotel_compactions", str(e.attributes.get("claude_code.compaction.trigger", "unknown")))
+    def settle(self, span_keys: Iterable[int]) -> None:
+        """These spans are final: their held increments move to the checkpointed channel."""
+        with self._lock:
+            pending, delivered = self._channels["pending"], self._channels["delivered"]
+            for span_key in span_keys:
+                for k, v in self._pending.pop(span_key, ()):
+                    left = pending.get(k, 0.0) - v
+                    if abs(left) < 1e-9:
+                        pending.pop(k, None)
+                    else:
+                        pending[k] = left
+                    delivered[k] = delivered.get(k, 0.0) + v
 
     # -- persistence -------------------------------------------------------------
 
     def snapshot(self, channel: str | None = None) -> dict[str, float]:
         """Values to checkpoint, keys prefixed by channel ("read:"/"delivered:"); all if None."""
         with self._lock:
-            channels = [channel] if channel else list(self._channels)
+            channels = [channel] if channel else ["read", "delivered"]
             return {f"{c}:{k}": v for c in channels for k, v in self._channels[c].items()}
 
     def restore(self, values: dict[str, float]) -> None:
@@ -273,3 +250,63 @@ def serve(metrics: Metrics, addr: str = "127.0.0.1", port: int = 9477):  # type:
     from prometheus_client import start_http_server
 
     return start_http_server(port, addr=addr, registry=registry_for(metrics))
+
+
+def _span_increments(s: SpanRecord) -> list[tuple[str, float]]:
+    """(series key, increment) of everything a span says happened."""
+    out: list[tuple[str, float]] = []
+
+    def inc(name: str, *labels: str, value: float = 1.0) -> None:
+        out.append((_key(name, labels), value))
+
+    a = s.attributes
+    op = a.get("gen_ai.operation.name")
+    if op == "chat":
+        model = str(a.get("gen_ai.response.model") or "unknown")
+        if s.status is StatusCode.ERROR:
+            inc("ccotel_api_errors", str(a.get("error.type", "api_error")))
+            return out
+        inc("ccotel_api_calls", model)
+        for kind, attr in _TOKEN_ATTRS:
+            if attr in a:
+                inc("ccotel_tokens", model, kind, value=float(a[attr]))
+        if "claude_code.cost.usd" in a:
+            inc("ccotel_cost_usd", model, value=float(a["claude_code.cost.usd"]))
+        elif a.get("claude_code.cost.unpriced"):
+            inc("ccotel_unpriced_calls", model)
+    elif op == "execute_tool":
+        tool = str(a.get("gen_ai.tool.name", "unknown"))
+        outcome = str(a.get("error.type", "ok")) if s.status is StatusCode.ERROR else "ok"
+        inc("ccotel_tool_calls", tool, outcome)
+        seconds = max(s.end_ns - s.start_ns, 0) / 1e9
+        for le in DURATION_BUCKETS:
+            if seconds <= le:
+                inc("ccotel_tool_duration_seconds_bucket", tool, repr(le))
+        inc("ccotel_tool_duration_seconds_sum", tool, value=seconds)
+        inc("ccotel_tool_duration_seconds_count", tool)
+        if outcome == "orphaned" or a.get("claude_code.tool.repaired"):
+            inc("ccotel_orphaned_tool_uses", tool)  # once: seen live, or only from the repair
+    elif op == "invoke_agent" and s.parent_span_id is None and a.get("gen_ai.agent.name") == "claude-code":
+        outcome = str(a.get("claude_code.turn.outcome", "incomplete"))
+        inc("ccotel_turns", outcome)
+        if outcome == "interrupted":
+            inc("ccotel_user_interrupts")
+        if outcome == "killed":
+            inc("ccotel_killed_turns")
+        if a.get("claude_code.turn.lost_tools"):
+            # resumed on a branch without a call that never got its result: memory lost
+            inc("ccotel_session_resets", "orphaned_tool_use", "transcript")
+        if a.get("claude_code.turn.stalled"):
+            fate = {"completed": "recovered", "interrupted": "recovered"}.get(outcome, outcome)
+            inc("ccotel_stalled_turns", fate)
+        _compactions(s, inc)
+    elif op == "invoke_agent":
+        inc("ccotel_subagents", str(a.get("gen_ai.agent.name", "subagent")))
+        _compactions(s, inc)
+    return out
+
+
+def _compactions(s: SpanRecord, inc: Callable[..., None]) -> None:
+    for e in s.events:
+        if e.name == "claude_code.compaction":
+            inc("ccotel_compactions", str(e.attributes.get("claude_code.compaction.trigger", "unknown")))

@@ -255,6 +255,7 @@ class Pipeline:
         crash right after cannot make a restart send them again or count them twice.
         """
         commit = Commit()
+        settled: list[int] = []
         with self._ack_lock:
             for span in spans:
                 found = self._inflight.pop(span.span_id, None)
@@ -265,8 +266,10 @@ class Pipeline:
                 if owner.pending == 0:
                     self._maybe_done.add(owner.token)
                 commit.acked.append((span.span_id, owner.token))
-                if self.metrics is not None and live:
-                    self.metrics.observe_span(span)
+                if live:
+                    settled.append(span.span_id)
+            if self.metrics is not None and settled:
+                self.metrics.settle(settled)  # counted when built; now final, so checkpointed
             delivered = len(commit.acked)
             for reason, n in result.drops if result is not None else ():
                 n = min(n, delivered)
@@ -580,6 +583,8 @@ class Pipeline:
                     owner.pending += 1
                     self._inflight[span.span_id] = (owner, owner.live)
                     spans.append(span)
+                    if self.metrics is not None and owner.live:
+                        self.metrics.observe_span(span, span.span_id)  # counted now, not on delivery
         if spans:
             self.stats.spans += len(spans)
             self.emit(spans)

@@ -255,3 +255,44 @@ def test_claude_codes_own_cost_beside_the_estimate(tmp_path):
     # ccotel's estimate of the same calls, at list prices from genai-prices: close to Claude Code's own
     estimate = sum(live2.v("ccotel_cost_usd", m) for m in expected)
     assert estimate == pytest.approx(sum(expected.values()), rel=0.05)
+
+
+def test_counters_do_not_wait_for_the_trace_backend(tmp_path):
+    """The trace backend down for the whole run: tokens, calls, turns and tools are counted when
+    the spans are built, equal to the ground truth, and none of it is checkpointed as final until
+    the backend takes the spans (a crash before then re-reads and counts them once more, never
+    twice). Before: all zero until the backend answered."""
+    from ccotel.export import ExportQueue
+    from ccotel.memory_sink import MemorySink
+
+    name = "2.1.330-s03_parallel_subagents"
+    sink = MemorySink().retry(times=10 ** 6)  # never answers
+    root = tmp_path / "claude"
+    (root / "projects").mkdir(parents=True)
+    now = [time.time_ns()]
+    metrics = Metrics()
+    state = State(str(tmp_path / "st"))
+    queue = ExportQueue(sink, max_backoff_s=0.05)
+    p = Pipeline(Options(roots=(str(root),)), emit=queue.submit, clock=lambda: now[0], state=state,
+                 metrics=metrics)
+    queue.on_ack = p.acknowledge
+    p.backfill()
+    shutil.copytree(load_fixture(name).config_dir / "projects", root / "projects", dirs_exist_ok=True)
+    p.rescan()
+    now[0] += 3600 * 10 ** 9
+    p.tick()
+    gt = sent(name)
+    model = gt[0]["model"]
+    assert sink.spans == [] and queue.pending() > 0
+    assert metrics.value("ccotel_api_calls", model) == len(gt)
+    assert metrics.value("ccotel_tokens", model, "output") == sum(r["usage"]["output_tokens"] for r in gt)
+    assert metrics.value("ccotel_tokens", model, "cache_read") == sum(r["usage"]["cache_read_input_tokens"] for r in gt)
+    assert metrics.value("ccotel_turns", "completed") == 1
+    assert metrics.value("ccotel_subagents", "general-purpose") == 2
+    assert metrics.snapshot("delivered") == {}  # nothing final yet: a restart counts them afresh
+    with sink._cv:
+        sink._script.clear()  # the backend answers again
+    assert queue.flush(timeout_s=10)
+    assert metrics.value("ccotel_api_calls", model) == len(gt)  # settled, not counted again
+    assert metrics.snapshot("delivered")[f"delivered:ccotel_api_calls\x1f{model}"] == len(gt)
+    queue.close(timeout_s=5)

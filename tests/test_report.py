@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ccotel.pipeline import Options, Pipeline
-from ccotel.report import SessionUsage, _lines_with, build_report, session_usage
+from ccotel.report import SessionUsage, build_report, session_usage
+from ccotel.tail import lines_with as _lines_with
 from tests.harness.fixtures import list_fixtures, load_fixture
 from tests.support.fixtures import realdata_config_dir  # noqa: F401
 
