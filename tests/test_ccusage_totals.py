@@ -47,11 +47,13 @@ def test_fixture_totals_equal_ccusage(ccusage_installed, name):  # noqa: F811
     for r in load_fixture(name).ground_truth:
         if r.get("endpoint") == "messages" and r.get("matched") and r.get("status") == 200 \
                 and r.get("expect_in_transcript", True):
-            u = r["usage"]
-            truth["inputTokens"] += u["input_tokens"]
-            truth["outputTokens"] += u["output_tokens"]
-            truth["cacheCreationTokens"] += u["cache_creation_input_tokens"]
-            truth["cacheReadTokens"] += u["cache_read_input_tokens"]
+            # the response, and each advisor consulted during it (billed, not in the top level)
+            advisors = [it for it in r.get("iterations") or [] if it.get("type") == "advisor_message"]
+            for u in [r["usage"], *advisors]:
+                truth["inputTokens"] += u["input_tokens"]
+                truth["outputTokens"] += u["output_tokens"]
+                truth["cacheCreationTokens"] += u["cache_creation_input_tokens"]
+                truth["cacheReadTokens"] += u["cache_read_input_tokens"]
     summed = {k: sum(s[k] for s in ours.values()) for k in truth}
     assert summed == truth
 
