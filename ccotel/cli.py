@@ -461,6 +461,8 @@ def cmd_run(args: argparse.Namespace, stopper: Stopper | None = None) -> int:
     stopper.hard = True
     pipeline, queue = _start(args, metrics, stopper)
     state = pipeline.state
+    if state is not None:
+        state.on_error = lambda reason: metrics.inc("ccotel_checkpoint_errors", reason)
     metrics.gauges = lambda: {**pipeline.gauges(), "ccotel_export_queue_spans": float(queue.pending()),
                               "ccotel_checkpoint_pending": float(state.pending if state is not None else 0)}
     _backfill(pipeline, queue, progress, stopper)

@@ -65,6 +65,8 @@ METRICS: dict[str, Spec] = {
     "ccotel_format_unknown": Spec("counter", "Transcript format ccotel does not know, by Claude Code version: "
                                   "lines of an unknown type (each line), unknown top-level fields (first "
                                   "sighting per process, on sampled lines).", ("version", "kind", "name")),
+    "ccotel_checkpoint_errors": Spec("counter", "Checkpoint commits that failed and are held for retry, by reason "
+                                     "(disk_full, read_only, io_error, locked, corrupt, other).", ("reason",)),
     "ccotel_reported_cost_usd": Spec("counter", "Claude Code's own cost figure (2.1.3xx cost-state lines), by "
                                      "model, beside ccotel's estimate ccotel_cost_usd_total; it includes calls "
                                      "no transcript line records (compaction).", ("model",)),
@@ -213,6 +215,7 @@ class Metrics:
             "ccotel_stalled_turns_open": "Turns stalled right now (silent past the stall timeout, reply owed).",
             "ccotel_last_export_success_timestamp_seconds": "Unix time of the last acknowledged export.",
             "ccotel_start_time_seconds": "Unix time this ccotel process started.",
+            "ccotel_checkpoint_pending": "Checkpoint writes that failed and are held for retry.",
         }
         values = {"ccotel_start_time_seconds": self.started, **self.gauges()}
         return {k: (helps.get(k, k), float(v)) for k, v in values.items()}
