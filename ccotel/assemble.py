@@ -342,6 +342,14 @@ class Assembler:
                 elif quiet >= t.idle_ns and not owes:
                     self._close(sess, owner, "incomplete")
 
+    def shift_activity(self, step_ns: int) -> None:
+        """The wall clock stepped forward: open owners' last activity moves with it (no silence)."""
+        for sid in self._active:
+            sess = self._sessions.get(sid)
+            for owner in self._open_owners(sess) if sess is not None else []:
+                owner.last_arrival_ns = max(owner.last_ns, owner.last_arrival_ns) + step_ns
+        self._unseen_agents = {k: named + step_ns for k, named in self._unseen_agents.items()}
+
     def missing_agents(self, now_ns: int, after_ns: int) -> list[tuple[str, str]]:
         """(session, agent id) of subagents named (by toolUseResult.agentId or meta.json) at least
         ``after_ns`` ago whose transcript never had a line; each is returned once."""

@@ -93,10 +93,15 @@ class _FileState:
 class Pipeline:
     def __init__(self, options: Options, emit: Callable[[list[SpanRecord]], object],
                  clock: Callable[[], int] = time.time_ns, state: State | None = None,
-                 metrics: Metrics | None = None) -> None:
+                 metrics: Metrics | None = None, elapsed: Callable[[], int] | None = None) -> None:
         self.options = options
         self.emit = emit
         self.clock = clock
+        # A steady clock beside the wall clock tells a step of the wall clock (NTP, a resumed VM)
+        # from real silence. By default only with the real wall clock: a test's fake clock moves
+        # alone on purpose.
+        self.elapsed = elapsed if elapsed is not None else (time.monotonic_ns if clock is time.time_ns else None)
+        self._last_tick: tuple[int, int] | None = None
         self.state = state
         self.metrics = metrics
         self.assembler = Assembler(options.timeouts, capture_content=options.content is not None)
@@ -230,6 +235,7 @@ class Pipeline:
 
     def tick(self) -> None:
         now = self.clock()
+        self._absorb_clock_step(now)
         for path in list(self._partial):
             state = self.files.get(path)
             if state is None:
@@ -242,6 +248,26 @@ class Pipeline:
             log_.read(self.metrics, count=True)
         self._emit()
         self.process_acks()
+
+    def _absorb_clock_step(self, now: int) -> None:
+        """The wall clock moved forward more than the steady clock since the last tick: a step,
+        not hours of silence. Everything that waits for silence is moved forward by the step, so
+        no running tool call turns into an orphan and no session into a ghost because of it."""
+        if self.elapsed is None:
+            return
+        steady = self.elapsed()
+        last, self._last_tick = self._last_tick, (now, steady)
+        if last is None:
+            return
+        step = (now - last[0]) - (steady - last[1])
+        if step < _CLOCK_STEP_NS:
+            return
+        log.warning("the wall clock stepped forward by %.0f s; not counted as silence", step / 1e9)
+        self.assembler.shift_activity(step)
+        for st in self.files.values():
+            st.changed_ns += step
+            if st.partial_since_ns is not None:
+                st.partial_since_ns += step
 
     # -- delivery ----------------------------------------------------------------
 
@@ -638,6 +664,9 @@ def _declare_series(metrics: Metrics, options: Options) -> None:
         metrics.inc("ccotel_session_resets", "missing_transcript", source, value=0.0)
         metrics.inc("ccotel_aborts", "abort", source, value=0.0)
         metrics.inc("ccotel_watchdog_kills", source, value=0.0)
+
+
+_CLOCK_STEP_NS = 30_000_000_000  # a wall clock ahead of the steady one by this much since the last tick
 
 
 def _previous_costs(path: str, before: int, process_start: str, max_line_bytes: int) -> dict[str, float]:
