@@ -138,7 +138,7 @@ def _stop_workers(procs: list[tuple[Any, Any]], stopper: Any) -> None:
         reader.close()
 
 
-def _collect(procs: list[tuple[Any, Any]], done: "Synchronized[int]", total: int,
+def _collect(procs: list[tuple[Any, Any]], done: Synchronized[int], total: int,
              progress: Callable[[int, int], None] | None, stopper: Any) -> CatchUpResult:
     result = CatchUpResult(workers=len(procs))
     for proc, reader in procs:
@@ -177,7 +177,7 @@ def _receive(reader: Any) -> dict[str, Any] | None:
 
 
 def _worker(options: Options, state_dir: str, exporter: str, groups: list[Group], close_all: bool,
-            count: bool, done: "Synchronized[int]", writer: Any, parent_pid: int) -> None:
+            count: bool, done: Synchronized[int], writer: Any, parent_pid: int) -> None:
     from .cli import Interrupted, Stopper, abandon, die, drop_unsent, settle_state
 
     stopper = Stopper(grace_s=WORKER_STOP_GRACE_S).install()  # hard: raises at once until the first file
@@ -218,7 +218,8 @@ def _worker(options: Options, state_dir: str, exporter: str, groups: list[Group]
     settle_state(state, time.monotonic() + 5.0)
     state.close()
     ghosts, unseen = pipeline.detector_state()
-    writer.send({"ghosts": ghosts, "unseen_agents": unseen,"files": pipeline.stats.files, "lines": pipeline.stats.lines, "exported": queue.exported,
+    writer.send({"ghosts": ghosts, "unseen_agents": unseen, "files": pipeline.stats.files,
+                 "lines": pipeline.stats.lines, "exported": queue.exported,
                  "errors": dict(pipeline.stats.errors), "seconds": time.monotonic() - t0,
                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024})
     writer.close()

@@ -13,7 +13,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import orjson
 
@@ -75,7 +75,7 @@ class Stopper:
         self.hard = True
         self.wakers: list[Callable[[], None]] = []
 
-    def install(self) -> "Stopper":
+    def install(self) -> Stopper:
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, self._handle)
         return self
@@ -514,7 +514,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     report = build_report(_options(args), workers=args.workers, parallel_min_bytes=int(args.parallel_min_mb * 1e6))
     sessions = sorted(report.values(), key=lambda u: u.last_ns)
     if args.json:
-        totals = {k: sum(int(u.as_dict()[k]) for u in sessions)  # type: ignore[call-overload]
+        totals = {k: sum(int(cast(int, u.as_dict()[k])) for u in sessions)  # these keys hold ints
                   for k in ("inputTokens", "outputTokens", "cacheCreationTokens", "cacheReadTokens",
                             "totalTokens", "apiCalls")}
         doc = {"sessions": [u.as_dict() for u in sessions],

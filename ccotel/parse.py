@@ -13,13 +13,16 @@ import hashlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Optional, Union
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import msgspec
 import orjson
 
 from . import rules
 from .records import AdvisorCall, Block, Entry, Usage
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 __all__ = ["ParseResult", "parse_line", "parse_timestamp", "text_key", "ERROR_REASONS"]
 
@@ -42,13 +45,16 @@ _STR_OR_NONE = frozenset((str, type(None)))
 _BOOL_OR_NONE = frozenset((bool, type(None)))
 
 
-def _fast_constructor(cls: type, probe: dict[str, Any]) -> Callable[[dict[str, Any]], Any]:
+_T = TypeVar("_T", bound="DataclassInstance")
+
+
+def _fast_constructor(cls: type[_T], probe: dict[str, Any]) -> Callable[[dict[str, Any]], _T]:
     """``make(kw)`` equal to ``cls(**kw)`` for a frozen dataclass, without the generated
     ``__init__`` (one ``object.__setattr__`` per field: 40 of them for an Entry, a third of the
     parse time). Only used where that is exactly equivalent: plain defaults, no ``__post_init__``,
     no slots; checked on a probe at import, else the class itself is called.
     """
-    def slow(kw: dict[str, Any]) -> Any:
+    def slow(kw: dict[str, Any]) -> _T:
         return cls(**kw)
 
     try:
@@ -64,10 +70,10 @@ def _fast_constructor(cls: type, probe: dict[str, Any]) -> Callable[[dict[str, A
     new = object.__new__
     set_dict = object.__setattr__
 
-    def make(kw: dict[str, Any]) -> Any:
+    def make(kw: dict[str, Any]) -> _T:
         d = defaults.copy()
         d.update(kw)
-        obj = new(cls)
+        obj: _T = new(cls)
         set_dict(obj, "__dict__", d)
         return obj
 
@@ -339,8 +345,8 @@ def _usage(v: Any, errors: list[str]) -> Usage | None:
         errors.append("bad_field")
         return None
     get = v.get
-    vals = [get("input_tokens"), get("output_tokens"), get("cache_read_input_tokens"),
-            get("cache_creation_input_tokens")]
+    vals: list[Any] = [get("input_tokens"), get("output_tokens"), get("cache_read_input_tokens"),
+                       get("cache_creation_input_tokens")]  # raw JSON values: all ints once checked below
     if not (type(vals[0]) is int and type(vals[1]) is int and type(vals[2]) is int and type(vals[3]) is int
             and 0 <= vals[0] < _MAX_INT64 and 0 <= vals[1] < _MAX_INT64 and 0 <= vals[2] < _MAX_INT64
             and 0 <= vals[3] < _MAX_INT64):
@@ -376,7 +382,7 @@ def _usage(v: Any, errors: list[str]) -> Usage | None:
                          [i for i in iters if i is not None])
 
 
-_Iteration = tuple[Optional[str], Optional[str], int, int, int, int, int, int]
+_Iteration = tuple[str | None, str | None, int, int, int, int, int, int]
 
 
 def _iteration(v: Any, errors: list[str]) -> _Iteration | None:
@@ -422,7 +428,7 @@ def _text_of(content: Any) -> str | None:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        parts = [b.get("text") for b in content if isinstance(b, dict) and isinstance(b.get("text"), str)]
+        parts = [t for b in content if isinstance(b, dict) and isinstance(t := b.get("text"), str)]
         return "\n".join(parts) if parts else None
     return None
 
@@ -508,8 +514,9 @@ def to_entry(obj: dict[str, Any], offset: int, capture: bool, errors: list[str])
     ts = parse_timestamp(ts_raw)
     if ts is None and ts_raw is not None:
         errors.append("bad_timestamp")
-    strs = (get("uuid"), get("parentUuid"), get("logicalParentUuid"), get("sessionId"), get("agentId"),
-            get("version"), get("cwd"), get("gitBranch"), get("entrypoint"), get("subtype"))
+    strs: tuple[str | None, ...] = (get("uuid"), get("parentUuid"), get("logicalParentUuid"), get("sessionId"),
+                                    get("agentId"), get("version"), get("cwd"), get("gitBranch"), get("entrypoint"),
+                                    get("subtype"))
     if not _STR_OR_NONE.issuperset(map(type, strs)):
         strs = tuple(_str_value(v, errors) for v in strs)
     flags = (get("isSidechain"), get("isMeta"), get("isCompactSummary"))
@@ -611,13 +618,15 @@ def _user(obj: dict[str, Any], kw: dict[str, Any], capture: bool, errors: list[s
         content = msg.get("content")
         if isinstance(content, str):
             kw["content_is_string"] = True
-            kw["blocks"] = (_new_block({"type": "text", "id": text_key(content), "text": _keep_text(content, capture)}),)
+            kw["blocks"] = (_new_block({"type": "text", "id": text_key(content),
+                                        "text": _keep_text(content, capture)}),)
         elif content is not None:
             blocks = _blocks(content, capture, errors)
             # A sidechain root's prompt may be written as text blocks; key it for Task linking.
             first = content[0] if isinstance(content, list) and content else None
             if blocks and blocks[0].type == "text" and isinstance(first, dict) and isinstance(first.get("text"), str):
-                blocks = (_new_block({"type": "text", "id": text_key(first["text"]), "text": blocks[0].text}),) + blocks[1:]
+                blocks = ((_new_block({"type": "text", "id": text_key(first["text"]), "text": blocks[0].text}),)
+                          + blocks[1:])
             kw["blocks"] = blocks
     elif msg is not None:
         errors.append("bad_field")
@@ -670,8 +679,8 @@ _new_usage = _fast_constructor(Usage, {"input_tokens": 1, "output_tokens": 2, "c
 # last resort after orjson) refuses the whole line.
 
 _Count = Annotated[int, msgspec.Meta(ge=0, le=_MAX_INT64 - 1)]
-_OptStr = Optional[str]
-_Kept = Union[str, None, msgspec.UnsetType]  # a toolUseResult value kept as is, if present
+_OptStr = str | None
+_Kept = str | None | msgspec.UnsetType  # a toolUseResult value kept as is, if present
 
 
 class _JText(msgspec.Struct):
@@ -684,14 +693,14 @@ class _JBlock(msgspec.Struct):
     name: _OptStr = None
     input: msgspec.Raw = msgspec.Raw(b"null")
     tool_use_id: _OptStr = None
-    is_error: Optional[bool] = None
+    is_error: bool | None = None
     text: Any = None  # a text block's text: only a str is kept (non-str is None, no error)
-    content: Union[str, list[_JText], None] = None
+    content: str | list[_JText] | None = None
 
 
 class _JCacheCreation(msgspec.Struct):
-    ephemeral_5m_input_tokens: Optional[_Count] = None
-    ephemeral_1h_input_tokens: Optional[_Count] = None
+    ephemeral_5m_input_tokens: _Count | None = None
+    ephemeral_1h_input_tokens: _Count | None = None
 
 
 class _JIteration(msgspec.Struct):
@@ -701,7 +710,7 @@ class _JIteration(msgspec.Struct):
     output_tokens: _Count = 0
     cache_read_input_tokens: _Count = 0
     cache_creation_input_tokens: _Count = 0
-    cache_creation: Optional[_JCacheCreation] = None
+    cache_creation: _JCacheCreation | None = None
 
     def row(self) -> _Iteration:
         cc = self.cache_creation
@@ -712,13 +721,13 @@ class _JIteration(msgspec.Struct):
 
 
 class _JUsage(msgspec.Struct):
-    input_tokens: Optional[_Count] = None
-    output_tokens: Optional[_Count] = None
-    cache_read_input_tokens: Optional[_Count] = None
-    cache_creation_input_tokens: Optional[_Count] = None
-    cache_creation: Optional[_JCacheCreation] = None
+    input_tokens: _Count | None = None
+    output_tokens: _Count | None = None
+    cache_read_input_tokens: _Count | None = None
+    cache_creation_input_tokens: _Count | None = None
+    cache_creation: _JCacheCreation | None = None
     output_tokens_details: Any = None
-    iterations: Optional[list[_JIteration]] = None
+    iterations: list[_JIteration] | None = None
 
     def record(self) -> Usage:
         cc = self.cache_creation
@@ -738,18 +747,18 @@ class _JMessage(msgspec.Struct):
     id: _OptStr = None
     model: _OptStr = None
     stop_reason: _OptStr = None
-    usage: Optional[_JUsage] = None
-    content: Union[str, list[_JBlock], None] = None
+    usage: _JUsage | None = None
+    content: str | list[_JBlock] | None = None
 
 
 class _JToolUseResult(msgspec.Struct):
     agentId: _Kept = msgspec.UNSET
     agentType: _Kept = msgspec.UNSET
     status: _Kept = msgspec.UNSET
-    isAsync: Union[bool, None, msgspec.UnsetType] = msgspec.UNSET
-    totalDurationMs: Union[_Count, None, msgspec.UnsetType] = msgspec.UNSET
-    totalTokens: Union[_Count, None, msgspec.UnsetType] = msgspec.UNSET
-    interrupted: Union[bool, None, msgspec.UnsetType] = msgspec.UNSET
+    isAsync: bool | None | msgspec.UnsetType = msgspec.UNSET
+    totalDurationMs: _Count | None | msgspec.UnsetType = msgspec.UNSET
+    totalTokens: _Count | None | msgspec.UnsetType = msgspec.UNSET
+    interrupted: bool | None | msgspec.UnsetType = msgspec.UNSET
     usage: msgspec.Raw = msgspec.Raw(b"null")
 
 
@@ -766,11 +775,11 @@ class _JLine(msgspec.Struct):
     entrypoint: _OptStr = None
     subtype: _OptStr = None
     timestamp: _OptStr = None
-    isSidechain: Optional[bool] = None
-    isMeta: Optional[bool] = None
-    isCompactSummary: Optional[bool] = None
+    isSidechain: bool | None = None
+    isMeta: bool | None = None
+    isCompactSummary: bool | None = None
     requestId: _OptStr = None
-    isApiErrorMessage: Optional[bool] = None
+    isApiErrorMessage: bool | None = None
     sourceToolAssistantUUID: _OptStr = None
     parentToolUseID: _OptStr = None
     madeBy: Any = None
@@ -778,7 +787,7 @@ class _JLine(msgspec.Struct):
     requestedModel: Any = None
     effort: Any = None
     id: Any = None  # api-request lines
-    message: Optional[_JMessage] = None
+    message: _JMessage | None = None
     toolUseResult: msgspec.Raw = msgspec.Raw(b"null")
     # small objects to_entry reads loosely: decoded by orjson, exactly as the checked path does
     data: msgspec.Raw = msgspec.Raw(b"null")
@@ -871,7 +880,7 @@ def _entry_of(o: _JLine, offset: int, capture: bool) -> Entry:
         kw["api_request_id"] = o.id
     elif etype == "cost-state":
         raise _StepAside  # one line a run: the checked path reads it
-    return _new_entry(kw)  # type: ignore[no-any-return]
+    return _new_entry(kw)
 
 
 def _fast_blocks(content: list[_JBlock], capture: bool) -> tuple[Block, ...]:

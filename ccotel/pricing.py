@@ -63,7 +63,7 @@ class Price:
                 + u.cache_read_input_tokens * self.cache_read.at(total_input)) / 1e6
 
 
-def _rate(value: Any, fallback: "Rate | None" = None) -> Rate | None:
+def _rate(value: Any, fallback: Rate | None = None) -> Rate | None:
     """A genai-prices price field (Decimal, TieredPrices or None) as a Rate."""
     if value is None:
         return fallback
@@ -78,7 +78,8 @@ def _rate(value: Any, fallback: "Rate | None" = None) -> Rate | None:
 
 def _from_genai_prices(model: str, at_ns: int | None) -> Price | None:
     try:
-        from genai_prices import Usage as GUsage, calc_price
+        from genai_prices import Usage as GUsage
+        from genai_prices import calc_price
     except ImportError:  # pragma: no cover - a declared dependency
         return None
     when = datetime.fromtimestamp(at_ns / 1e9, tz=timezone.utc) if at_ns else None

@@ -14,11 +14,11 @@ so the report and the traces cannot disagree.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from operator import itemgetter
-from typing import Any, Optional
+from typing import Any
 
 import msgspec
 
@@ -128,7 +128,7 @@ class _Call:
     def flat(self) -> tuple[Any, ...]:
         return (self.session_id, self.usage, self.is_api_error, self.model, self.first_ns, self.last_ns)
 
-    def merge(self, other: "_Call") -> None:
+    def merge(self, other: _Call) -> None:
         """``other`` is the same call seen later (another file or process)."""
         self.merge_line(other.usage, other.is_api_error, other.model, other.first_ns)
         self.last_ns = max(self.last_ns, other.last_ns)
@@ -162,22 +162,22 @@ _Line = tuple[Any, ...]
 
 
 class _RMessage(msgspec.Struct):
-    id: Optional[str] = None
-    model: Optional[str] = None
-    usage: Optional[_JUsage] = None  # parse.py's: counts typed and in range, else the line steps aside
+    id: str | None = None
+    model: str | None = None
+    usage: _JUsage | None = None  # parse.py's: counts typed and in range, else the line steps aside
 
 
 class _RLine(msgspec.Struct):
     """What usage needs of a line; the message content (most of an assistant line) is skipped."""
 
     type: str
-    uuid: Optional[str] = None
-    sessionId: Optional[str] = None
-    requestId: Optional[str] = None
-    timestamp: Optional[str] = None
-    isApiErrorMessage: Optional[bool] = None
+    uuid: str | None = None
+    sessionId: str | None = None
+    requestId: str | None = None
+    timestamp: str | None = None
+    isApiErrorMessage: bool | None = None
     madeBy: Any = None
-    message: Optional[_RMessage] = None
+    message: _RMessage | None = None
 
 
 _decoder = msgspec.json.Decoder(_RLine)
@@ -194,7 +194,8 @@ def _quick(line: bytes) -> _Line | None:
         return ()
     msg = o.message
     ts = parse_timestamp(o.timestamp)
-    if msg is None or (ts is None and o.timestamp is not None) or (o.madeBy is not None and not isinstance(o.madeBy, str)):
+    if (msg is None or (ts is None and o.timestamp is not None)
+            or (o.madeBy is not None and not isinstance(o.madeBy, str))):
         return None
     u = msg.usage
     usage = _as_tuple(u.record()) if u is not None else None

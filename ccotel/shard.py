@@ -17,7 +17,7 @@ import multiprocessing
 import os
 import threading
 from collections.abc import Sequence
-from multiprocessing.context import BaseContext
+from multiprocessing.context import ForkContext, SpawnContext
 
 from .records import FileKind, TranscriptFile
 
@@ -94,7 +94,7 @@ def balance(shards: list[list[int]], weights: Sequence[int], n: int) -> list[lis
     return [sorted(b) for b in bins if b]
 
 
-def process_context() -> BaseContext:
+def process_context() -> ForkContext | SpawnContext:
     """fork when this process has no other thread (instant, nothing to re-import), else spawn:
     forking a process with threads can copy a lock some thread holds."""
     if threading.active_count() == 1 and "fork" in multiprocessing.get_all_start_methods():

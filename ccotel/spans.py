@@ -38,7 +38,7 @@ class Conventions:
     latest: bool = False
 
     @classmethod
-    def from_env(cls, env: dict[str, str] | None = None) -> "Conventions":
+    def from_env(cls, env: dict[str, str] | None = None) -> Conventions:
         raw = (os.environ if env is None else env).get("OTEL_SEMCONV_STABILITY_OPT_IN", "")
         return cls(latest="gen_ai_latest_experimental" in {v.strip() for v in raw.split(",")})
 
@@ -107,7 +107,8 @@ def _turn(t: Turn, f: Finished, content: ContentPolicy | None) -> SpanRecord:
         attrs["gen_ai.input.messages"] = content.messages_json("user", t.prompt_text)
     events = tuple(
         SpanEvent("claude_code.compaction", ts, {k: v for k, v in
-                  (("claude_code.compaction.trigger", trig), ("claude_code.compaction.pre_tokens", pre)) if v is not None})
+                  (("claude_code.compaction.trigger", trig), ("claude_code.compaction.pre_tokens", pre))
+                  if v is not None})
         for ts, trig, pre in t.compactions
     )
     error = t.outcome in ("orphaned", "interrupted", "killed")

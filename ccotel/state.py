@@ -184,7 +184,7 @@ class Commit:
         return not (self.offsets or self.forget_files or self.acked or self.done_owners or self.calls
                     or self.prompts or self.counters or self.marks)
 
-    def merge(self, later: "Commit") -> None:
+    def merge(self, later: Commit) -> None:
         """Add a later commit to this one (one not written yet): the result writes both, in order."""
         for path in later.offsets:
             if path in self.forget_files:

@@ -13,6 +13,7 @@ import hashlib
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import BinaryIO
 
 from .parse import is_complete_json
 from .records import RawLine
@@ -121,7 +122,7 @@ class Tailer:
         self.offset = 0
         res.reset = True
 
-    def _read_lines(self, f, res: ReadResult, take_tail: bool, force_tail: bool,  # type: ignore[no-untyped-def]
+    def _read_lines(self, f: BinaryIO, res: ReadResult, take_tail: bool, force_tail: bool,
                     max_bytes: int) -> None:
         start = self.offset  # where the current, unfinished line begins
         buf = bytearray()  # its bytes while it is short
@@ -167,7 +168,7 @@ class Tailer:
                 self._line(f, res, start, size, buf if data is not None else None, end=start + size)
                 self.offset = start + size
 
-    def _line(self, f, res: ReadResult, start: int, size: int, buf: bytearray | None,  # type: ignore[no-untyped-def]
+    def _line(self, f: BinaryIO, res: ReadResult, start: int, size: int, buf: bytearray | None,
               end: int | None = None) -> None:
         end = start + size + 1 if end is None else end
         if size > self.max_line_bytes:

@@ -318,7 +318,7 @@ class GrpcTransport(Transport):
     METHOD = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 
     def __init__(self, cfg: TransportConfig) -> None:
-        import grpc  # type: ignore[import-untyped]
+        import grpc
 
         self.cfg = cfg
         url = urllib.parse.urlsplit(cfg.endpoint if "://" in cfg.endpoint else f"http://{cfg.endpoint}")

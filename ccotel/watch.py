@@ -13,6 +13,7 @@ import threading
 
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
+from watchdog.observers.api import BaseObserver
 from watchdog.observers.polling import PollingObserver
 
 __all__ = ["Watcher"]
@@ -21,7 +22,7 @@ log = logging.getLogger("ccotel.watch")
 
 
 class _Handler(FileSystemEventHandler):
-    def __init__(self, watcher: "Watcher") -> None:
+    def __init__(self, watcher: Watcher) -> None:
         self.watcher = watcher
 
     def on_any_event(self, event: FileSystemEvent) -> None:
@@ -44,7 +45,7 @@ class Watcher:
         self._dirty: set[str] = set()
         self._lock = threading.Lock()
         self._event = threading.Event()
-        self._observer: Observer | PollingObserver | None = None
+        self._observer: BaseObserver | None = None
         self._watched: set[str] = set()
 
     def mark(self, path: str) -> None:
