@@ -137,7 +137,7 @@ class _File:
 class _Thread:
     """One conversation chain in one file: the main session, or a subagent."""
 
-    def __init__(self, gen: "_SessionGen", file: _File, agent_id: str | None, t_ms: int, model: str,
+    def __init__(self, gen: _SessionGen, file: _File, agent_id: str | None, t_ms: int, model: str,
                  depth: int = 0) -> None:
         self.gen = gen
         self.file = file
@@ -184,7 +184,8 @@ class _Thread:
     def meta_reminder(self) -> str:
         d = self.envelope(self.last, "user")
         d["message"] = {"role": "user", "content": [{"type": "text", "text": "<system-reminder>\n" +
-                                                      self.gen.text(self.gen.rng.randint(100, 600)) + "\n</system-reminder>"}]}
+                                                      self.gen.text(self.gen.rng.randint(100, 600)) +
+                                                      "\n</system-reminder>"}]}
         d["isMeta"] = True
         return self.write(d, 1, 5)
 
@@ -322,7 +323,7 @@ class _Thread:
 
 
 class _SessionGen:
-    def __init__(self, corpus: "_Corpus", index: int, budget: int) -> None:
+    def __init__(self, corpus: _Corpus, index: int, budget: int) -> None:
         self.corpus = corpus
         self.rng = corpus.rng
         self.sid = self.uuid()
@@ -342,7 +343,7 @@ class _SessionGen:
     # -- random material ------------------------------------------------------------
 
     def uuid(self) -> str:
-        h = "%032x" % self.corpus.rng.getrandbits(128)
+        h = f"{self.corpus.rng.getrandbits(128):032x}"
         return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-{'89ab'[int(h[16], 16) & 3]}{h[17:20]}-{h[20:]}"
 
     def b62(self, n: int) -> str:
@@ -463,7 +464,7 @@ class _SessionGen:
     def subagent(self, parent: _Thread, tool_id: str, tool_line: str, tool_input: dict[str, Any],
                  t0: int) -> tuple[Any, ...]:
         rng = self.rng
-        agent_id = "a" + "%016x" % rng.getrandbits(64)
+        agent_id = "a" + f"{rng.getrandbits(64):016x}"
         depth = parent.depth + 1
         self.totals.subagents += 1
         sub_dir = os.path.join(self.dir, self.sid, "subagents")
@@ -628,7 +629,7 @@ class LiveAppender:
         self.n = 0
 
     def _uuid(self) -> str:
-        h = "%032x" % self.rng.getrandbits(128)
+        h = f"{self.rng.getrandbits(128):032x}"
         return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-8{h[17:20]}-{h[20:]}"
 
     def _env(self, parent: str | None, typ: str) -> dict[str, Any]:

@@ -26,7 +26,6 @@ from typing import Any
 
 import orjson
 
-
 # KeyValue.key (field 1, length 21) = "gen_ai.operation.name": once per span ccotel exports
 _SPAN_MARK = b"\x0a\x15gen_ai.operation.name"
 

@@ -34,9 +34,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import orjson
 
@@ -278,9 +279,9 @@ class Results:
             ratio = f"{r['ratio']:.2f}x" if isinstance(r["ratio"], (int, float)) else ""
             rows.append((r["name"], res, base, ratio, r["target"], r["status"]))
         widths = [max(len(h), *(len(x[i]) for x in rows)) if rows else len(h) for i, h in enumerate(head)]
-        line = "| " + " | ".join(h.ljust(w) for h, w in zip(head, widths)) + " |"
+        line = "| " + " | ".join(h.ljust(w) for h, w in zip(head, widths, strict=False)) + " |"
         sep = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
-        return "\n".join([line, sep] + ["| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |"
+        return "\n".join([line, sep] + ["| " + " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)) + " |"
                                          for r in rows])
 
 
@@ -444,7 +445,8 @@ def bench_backfill(res: Results, root: Path, exp: dict[str, Any], log_dir: Path,
                                  log_dir, f"single{i}"))
             rcv.wait_quiet(0.5, 30)
             _log(f"  run {i}: floor {floors[-1]['wall_s']:.2f} s, ccotel {r['wall_s']:.2f} s, one process"
-                 f" {singles[-1]['wall_s']:.2f} s" + (f", --compare-src {others[-1]['wall_s']:.2f} s" if others else ""))
+                 f" {singles[-1]['wall_s']:.2f} s"
+                 + (f", --compare-src {others[-1]['wall_s']:.2f} s" if others else ""))
     fl = min(floors, key=lambda x: x["wall_s"])
     bf = min(runs, key=lambda x: x["wall_s"])
     res.details["backfill"] = {}
@@ -506,7 +508,8 @@ def bench_identity(res: Results, root: Path, exp: dict[str, Any], log_dir: Path)
     costs = sdk_route.per_span_costs(finished, records, resource)
     res.add("per_span_noop", "1. per-span cost: ccotel vs SDK (no-op exporter)", costs["ccotel_us"], "us",
             costs["sdk_noop_us"], "SDK", "", "",
-            notes=f"ccotel = build_span {costs['ccotel_build_us']:.1f} + OTLP encode {costs['ccotel_encode_us']:.1f} us;"
+            notes=f"ccotel = build_span {costs['ccotel_build_us']:.1f}"
+                  f" + OTLP encode {costs['ccotel_encode_us']:.1f} us;"
                   f" SDK = build_span + start_span/end + BatchSpanProcessor")
     res.add("per_span_otlp", "1. per-span cost: ccotel vs SDK (+ SDK OTLP encoder)", costs["ccotel_us"], "us",
             costs["sdk_otlp_us"], "SDK", "", "", notes=f"{costs['spans']} spans")
@@ -648,7 +651,7 @@ def bench_idle(res: Results, root: Path, exp: dict[str, Any], log_dir: Path, dur
         finally:
             d.stop()
     pct = (samples[-1][0] - samples[0][0]) / CLK_TCK / (samples[-1][1] - samples[0][1]) * 100
-    windows = [(b[0] - a[0]) / CLK_TCK / (b[1] - a[1]) * 100 for a, b in zip(samples, samples[1:])]
+    windows = [(b[0] - a[0]) / CLK_TCK / (b[1] - a[1]) * 100 for a, b in zip(samples, samples[1:], strict=False)]
     w = Daemon([PY, "-m", "bench.watchbase", "--root", str(root)], _env(), log_dir, "watchbase-idle")
     base_s = min(duration, 30.0)
     try:
@@ -697,7 +700,8 @@ def bench_restart(res: Results, root: Path, exp: dict[str, Any], log_dir: Path, 
         res.add("peak_rss", "4. peak RSS (VmHWM) of ccotel run after backfill", peak, "MB", floor_rss,
                 "floor", "<= 150 MB", _met(peak <= 150),
                 notes=f"largest of ccotel run ({hwm:.0f} MB) and its catch-up workers "
-                      f"({' / '.join(f'{w:.0f}' for w in worker_peaks) or 'none'} MB); VmRSS {rss:.0f} MB when caught up")
+                      f"({' / '.join(f'{w:.0f}' for w in worker_peaks) or 'none'} MB);"
+                      f" VmRSS {rss:.0f} MB when caught up")
         # restart: a new tool call is written right after the process starts; time until its span arrives
         load2 = LiveLoad(files, "restart")
         t_start = time.perf_counter()
@@ -718,7 +722,8 @@ def bench_restart(res: Results, root: Path, exp: dict[str, Any], log_dir: Path, 
         status = "blocked-on-checkpoints"
         notes = "ccotel run has no --state-dir yet: a restart reads and re-exports everything"
     res.add("restart", "5. restart -> live again (new line's span arrives)", live_again, "s", first,
-            "first catch-up", "<= 2 s", status, notes=notes + (f"; first run live {first_live:.0f} ms" if first_live else ""))
+            "first catch-up", "<= 2 s", status,
+            notes=notes + (f"; first run live {first_live:.0f} ms" if first_live else ""))
 
 
 def _wait_arrival(rcv: Receiver, tool_id: str, t_ns: int, timeout_s: float) -> float | None:
@@ -740,7 +745,8 @@ def _wait_arrival(rcv: Receiver, tool_id: str, t_ns: int, timeout_s: float) -> f
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.run", description="ccotel benchmarks")
-    ap.add_argument("--size", type=corpus_mod.parse_size, default=None, help="main corpus size (default 1GB; --quick 20MB)")
+    ap.add_argument("--size", type=corpus_mod.parse_size, default=None,
+                    help="main corpus size (default 1GB; --quick 20MB)")
     ap.add_argument("--quick", action="store_true", help="small corpus and short runs (a smoke test)")
     ap.add_argument("--workdir", default="/tmp/ccotel-bench", help="corpora and logs (not committed)")
     ap.add_argument("--out", default=str(REPO / "bench" / "results.json"))
@@ -748,7 +754,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=None, help="backfill/report runs, best taken (default 2; quick 1)")
     ap.add_argument("--live-files", type=int, default=None, help="sessions in the live root (default 1000)")
     ap.add_argument("--idle-files", type=int, default=None, help="sessions in the idle root (default 10000)")
-    ap.add_argument("--duration", type=float, default=None, help="live seconds (default 30; quick 3, also the idle time)")
+    ap.add_argument("--duration", type=float, default=None,
+                    help="live seconds (default 30; quick 3, also the idle time)")
     ap.add_argument("--idle-duration", type=float, default=None,
                     help="idle seconds (default 150: spans ccotel run's 120 s rescan; quick: --duration)")
     ap.add_argument("--rate", type=float, default=20.0, help="live tool results per second")
@@ -782,7 +789,8 @@ def main(argv: list[str] | None = None) -> int:
     main_root = work / f"main-{size}-s{args.seed}"
     exp = ensure_corpus(main_root, size=size, seed=args.seed, session_mean=4_000_000 if size >= 200e6 else 1_000_000)
     res = Results()
-    res.details["machine"] = {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()}
+    res.details["machine"] = {"cpus": os.cpu_count(), "python": platform.python_version(),
+                              "platform": platform.platform()}
     res.details["corpus"] = {k: v for k, v in exp.items() if k != "sessions"}
     floor_rss = None
     if "backfill" in only:

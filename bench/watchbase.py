@@ -20,7 +20,7 @@ from watchdog.observers import Observer
 
 
 class _Handler(FileSystemEventHandler):
-    def __init__(self, out: "os.PathLike[str] | int") -> None:
+    def __init__(self, out: os.PathLike[str] | int) -> None:
         self.fd = out
 
     def on_modified(self, event: FileSystemEvent) -> None:
