@@ -92,7 +92,7 @@ class OtlpReceiver:
         with self._lock:
             return list(self.spans)
 
-    def __enter__(self) -> "OtlpReceiver":
+    def __enter__(self) -> OtlpReceiver:
         self._thread.start()
         return self
 

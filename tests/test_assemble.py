@@ -166,7 +166,8 @@ def test_parallel_subagents_hang_under_their_task_tool(tmp_path):
     assert len(ids) == len(spans)
     assert len({s.trace_id for s in spans}) == 1
     tools = {s.attributes["gen_ai.tool.call.id"]: s for s in spans if s.name == "execute_tool Task"}
-    agents = {s.attributes["claude_code.agent_id"]: s for s in spans if s.name.startswith("invoke_agent") and s.parent_span_id}
+    agents = {s.attributes["claude_code.agent_id"]: s for s in spans
+              if s.name.startswith("invoke_agent") and s.parent_span_id}
     assert agents["a1"].name == "invoke_agent Explore" and agents["a2"].name == "invoke_agent Plan"
     assert agents["a1"].parent_span_id == tools["toolu_t1"].span_id
     assert agents["a2"].parent_span_id == tools["toolu_t2"].span_id
@@ -204,7 +205,8 @@ def test_nested_and_background_subagents(tmp_path):
     assert len({s.trace_id for s in spans}) == 1
     agents = {s.attributes["claude_code.agent_id"]: s for s in spans
               if s.name.startswith("invoke_agent") and s.attributes.get("claude_code.agent_id")}
-    bg_tool = [s for s in spans if s.attributes.get("gen_ai.tool.call.id") == "toolu_bg" and s.name.startswith("execute")][0]
+    bg_tool = [s for s in spans
+               if s.attributes.get("gen_ai.tool.call.id") == "toolu_bg" and s.name.startswith("execute")][0]
     assert agents["bg"].parent_span_id == bg_tool.span_id
     assert agents["bg"].attributes["claude_code.agent.background"] is True
     nested_tool = ids[agents["nested"].parent_span_id]
@@ -231,7 +233,8 @@ def test_subagent_file_read_before_its_parent_still_links(tmp_path):
     p.poll([main_path])
     p.assembler.flush(None)
     p._emit()
-    agent = [s for s in spans if s.name.startswith("invoke_agent") and s.attributes.get("claude_code.agent_id") == "zz"][0]
+    agent = [s for s in spans
+             if s.name.startswith("invoke_agent") and s.attributes.get("claude_code.agent_id") == "zz"][0]
     task = [s for s in spans if s.name == "execute_tool Task"][0]
     assert agent.parent_span_id == task.span_id and agent.trace_id == task.trace_id
     assert len([s for s in spans if s.trace_id == task.trace_id]) == len(spans)
@@ -294,7 +297,8 @@ def test_api_errors_and_failing_tools(tmp_path):
     t.raw({**t.lines[-1], "type": "assistant", "uuid": "synthetic-1", "parentUuid": t.last,
            "isApiErrorMessage": True, "error": "unknown",
            "message": {"id": "3b0e1c7e-synthetic", "model": "<synthetic>", "role": "assistant",
-                       "stop_reason": "stop_sequence", "content": [{"type": "text", "text": "API Error: 400 {\"type\":\"error\"}"}],
+                       "stop_reason": "stop_sequence",
+                       "content": [{"type": "text", "text": "API Error: 400 {\"type\":\"error\"}"}],
                        "usage": {"input_tokens": 0, "output_tokens": 0}}})
     t.write(os.path.join(proj(root), f"{SID}.jsonl"))
     spans, p = run(root)

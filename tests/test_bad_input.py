@@ -15,7 +15,6 @@ import json
 import logging
 import os
 import resource
-import shutil
 import signal
 import time
 import tracemalloc
@@ -27,7 +26,6 @@ import orjson
 import pytest
 
 from ccotel import ids
-from ccotel.assemble import Timeouts
 from ccotel.metrics import Metrics
 from ccotel.otlp import encode_span
 from ccotel.parse import parse_line
@@ -88,7 +86,8 @@ def backfill(root: str, **opts: Any) -> tuple[list[SpanRecord], Pipeline]:
     return spans, p
 
 
-def spans_of_file(base: str, data: bytes | list[bytes], sid: str = SID, **opts: Any) -> tuple[list[SpanRecord], Pipeline]:
+def spans_of_file(base: str, data: bytes | list[bytes], sid: str = SID,
+                  **opts: Any) -> tuple[list[SpanRecord], Pipeline]:
     """One clean read of one session file holding ``data``, in a fresh root under ``base``."""
     root = os.path.join(base, f"r{next(_roots)}")
     write(main_path(root, sid), data)
@@ -416,7 +415,8 @@ def test_permission_denied_is_counted_and_read_once_permission_returns(tmp_path,
     monkeypatch.setattr(builtins, "open", real_open)
     live.p.poll([locked])
     spans = live.finish()
-    expected = spans_of_file(str(tmp_path), data)[0] + spans_of_file(str(tmp_path), open(good, "rb").read(), sid=SID2)[0]
+    expected = (spans_of_file(str(tmp_path), data)[0]
+                + spans_of_file(str(tmp_path), open(good, "rb").read(), sid=SID2)[0])
     assert_same_spans(spans, expected)
 
 
@@ -793,7 +793,8 @@ def test_absurd_token_count_does_not_crash_the_pipeline(tmp_path):
     lines = insert(t, 3, raw + b"\n")
     got, p = spans_of_file(str(tmp_path), lines)
     assert p.stats.errors == Counter(bad_field=1)
-    assert_same_spans(got, spans_of_file(str(tmp_path), dump(t.lines))[0], {ids.span_id("chat", "msg_absurd:req_absurd")})
+    assert_same_spans(got, spans_of_file(str(tmp_path), dump(t.lines))[0],
+                      {ids.span_id("chat", "msg_absurd:req_absurd")})
 
 
 def test_lone_surrogates_are_exported_as_valid_utf8(tmp_path):
@@ -936,7 +937,8 @@ def test_subagent_spawn_cycle_loses_no_spans(tmp_path):
         s.tool_result(f"toolu_{me}", "done")
         s.response(f"msg_{me}_end", [text("r")], stop_reason="end_turn")
         write(os.path.join(d, f"agent-{me}.jsonl"), s.bytes())
-        write(os.path.join(d, f"agent-{me}.meta.json"), orjson.dumps({"agentType": "Explore", "toolUseId": f"toolu_{other}"}))
+        write(os.path.join(d, f"agent-{me}.meta.json"),
+              orjson.dumps({"agentType": "Explore", "toolUseId": f"toolu_{other}"}))
     with time_limit(30):
         spans, p = backfill(root)
     assert_once(spans)
@@ -1036,7 +1038,8 @@ def test_a_session_dir_swapped_for_a_symlink_out_of_the_root_is_refused(tmp_path
 @pytest.mark.parametrize("fast", [True, False])
 def test_api_error_line_without_content(fast):
     """An isApiErrorMessage line whose message has no content (found in review: a KeyError)."""
-    line = b'{"type":"assistant","uuid":"u1","sessionId":"s","isApiErrorMessage":true,"message":{"id":"m","model":"<synthetic>"}}'
+    line = (b'{"type":"assistant","uuid":"u1","sessionId":"s","isApiErrorMessage":true,'
+            b'"message":{"id":"m","model":"<synthetic>"}}')
     res = parse_line(line, 0, fast=fast)
     assert res.errors == [] and res.entries[0].is_api_error and res.entries[0].error_text is None
 

@@ -175,7 +175,8 @@ def test_detectors_see_what_the_workers_read(tmp_path):
                       "content": [{"type": "tool_use", "id": "toolu_a", "name": "Agent",
                                    "input": {"subagent_type": "general-purpose", "prompt": "p"}}]}),
         line("user", "s3", "s2", "spawner", "2025-06-01T11:05:00.000Z", toolUseResult={"agentId": "a0b1c2"},
-             message={"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_a", "content": "done"}]}),
+             message={"role": "user",
+                      "content": [{"type": "tool_result", "tool_use_id": "toolu_a", "content": "done"}]}),
         line("assistant", "s4", "s3", "spawner", "2025-06-01T11:05:01.000Z", requestId="r2",
              message={"id": "msg_s2", "model": "claude-sonnet-4-20250514", "stop_reason": "end_turn", "usage": usage,
                       "content": [{"type": "text", "text": "ok"}]})])

@@ -15,12 +15,11 @@ import pytest
 from ccotel.pipeline import Options
 from ccotel.report import build_report
 from tests.harness.fixtures import list_fixtures, load_fixture
-from tests.transcript import Transcript, text, tool_use
-from tests.support.ccusage import run_ccusage_sessions
-from tests.support.ccusage import realdata_layout
+from tests.support.ccusage import realdata_layout, run_ccusage_sessions
 from tests.support.fixtures import ccusage_installed, realdata_config_dir  # noqa: F401
 from tests.support.usage_check import reference_totals, session_files
 from tests.test_support_ccusage import ADVISOR_SESSION, advisor_cache_split_gap
+from tests.transcript import Transcript, text, tool_use
 
 KEYS = (("input_tokens", "inputTokens"), ("output_tokens", "outputTokens"),
         ("cache_creation_tokens", "cacheCreationTokens"), ("cache_read_tokens", "cacheReadTokens"))

@@ -96,12 +96,14 @@ def test_one_ghost_rule_for_check_and_the_pipeline(tmp_path):
     write(ghost)
     write(failed, {"type": "assistant", "uuid": "f-a", "parentUuid": f"{failed[:8]}-u", "sessionId": failed,
                    "timestamp": "2025-01-01T00:00:01.000Z", "isApiErrorMessage": True, "madeBy": "model",
-                   "message": {"id": "0b0b0b0b-0000-4000-8000-000000000000", "model": "<synthetic>", "role": "assistant",
+                   "message": {"id": "0b0b0b0b-0000-4000-8000-000000000000", "model": "<synthetic>",
+                               "role": "assistant",
                                "content": [{"type": "text", "text": "API Error: 529 overloaded"}],
                                "usage": {"input_tokens": 0, "output_tokens": 0}}})
     write(answered, {"type": "assistant", "uuid": "c-a", "parentUuid": f"{answered[:8]}-u", "sessionId": answered,
                      "timestamp": "2025-01-01T00:00:01.000Z", "requestId": "req_1",
-                     "message": {"id": "msg_1", "model": "claude-opus-5", "role": "assistant", "stop_reason": "end_turn",
+                     "message": {"id": "msg_1", "model": "claude-opus-5", "role": "assistant",
+                                 "stop_reason": "end_turn",
                                  "content": [{"type": "text", "text": "hi"}],
                                  "usage": {"input_tokens": 1, "output_tokens": 1}}})
     verdicts = {sid: check_session(sid, (str(root),)).has_assistant_record for sid in (ghost, failed, answered)}

@@ -133,7 +133,8 @@ def test_subagent_keeps_its_parent_turn_open_across_a_restart(tmp_path):
     assert ids(backend.delivered) == ids(expected)
     agent = [s for s in backend.delivered
              if s.name.startswith("invoke_agent") and s.attributes.get("claude_code.agent_id") == "bg"]
-    assert len(agent) == 1 and agent[0].parent_span_id == [s for s in expected if s.name == "execute_tool Agent"][0].span_id
+    assert len(agent) == 1
+    assert agent[0].parent_span_id == [s for s in expected if s.name == "execute_tool Agent"][0].span_id
     assert os.path.exists(main)
 
 
@@ -182,7 +183,8 @@ def test_missing_subagent_transcript_is_counted_once(tmp_path):
     p.backfill()
     t = Transcript(SID, t_ms=clock[0] // 1_000_000)
     t.prompt("go", parent=None)
-    t.response("msg_1", [tool_use("toolu_t", name="Agent", subagent_type="Explore", prompt="p")], stop_reason="tool_use")
+    t.response("msg_1", [tool_use("toolu_t", name="Agent", subagent_type="Explore", prompt="p")],
+               stop_reason="tool_use")
     t.tool_result("toolu_t", "done", tool_use_result={"status": "completed", "agentId": "a0000000000000001"})
     t.response("msg_2", [text("ok")], stop_reason="end_turn")
     path = t.write(os.path.join(proj(root), f"{SID}.jsonl"))

@@ -9,7 +9,6 @@ import socket
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import orjson
 
@@ -56,7 +55,8 @@ def test_run_without_a_backend_says_so_once_then_delivers(tmp_path):
     root = tmp_path / "claude"
     shutil.copytree(fx.config_dir, root)
     port = free_port()
-    proc = ccotel("run", "--root", str(root), "--no-status", "--state-dir", str(tmp_path / "st"), "--metrics-addr", "none",
+    proc = ccotel("run", "--root", str(root), "--no-status", "--state-dir", str(tmp_path / "st"),
+                  "--metrics-addr", "none",
                   env={"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}"})
     try:
         time.sleep(6)  # several export attempts fail meanwhile
@@ -79,7 +79,8 @@ def test_run_follows_a_live_transcript(tmp_path):
     root = tmp_path / "claude"
     (root / "projects").mkdir(parents=True)
     with OtlpReceiver() as rx:
-        proc = ccotel("run", "--root", str(root), "--no-status", "--state-dir", str(tmp_path / "st"), "--metrics-addr", "none",
+        proc = ccotel("run", "--root", str(root), "--no-status", "--state-dir", str(tmp_path / "st"),
+                      "--metrics-addr", "none",
                       env={"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": rx.endpoint})
         try:
             time.sleep(2)

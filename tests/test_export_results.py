@@ -350,11 +350,12 @@ def test_memory_sink_too_large_splits_down_to_the_one_span() -> None:
     queue.submit(spans(40))
     assert queue.flush(10)
     queue.close(timeout_s=1)
-    final = [(n, r.outcome) for n, r in zip(sink.batches, sink.results) if n == 1 and r.outcome is not Outcome.OK]
+    final = [(n, r.outcome) for n, r in zip(sink.batches, sink.results, strict=False)
+             if n == 1 and r.outcome is not Outcome.OK]
     assert final == [(1, Outcome.DROP)]  # the span alone, once: not retried
     assert sorted(s.span_id for s in sink.spans) == sorted(s.span_id for s in spans(40) if s.span_id != big.span_id)
     assert queue.dropped == Counter({"too_large": 1}) and queue.exported == 39
-    assert max(n for n, r in zip(sink.batches, sink.results) if r.outcome is Outcome.OK) <= 8
+    assert max(n for n, r in zip(sink.batches, sink.results, strict=False) if r.outcome is Outcome.OK) <= 8
 
 
 def test_a_sink_that_raises_is_retried_not_fatal() -> None:
@@ -462,5 +463,6 @@ def test_a_413_answered_before_the_body_was_read_is_still_heard() -> None:
     finally:
         t.join(5)
         srv.close()
-    assert (r.outcome, r.reason, r.message) == (Outcome.DROP, "too_large", "HTTP 413 Payload Too Large: body exceeds 1 MiB")
+    assert (r.outcome, r.reason, r.message) == (Outcome.DROP, "too_large",
+                                                "HTTP 413 Payload Too Large: body exceeds 1 MiB")
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import uuid
 import sys
 import time
+import uuid
 
 import orjson
 import pytest
@@ -296,3 +296,24 @@ def test_counters_do_not_wait_for_the_trace_backend(tmp_path):
     assert metrics.value("ccotel_api_calls", model) == len(gt)  # settled, not counted again
     assert metrics.snapshot("delivered")[f"delivered:ccotel_api_calls\x1f{model}"] == len(gt)
     queue.close(timeout_s=5)
+
+
+def test_label_values_never_split(tmp_path):
+    """Label values come from transcripts: a tool named "Ba\\x1fsh" stays one label value, in the
+    exposition and across a checkpoint (was exported as tool="Ba",outcome="sh")."""
+    from ccotel.metrics import decode_key, encode_key
+    from ccotel.records import SpanKind, SpanRecord, StatusCode
+
+    odd = "Ba\x1fsh\\u001f\\"
+    span = SpanRecord(trace_id=1, span_id=2, parent_span_id=3, name=f"execute_tool {odd}", kind=SpanKind.INTERNAL,
+                      start_ns=0, end_ns=10 ** 9, attributes={"gen_ai.operation.name": "execute_tool",
+                                                              "gen_ai.tool.name": odd}, status=StatusCode.UNSET)
+    m = Metrics()
+    m.observe_span(span)
+    samples = [(s.name, s.labels, s.value) for fam in registry_for(m).collect() for s in fam.samples
+               if s.name == "ccotel_tool_calls_total" and s.value]
+    assert samples == [("ccotel_tool_calls_total", {"tool": odd, "outcome": "ok"}, 1.0)]
+    again = Metrics()
+    again.restore(m.snapshot())
+    assert again.value("ccotel_tool_calls", odd, "ok") == 1.0
+    assert decode_key(encode_key(("ccotel_tool_calls", odd, "ok"))) == ("ccotel_tool_calls", odd, "ok")

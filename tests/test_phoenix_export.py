@@ -124,7 +124,7 @@ def phoenix_per_version(phoenix):  # noqa: F811
 
     servers = {"2.1.197": phoenix}
     yield lambda version: servers.get(version) or servers.setdefault(version, PhoenixServer().start())
-    for version, server in servers.items():
+    for server in servers.values():
         if server is not phoenix:
             server.stop()
 

@@ -10,8 +10,10 @@ import json
 from datetime import datetime, timezone
 
 import pytest
-from genai_prices import Usage as GUsage, calc_price
-from hypothesis import given, settings, strategies as st
+from genai_prices import Usage as GUsage
+from genai_prices import calc_price
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ccotel.pricing import Pricing, load_overrides
 from ccotel.records import Usage

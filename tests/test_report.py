@@ -16,8 +16,6 @@ from tests.harness.fixtures import list_fixtures, load_fixture
 from tests.support.fixtures import realdata_config_dir  # noqa: F401
 
 
-
-
 def from_spans(root: str) -> dict[str, SessionUsage]:
     """The reference: the whole pipeline, chat spans summed."""
     totals: dict[str, SessionUsage] = {}
@@ -141,7 +139,8 @@ def test_since_keeps_whole_turns_like_the_traces(tmp_path):
 
     tool = [{"type": "tool_use", "id": "t1", "name": "Bash", "input": {"command": "sleep 480"}}]
     result = dict(_user("p2", "a1", "2025-06-01T10:08:00.000Z",
-                        [{"type": "tool_result", "tool_use_id": "t1", "content": "ok"}]), toolUseResult={"stdout": "ok"})
+                        [{"type": "tool_result", "tool_use_id": "t1", "content": "ok"}]),
+                  toolUseResult={"stdout": "ok"})
     root = _write(tmp_path, [_user("p1", None, "2025-06-01T10:00:00.000Z"),
                              _asst("a1", "p1", "2025-06-01T10:00:05.000Z", "msg_1", "req_1", 100, "tool_use", tool),
                              result,

@@ -90,10 +90,10 @@ def stop_mid_catch_up(proc: subprocess.Popen, rx: OtlpReceiver, log: Path, sig: 
     proc.send_signal(sig)
     try:
         proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
+    except subprocess.TimeoutExpired as err:
         proc.kill()
         proc.wait()
-        raise AssertionError("did not stop within 10 s")
+        raise AssertionError("did not stop within 10 s") from err
     return time.monotonic() - t0, workers
 
 
@@ -107,7 +107,8 @@ SCENARIOS = [
 
 
 @pytest.mark.parametrize("cmd,parallel,sig", SCENARIOS,
-                         ids=[f"{c}-{'2workers' if p else '1process'}-{signal.Signals(s).name}" for c, p, s in SCENARIOS])
+                         ids=[f"{c}-{'2workers' if p else '1process'}-{signal.Signals(s).name}"
+                              for c, p, s in SCENARIOS])
 def test_signal_mid_catch_up_stops_within_2s_and_restart_delivers_each_span_once(corpus, tmp_path, cmd, parallel,
                                                                                   sig):
     root, totals = corpus

@@ -17,8 +17,12 @@ try:
 except ModuleNotFoundError:  # plain `pytest` does not put the repo root on sys.path
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.support import ccusage as cc  # noqa: E402
-from tests.support import usage_check as uc  # noqa: E402
+from tests.support import (
+    ccusage as cc,  # noqa: E402
+)
+from tests.support import (
+    usage_check as uc,  # noqa: E402
+)
 from tests.support.fixtures import ccusage_installed, realdata_config_dir  # noqa: E402,F401
 
 # Sessions with no usage line ccusage reports: ff71dbed (a lone summary line), e1bc91d1 (its
@@ -36,7 +40,7 @@ def flat_agent_sessions() -> set[str]:
             if e.agent and "/subagents/" not in e.dest}
 
 
-def advisor_cache_split_gap(paths: "list[Path]") -> int:
+def advisor_cache_split_gap(paths: list[Path]) -> int:
     """What ccusage's cache-write rule loses on advisor calls, from the files alone: it takes the
     top-level TTL breakdown, which holds the first iteration's writes only, while
     cache_creation_input_tokens is the sum over the model's iterations (checked here too)."""
@@ -60,7 +64,8 @@ def advisor_cache_split_gap(paths: "list[Path]") -> int:
             own = [i for i in its if i.get("type") == "message"]
             assert sum(i["cache_creation_input_tokens"] for i in own) == u["cache_creation_input_tokens"]
             split = u["cache_creation"]
-            gap += u["cache_creation_input_tokens"] - split["ephemeral_5m_input_tokens"] - split["ephemeral_1h_input_tokens"]
+            gap += (u["cache_creation_input_tokens"] - split["ephemeral_5m_input_tokens"]
+                    - split["ephemeral_1h_input_tokens"])
     return gap
 
 
@@ -227,8 +232,8 @@ def test_ccusage_reads_only_the_given_config_dir(ccusage_installed: Path, tmp_pa
     assert cc.run_ccusage_sessions(tmp_path / "empty") == {}
 
 
-def _assistant(mid: str, rid: "str | None", usage: dict, *, model: str = "claude-opus-4-6",
-               content: "list | None" = None, sidechain: bool = False, ts: str = "2025-05-05T05:05:05.000Z",
+def _assistant(mid: str, rid: str | None, usage: dict, *, model: str = "claude-opus-4-6",
+               content: list | None = None, sidechain: bool = False, ts: str = "2025-05-05T05:05:05.000Z",
                sid: str = "11111111-2222-3333-4444-555555555555") -> dict:
     line = {
         "parentUuid": None, "isSidechain": sidechain, "userType": "external", "cwd": "/tmp/p",
@@ -274,7 +279,8 @@ def test_ccusage_rules_on_a_synthetic_transcript(ccusage_installed: Path, tmp_pa
                     "data": {"type": "agent_progress", "agentId": "a1",
                              "message": {"type": "assistant", "uuid": "s-1",
                                          "timestamp": "2025-05-05T05:05:06.000Z", "requestId": "req_4",
-                                         "message": _assistant("msg_4", None, {"input_tokens": 4, "output_tokens": 4})["message"]}}}),
+                                         "message": _assistant("msg_4", None,
+                                                               {"input_tokens": 4, "output_tokens": 4})["message"]}}}),
     ]
     project = tmp_path / "claude" / "projects" / "p"
     project.mkdir(parents=True)

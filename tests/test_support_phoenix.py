@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import pytest
 
@@ -47,6 +47,7 @@ pytestmark = pytest.mark.phoenix
 
 SCOPE = InstrumentationScope("ccotel-test", "0.0.1")
 RESOURCE = Resource.create({"service.name": "ccotel-test", "service.version": "0.0.1"})
+_UNSET = Status(StatusCode.UNSET)
 
 
 def ns(iso: str) -> int:
@@ -60,13 +61,13 @@ def make_span(
     name: str,
     trace_id: int,
     span_id: int,
-    parent_id: Optional[int],
+    parent_id: int | None,
     start: int,
     end: int,
     *,
     kind: SpanKind = SpanKind.INTERNAL,
-    attributes: Optional[dict[str, Any]] = None,
-    status: Status = Status(StatusCode.UNSET),
+    attributes: dict[str, Any] | None = None,
+    status: Status = _UNSET,
     resource: Resource = RESOURCE,
 ) -> ReadableSpan:
     ctx = SpanContext(trace_id, span_id, is_remote=False, trace_flags=TraceFlags(TraceFlags.SAMPLED))
@@ -338,9 +339,11 @@ def test_trace_stays_in_its_first_project(phoenix: PhoenixServer) -> None:
     def res(project: str) -> Resource:
         return Resource.create({"service.name": "ccotel-test", "openinference.project.name": project})
 
-    export(http_exporter(phoenix), [make_span("p1 root", trace_id, 0xF1, None, base, base + 10, resource=res("ccotel-p1"))])
+    export(http_exporter(phoenix),
+           [make_span("p1 root", trace_id, 0xF1, None, base, base + 10, resource=res("ccotel-p1"))])
     phoenix.wait_for_spans(1, "ccotel-p1", timeout=30)
-    export(http_exporter(phoenix), [make_span("p2 child", trace_id, 0xF2, 0xF1, base, base + 10, resource=res("ccotel-p2"))])
+    export(http_exporter(phoenix),
+           [make_span("p2 child", trace_id, 0xF2, 0xF1, base, base + 10, resource=res("ccotel-p2"))])
     got = phoenix.wait_for_spans(2, "ccotel-p1", timeout=30, exact=True)
     assert {g["name"] for g in got} == {"p1 root", "p2 child"}
     assert phoenix.spans("ccotel-p2") == []

@@ -8,9 +8,23 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness.fakeapi import (ApiError, FakeAPI, Message, Rule, Usage, build_message, count_assistant_turns,
-                                   encode_sse, first_user_text, last_user_text, parse_sse, sse_events, text,
-                                   thinking, tool)
+from tests.harness.fakeapi import (
+    ApiError,
+    FakeAPI,
+    Message,
+    Rule,
+    Usage,
+    build_message,
+    count_assistant_turns,
+    encode_sse,
+    first_user_text,
+    last_user_text,
+    parse_sse,
+    sse_events,
+    text,
+    thinking,
+    tool,
+)
 
 U = Usage(input_tokens=1234, output_tokens=37, cache_creation_input_tokens=91, cache_read_input_tokens=5678)
 

@@ -109,7 +109,8 @@ def test_live_spans_metrics_and_restart(version, claude_cli, tmp_path):
             gt3 = responses(run_live("s03_parallel_subagents", sandbox))
             want = {r["message_id"] for r in gt3}
             spans = wait_spans(rx, lambda ss: want <= {s["attributes"].get("gen_ai.response.id") for s in ss}
-                               and sum(1 for s in ss if s["name"].startswith("invoke_agent") and s["parent_span_id"]) >= 2)
+                               and sum(1 for s in ss
+                                       if s["name"].startswith("invoke_agent") and s["parent_span_id"]) >= 2)
             by_id = {s["span_id"]: s for s in spans}
             for s in spans:
                 if s["name"].startswith("invoke_agent") and s["parent_span_id"]:
@@ -148,7 +149,8 @@ def test_live_spans_metrics_and_restart(version, claude_cli, tmp_path):
             # 5. an orchestrator logs a reset, an abort and a watchdog kill
             with open(log, "a") as f:
                 f.write("\n".join(LOG_LINES) + "\n")
-            wait_value(p, 'ccotel_session_resets_total{job="ccotel",reason="missing_transcript",source="transcript"}', 1)
+            wait_value(p, 'ccotel_session_resets_total{job="ccotel",reason="missing_transcript",source="transcript"}',
+                       1)
             wait_value(p, 'ccotel_session_resets_total{job="ccotel",reason="missing_transcript",source="openclaw"}', 1)
             wait_value(p, 'ccotel_aborts_total{job="ccotel",reason="abort",source="openclaw"}', 1)
             wait_value(p, 'ccotel_watchdog_kills_total{job="ccotel",source="openclaw"}', 1)

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from .install import OLDEST
 
@@ -271,7 +272,8 @@ def check_common(ev: Evidence) -> list[str]:
 
 
 def _main_human_prompts(f: TranscriptFile) -> list[dict[str, Any]]:
-    return [ln for ln in f.lines if ln.get("type") == "user" and isinstance((ln.get("message") or {}).get("content"), str)
+    return [ln for ln in f.lines
+            if ln.get("type") == "user" and isinstance((ln.get("message") or {}).get("content"), str)
             and not ln.get("isMeta") and not ln.get("isCompactSummary")]
 
 
@@ -504,7 +506,8 @@ def _check_s07(ev: Evidence) -> list[str]:
     r = _one(retries, "stream-json api_retry", p)
     if r is not None and r.get("error_status") != 529:
         p.append(f"api_retry error_status {r.get('error_status')}")
-    api_errors = [ln for f in ev.files for ln in f.lines if ln.get("type") == "system" and ln.get("subtype") == "api_error"]
+    api_errors = [ln for f in ev.files for ln in f.lines
+                  if ln.get("type") == "system" and ln.get("subtype") == "api_error"]
     if not ev.newer and api_errors:
         p.append(f"2.1.197 wrote {len(api_errors)} system/api_error lines")
     if ev.newer:
@@ -649,7 +652,8 @@ def _check_s14(ev: Evidence) -> list[str]:
     if ev.newer:
         n = _one(notices, "system/model_fallback line (2.1.330)", p)
         if n is not None and fb is not None and n.get("fallbackModel") != fb.get("requested_model"):
-            p.append(f"model_fallback names {n.get('fallbackModel')!r}, the request asked {fb.get('requested_model')!r}")
+            p.append(f"model_fallback names {n.get('fallbackModel')!r},"
+                     f" the request asked {fb.get('requested_model')!r}")
     return p
 
 

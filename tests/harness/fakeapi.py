@@ -402,7 +402,7 @@ class FakeAPI:
         self._thread: threading.Thread | None = None
 
     # -- lifecycle
-    def start(self) -> "FakeAPI":
+    def start(self) -> FakeAPI:
         handler = _make_handler(self)
         self._server = _QuietServer(("127.0.0.1", 0), handler)
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.1},
@@ -416,7 +416,7 @@ class FakeAPI:
             self._server.server_close()
             self._server = None
 
-    def __enter__(self) -> "FakeAPI":
+    def __enter__(self) -> FakeAPI:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -610,7 +610,8 @@ def _make_handler(api: FakeAPI):
             usage = reply.usage
             if any(it.get("model") == ADVISOR_PLACEHOLDER for it in usage.iterations):
                 advisor = record["request"].get("advisor_model") or DEFAULT_ADVISOR_MODEL
-                usage = replace(usage, iterations=tuple(dict(it, model=advisor) if it.get("model") == ADVISOR_PLACEHOLDER
+                usage = replace(usage, iterations=tuple(dict(it, model=advisor)
+                                                        if it.get("model") == ADVISOR_PLACEHOLDER
                                                         else it for it in usage.iterations))
             message = build_message(msg_id, model, blocks, stop, usage)
             record.update(status=200, message_id=msg_id, request_id=req_id, model=model, stop_reason=stop,

@@ -17,9 +17,10 @@ import signal
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from .install import CLAUDE_CODE_VERSION, claude_binary, install
 
@@ -176,7 +177,7 @@ class Sandbox:
     version: str = CLAUDE_CODE_VERSION
 
     @classmethod
-    def create(cls, prefix: str = "ccotel-e2e-", base: Path | str | None = None, **kw: Any) -> "Sandbox":
+    def create(cls, prefix: str = "ccotel-e2e-", base: Path | str | None = None, **kw: Any) -> Sandbox:
         root = Path(tempfile.mkdtemp(prefix=prefix, dir=base)).resolve()
         return cls(root=root, **kw)
 

@@ -14,16 +14,30 @@ from __future__ import annotations
 import json
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from .fakeapi import (ApiError, FakeAPI, Message, Rule, Usage, advisor_iteration, advisor_result, message_iteration,
-                      server_tool_use, text, thinking, tool)
+from .fakeapi import (
+    ApiError,
+    FakeAPI,
+    Message,
+    Rule,
+    Usage,
+    advisor_iteration,
+    advisor_result,
+    message_iteration,
+    server_tool_use,
+    text,
+    thinking,
+    tool,
+)
 from .install import CLAUDE_CODE_VERSION, OLDEST, VERSIONS
-from .runner import RunResult, Sandbox, StdinStep, tool_use_seen, transcript_lines
+from .runner import RunResult, Sandbox, StdinStep, tool_use_seen
 
-__all__ = ["Scenario", "ScenarioResult", "Context", "SCENARIOS", "run_scenario", "api_tag", "usage_for", "copy_config_tree"]
+__all__ = ["Scenario", "ScenarioResult", "Context", "SCENARIOS", "run_scenario", "api_tag", "usage_for",
+           "copy_config_tree"]
 
 
 def usage_for(scenario_no: int, i: int) -> Usage:
@@ -473,7 +487,8 @@ S11_THIRD = "S11 third: a slow answer, interrupted while waiting for the API"
 def _s11_rules(version: str = CLAUDE_CODE_VERSION) -> list[Rule]:
     u = lambda i: usage_for(11, i)  # noqa: E731
     return [
-        Rule("s11.t1.sleep", Message([text("Sleeping."), bash(long_command(version, 30), "Sleep for 30 seconds")], u(0)),
+        Rule("s11.t1.sleep",
+             Message([text("Sleeping."), bash(long_command(version, 30), "Sleep for 30 seconds")], u(0)),
              first_user="S11 first", turns=0, times=1),
         Rule("s11.t2.bash", Message([bash("echo resumed", "Print resumed")], u(1)),
              first_user="S11 first", last_user="S11 second"),
@@ -538,7 +553,8 @@ def _s12_rules(version: str = CLAUDE_CODE_VERSION) -> list[Rule]:
     summary = (f"<analysis>One command ran.</analysis>\n<summary>{S12_SUMMARY_TAG}: the user asked to run echo "
                "big-context; it printed big-context.</summary>")
     return [
-        Rule("s12.t1.bash", Message([bash("echo big-context", "Print big-context")], big), first_user="S12 first", turns=0),
+        Rule("s12.t1.bash", Message([bash("echo big-context", "Print big-context")], big), first_user="S12 first",
+             turns=0),
         # Before the next request the CLI compacts on its own (trigger "auto"): a request with the same
         # first user text that ends with the summary instruction.
         Rule("s12.compact.summary", Message([text(summary)], u(1)), first_user="S12 first",
@@ -623,33 +639,48 @@ def _register(*scenarios: Scenario) -> None:
 _register(
     Scenario("s01_bash_tool", 1, "one prompt, one Bash tool call (echo hello), final answer",
              _s01_rules, _s01_drive,
-             notable='text and tool_use of one response are two lines with the same message.id/requestId and the final usage; Bash result has toolUseResult {stdout, stderr, interrupted, isImage, noOutputExpected}'),
+             notable='text and tool_use of one response are two lines with the same message.id/requestId and the final '
+                     'usage; Bash result has toolUseResult {stdout, stderr, interrupted, isImage, noOutputExpected}'),
     Scenario("s02_resume_two_turns", 2, "two turns in one session: a second -p run with --resume",
              _s02_rules, _s02_drive,
              notable="--resume appends to the same session file; the resumed run writes a 'mode' line"),
     Scenario("s03_parallel_subagents", 3, "two parallel foreground subagents (Agent tool), each running Bash",
              _s03_rules, _s03_drive,
-             notable="tool is named Agent in the API and the transcript but Task in stream-json init.tools; subagent files under <session>/subagents/ with meta.json {agentType, description, toolUseId, spawnDepth}; Agent toolUseResult.usage = the subagent's last API call"),
+             notable="tool is named Agent in the API and the transcript but Task in stream-json init.tools; subagent "
+                     "files under <session>/subagents/ with meta.json {agentType, description, toolUseId, spawnDepth}; "
+                     "Agent toolUseResult.usage = the subagent's last API call"),
     Scenario("s04_background_subagent", 4, "a background subagent (run_in_background) finishing after the main turn",
              _s04_rules, _s04_drive,
-             notable="-p waits for the background agent; completion arrives as queue-operation enqueue + a user line '<task-notification>...' with origin.kind=task-notification, then one more API call; two result records on stdout"),
+             notable="-p waits for the background agent; completion arrives as queue-operation enqueue + a user line "
+                     "'<task-notification>...' with origin.kind=task-notification, then one more API call; two result "
+                     "records on stdout"),
     Scenario("s05_nested_subagent", 5, "a subagent that spawns its own subagent", _s05_rules, _s05_drive,
-             notable="nesting allowed; both agent files flat in the main session's subagents/ dir; inner meta spawnDepth 2, toolUseId in the outer agent's file; subagent files have no toolUseResult"),
+             notable="nesting allowed; both agent files flat in the main session's subagents/ dir; inner meta "
+                     "spawnDepth 2, toolUseId in the outer agent's file; subagent files have no toolUseResult"),
     Scenario("s06_kill_orphan_resume", 6, "SIGKILL during Bash sleep 60 (orphaned tool_use), then --resume",
              _s06_rules, _s06_drive,
-             notable='orphaned tool_use stays as a dead branch; resumed prompt parented on the line before it; sessions/<pid>.json survives SIGKILL (snapshots/after_kill) and is deleted by the next CLI start'),
+             notable='orphaned tool_use stays as a dead branch; resumed prompt parented on the line before it; '
+                     'sessions/<pid>.json survives SIGKILL (snapshots/after_kill) and is deleted by the next CLI '
+                     'start'),
     Scenario("s07_api_errors", 7, "a non-retryable 400 (run 1) and a retryable 529 then success (run 2)",
              _s07_rules, _s07_drive,
-             notable="400 -> one <synthetic> isApiErrorMessage line with apiErrorStatus 400 and the error's requestId; the 529 retry leaves no trace in the transcript, only stream-json system/api_retry"),
+             notable="400 -> one <synthetic> isApiErrorMessage line with apiErrorStatus 400 and the error's requestId; "
+                     "the 529 retry leaves no trace in the transcript, only stream-json system/api_retry"),
     Scenario("s08_failing_tool", 8, "a Bash call exiting non-zero (tool_result is_error)", _s08_rules, _s08_drive,
-             notable="is_error true, content 'Exit code 3\\nfailing', toolUseResult is the string 'Error: Exit code 3\\nfailing'"),
+             notable="is_error true, content 'Exit code 3\\nfailing', toolUseResult is the string 'Error: Exit code "
+                     "3\\nfailing'"),
     Scenario("s09_thinking_big_output", 9, "thinking blocks and a Bash output over 1 MB", _s09_rules, _s09_drive,
-             notable='thinking blocks on their own lines with signature; 1.29 MB stdout persisted to <session>/tool-results/<id>.txt, tool_result is a <persisted-output> 2 KB preview, toolUseResult.stdout cut to 30000 chars'),
+             notable='thinking blocks on their own lines with signature; 1.29 MB stdout persisted to '
+                     '<session>/tool-results/<id>.txt, tool_result is a <persisted-output> 2 KB preview, '
+                     'toolUseResult.stdout cut to 30000 chars'),
     Scenario("s10_compact", 10, "/compact via -p --resume, then one more turn", _s10_rules, _s10_drive,
-             notable='compact_boundary (parentUuid null, logicalParentUuid) + isCompactSummary line; the compaction API response is recorded in no transcript (only in stdout result.modelUsage)'),
+             notable='compact_boundary (parentUuid null, logicalParentUuid) + isCompactSummary line; the compaction '
+                     'API response is recorded in no transcript (only in stdout result.modelUsage)'),
     Scenario("s11_interrupt", 11, "--input-format stream-json: interrupt (control_request) during Bash sleep 30, "
              "then a second prompt", _s11_rules, _s11_drive,
-             notable="interrupt during a tool: is_error tool_result 'User rejected tool use' + '[Request interrupted by user for tool use]'; during an API wait: '[Request interrupted by user]' and the response is not recorded"),
+             notable="interrupt during a tool: is_error tool_result 'User rejected tool use' + '[Request interrupted "
+                     "by user for tool use]'; during an API wait: '[Request interrupted by user]' and the response is "
+                     "not recorded"),
     Scenario("s12_auto_compact", 12, "auto compaction: a response reports a ~0.99M-token context, the CLI compacts "
              "by itself before the next request", _s12_rules, _s12_drive,
              # 2.1.197 never auto-compacted here (same turn, next turn by --resume or on stdin, or with

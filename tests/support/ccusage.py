@@ -59,10 +59,11 @@ import re
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Optional, Sequence
+from typing import Any
 
 __all__ = [
     "CCUSAGE_VERSION",
@@ -119,11 +120,11 @@ def ccusage_prefix() -> Path:
     return Path(override) if override else DEFAULT_PREFIX
 
 
-def ccusage_bin(prefix: Optional[Path] = None) -> Path:
+def ccusage_bin(prefix: Path | None = None) -> Path:
     return (prefix or ccusage_prefix()) / "node_modules" / ".bin" / "ccusage"
 
 
-def installed_ccusage_version(prefix: Optional[Path] = None) -> Optional[str]:
+def installed_ccusage_version(prefix: Path | None = None) -> str | None:
     """``20.0.24`` from ``ccusage --version``, or None when absent or broken."""
     binary = ccusage_bin(prefix)
     if not binary.exists():
@@ -146,7 +147,7 @@ def installed_ccusage_version(prefix: Optional[Path] = None) -> Optional[str]:
 # -- running ------------------------------------------------------------------------
 
 
-def _private_env(home: Path, config_dir: Optional[Path] = None) -> dict[str, str]:
+def _private_env(home: Path, config_dir: Path | None = None) -> dict[str, str]:
     keep = ("PATH", "LANG", "LC_ALL", "TMPDIR", "SYSTEMROOT")
     env = {k: os.environ[k] for k in keep if k in os.environ}
     home.mkdir(parents=True, exist_ok=True)
@@ -176,9 +177,9 @@ def run_ccusage(
     args: Sequence[str],
     config_dir: Path,
     *,
-    prefix: Optional[Path] = None,
+    prefix: Path | None = None,
     timeout: float = 300.0,
-    require_version: Optional[str] = CCUSAGE_VERSION,
+    require_version: str | None = CCUSAGE_VERSION,
 ) -> Any:
     """Run ``ccusage <args>`` on ``config_dir`` with a private HOME; return parsed JSON.
 
@@ -293,7 +294,7 @@ class LayoutEntry:
     sources: tuple[str, ...]  #: relative to realdata, in the order they are joined
     session_id: str
     repo: str  #: source repo dir name (= project dir name)
-    agent: Optional[str] = None  #: ``agent-<id>`` for a subagent file
+    agent: str | None = None  #: ``agent-<id>`` for a subagent file
     note: str = ""
 
 
@@ -316,11 +317,11 @@ def _iter_objects(path: Path) -> Iterator[dict[str, Any]]:
                     yield obj
 
 
-@lru_cache(maxsize=None)
-def _content_info(path: Path) -> tuple[tuple[str, ...], Optional[str]]:
+@cache
+def _content_info(path: Path) -> tuple[tuple[str, ...], str | None]:
     """(distinct sessionIds in order of appearance, earliest timestamp)."""
     sids: dict[str, None] = {}
-    first_ts: Optional[str] = None
+    first_ts: str | None = None
     for obj in _iter_objects(path):
         sid = obj.get("sessionId")
         if isinstance(sid, str) and sid:
@@ -331,18 +332,18 @@ def _content_info(path: Path) -> tuple[tuple[str, ...], Optional[str]]:
     return tuple(sids), first_ts
 
 
-def realdata_layout(realdata: Optional[Path] = None) -> list[LayoutEntry]:
+def realdata_layout(realdata: Path | None = None) -> list[LayoutEntry]:
     """Where each realdata transcript goes in a Claude config dir (see module doc)."""
     root = Path(realdata) if realdata else realdata_dir()
     if not root.is_dir():
         raise FileNotFoundError(f"no realdata dir at {root}")
-    by_dest: dict[str, list[tuple[str, str, str, Optional[str], str]]] = {}
+    by_dest: dict[str, list[tuple[str, str, str, str | None, str]]] = {}
     for repo_dir in sorted(p for p in root.iterdir() if p.is_dir()):
         repo = repo_dir.name
         for path in sorted(repo_dir.glob("*.jsonl")):
             rel = f"{repo}/{path.name}"
             content_sids, _ = _content_info(path)
-            agent: Optional[str] = None
+            agent: str | None = None
             note = ""
             spotter = _SPOTTER_RE.match(path.name)
             raw = _RAW_RE.match(path.name)
@@ -401,7 +402,7 @@ def realdata_layout(realdata: Optional[Path] = None) -> list[LayoutEntry]:
 def realdata_tree(
     dest: Path,
     *,
-    realdata: Optional[Path] = None,
+    realdata: Path | None = None,
     mode: str = "copy",
 ) -> Path:
     """Lay out the realdata transcripts under ``dest`` as a Claude config dir.

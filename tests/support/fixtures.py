@@ -11,8 +11,9 @@ on a missing install step.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator, NoReturn
+from typing import NoReturn
 
 import pytest
 

@@ -21,8 +21,8 @@ import platform
 import shutil
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Optional, Sequence
 
 from tests.support.ccusage import (
     CCUSAGE_VERSION,
@@ -48,7 +48,7 @@ def native_package() -> str:
     return _NATIVE[key]
 
 
-def install(prefix: Optional[Path] = None, *, force: bool = False) -> Path:
+def install(prefix: Path | None = None, *, force: bool = False) -> Path:
     """Make sure ``prefix`` holds ccusage CCUSAGE_VERSION; return the ccusage path."""
     prefix = Path(prefix) if prefix else ccusage_prefix()
     found = installed_ccusage_version(prefix)
@@ -79,7 +79,7 @@ def install(prefix: Optional[Path] = None, *, force: bool = False) -> Path:
     return ccusage_bin(prefix)
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--prefix", type=Path, default=None, help="npm prefix")
     parser.add_argument("--force", action="store_true", help="reinstall even if present")

@@ -14,8 +14,8 @@ import argparse
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Optional, Sequence
 
 from tests.support.phoenix import (
     PHOENIX_VERSION,
@@ -27,7 +27,7 @@ from tests.support.phoenix import (
 INSTALL_TIMEOUT_S = 1800
 
 
-def install(venv: Optional[Path] = None, *, force: bool = False) -> Path:
+def install(venv: Path | None = None, *, force: bool = False) -> Path:
     """Make sure ``venv`` holds arize-phoenix==PHOENIX_VERSION; return its python."""
     venv = Path(venv) if venv else phoenix_venv()
     found = installed_phoenix_version(venv)
@@ -58,7 +58,7 @@ def install(venv: Optional[Path] = None, *, force: bool = False) -> Path:
     return python
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--venv", type=Path, default=None, help="venv location")
     parser.add_argument("--force", action="store_true", help="reinstall even if present")

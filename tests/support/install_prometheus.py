@@ -28,8 +28,8 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Optional, Sequence
 
 from tests.support.prometheus import installed_versions
 
@@ -116,7 +116,7 @@ def install(*, force: bool = False, update: bool = True) -> dict[str, str]:
     return found
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--force", action="store_true", help="reinstall even if present")
     parser.add_argument("--no-update", action="store_true", help="skip apt-get update")

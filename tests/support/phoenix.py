@@ -89,9 +89,10 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Iterable, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Optional
+from typing import Any
 
 from tests.support.server import LoopbackServer, free_port
 
@@ -157,11 +158,11 @@ def phoenix_venv() -> Path:
     return Path(override) if override else DEFAULT_VENV
 
 
-def phoenix_python(venv: Optional[Path] = None) -> Path:
+def phoenix_python(venv: Path | None = None) -> Path:
     return (venv or phoenix_venv()) / "bin" / "python"
 
 
-def installed_phoenix_version(venv: Optional[Path] = None) -> Optional[str]:
+def installed_phoenix_version(venv: Path | None = None) -> str | None:
     """The arize-phoenix version installed in ``venv``, or None."""
     python = phoenix_python(venv)
     if not python.exists():
@@ -253,12 +254,12 @@ class PhoenixServer(LoopbackServer):
     def __init__(
         self,
         *,
-        venv: Optional[Path] = None,
+        venv: Path | None = None,
         startup_timeout: float = 120.0,
         stop_timeout: float = 20.0,
-        extra_env: Optional[Mapping[str, str]] = None,
+        extra_env: Mapping[str, str] | None = None,
         keep_workdir: bool = False,
-        require_version: Optional[str] = PHOENIX_VERSION,
+        require_version: str | None = PHOENIX_VERSION,
     ) -> None:
         super().__init__(startup_timeout=startup_timeout, stop_timeout=stop_timeout, keep_dir=keep_workdir)
         self.venv = Path(venv) if venv else phoenix_venv()
@@ -266,8 +267,8 @@ class PhoenixServer(LoopbackServer):
         self.require_version = require_version
         self.http_port = 0
         self.grpc_port = 0
-        self.working_dir: Optional[Path] = None
-        self._python: Optional[Path] = None
+        self.working_dir: Path | None = None
+        self._python: Path | None = None
 
     # -- endpoints ---------------------------------------------------------
 
@@ -373,7 +374,7 @@ class PhoenixServer(LoopbackServer):
     def get_json(
         self,
         path: str,
-        params: Optional[Iterable[tuple[str, Any]]] = None,
+        params: Iterable[tuple[str, Any]] | None = None,
         *,
         timeout: float = 30.0,
     ) -> Any:
@@ -388,7 +389,7 @@ class PhoenixServer(LoopbackServer):
     def projects(self) -> list[str]:
         """Names of all projects (``GET /v1/projects``, all pages)."""
         names: list[str] = []
-        cursor: Optional[str] = None
+        cursor: str | None = None
         for _ in range(1000):
             params: list[tuple[str, Any]] = [("limit", 100)]
             if cursor:
@@ -404,7 +405,7 @@ class PhoenixServer(LoopbackServer):
         self,
         project: str = "default",
         *,
-        trace_ids: Optional[Iterable[str]] = None,
+        trace_ids: Iterable[str] | None = None,
         page_size: int = 1000,
         max_spans: int = 1_000_000,
         timeout: float = 30.0,
@@ -423,7 +424,7 @@ class PhoenixServer(LoopbackServer):
         base: list[tuple[str, Any]] = [("limit", page_size), ("sort", "id"), ("order", "asc")]
         base += [("trace_id", t) for t in (trace_ids or ())]
         out: list[dict[str, Any]] = []
-        cursor: Optional[str] = None
+        cursor: str | None = None
         deadline = time.monotonic() + timeout
         while True:
             if time.monotonic() > deadline:
@@ -449,7 +450,7 @@ class PhoenixServer(LoopbackServer):
         *,
         timeout: float = 30.0,
         poll_interval: float = 0.25,
-        trace_ids: Optional[Iterable[str]] = None,
+        trace_ids: Iterable[str] | None = None,
         exact: bool = False,
     ) -> list[dict[str, Any]]:
         """Poll until ``project`` holds at least ``count`` spans (``exact``: exactly).

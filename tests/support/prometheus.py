@@ -25,8 +25,9 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Iterable, Optional, Sequence
+from typing import Any
 
 from tests.support.server import LoopbackServer, free_port
 
@@ -50,11 +51,11 @@ class PrometheusError(RuntimeError):
     """Prometheus did not start, answer or stop as expected."""
 
 
-def _binary(name: str) -> Optional[str]:
+def _binary(name: str) -> str | None:
     return shutil.which(name)
 
 
-def _version(binary: Optional[str]) -> Optional[str]:
+def _version(binary: str | None) -> str | None:
     """``2.42.0`` from ``<binary> --version`` (first line ``prometheus, version 2.42.0+ds ...``)."""
     if binary is None:
         return None
@@ -73,7 +74,7 @@ def _version(binary: Optional[str]) -> Optional[str]:
     return text.splitlines()[0] if text else None
 
 
-def installed_versions() -> Optional[dict[str, str]]:
+def installed_versions() -> dict[str, str] | None:
     """``{"prometheus": v, "promtool": v}`` when both run, else None."""
     found = {name: _version(_binary(name)) for name in ("prometheus", "promtool")}
     if all(found.values()):
@@ -81,14 +82,14 @@ def installed_versions() -> Optional[dict[str, str]]:
     return None
 
 
-def missing_reason() -> Optional[str]:
+def missing_reason() -> str | None:
     """None when prometheus and promtool work, else why not (for skip/fail)."""
     if installed_versions() is None:
         return f"prometheus/promtool not installed: {INSTALL_HINT}"
     return None
 
 
-def promtool(*args: str, input_text: Optional[str] = None, timeout: float = 60) -> tuple[int, str]:
+def promtool(*args: str, input_text: str | None = None, timeout: float = 60) -> tuple[int, str]:
     """Run ``promtool args...``; return (exit code, stdout + stderr)."""
     binary = _binary("promtool")
     if binary is None:
@@ -156,8 +157,8 @@ class PrometheusServer(LoopbackServer):
         self.job = job
         self.rule_files = [Path(f).resolve() for f in rule_files]
         self.port = 0
-        self.config_path: Optional[Path] = None
-        self._binary: Optional[str] = None
+        self.config_path: Path | None = None
+        self._binary: str | None = None
 
     @property
     def base_url(self) -> str:
@@ -222,7 +223,7 @@ class PrometheusServer(LoopbackServer):
 
     # -- HTTP API ----------------------------------------------------------
 
-    def api(self, path: str, params: Optional[dict[str, str]] = None, timeout: float = 10) -> Any:
+    def api(self, path: str, params: dict[str, str] | None = None, timeout: float = 10) -> Any:
         """GET ``/api/v1/<path>``; return ``data`` or raise with Prometheus' error."""
         url = f"{self.base_url}/api/v1/{path}"
         if params:
@@ -239,7 +240,7 @@ class PrometheusServer(LoopbackServer):
             raise PrometheusError(f"GET {url}: {body.get('errorType')}: {body.get('error')}")
         return body["data"]
 
-    def query(self, expr: str, at: Optional[float] = None) -> list[Sample]:
+    def query(self, expr: str, at: float | None = None) -> list[Sample]:
         """Instant query: ``[(labels, value), ...]``; a scalar is ``[({}, value)]``."""
         params = {"query": expr}
         if at is not None:

@@ -15,7 +15,7 @@ import socket
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 __all__ = ["LoopbackServer", "free_port"]
 
@@ -42,13 +42,13 @@ class LoopbackServer:
         self.stop_timeout = stop_timeout
         self.keep_dir = keep_dir
         self.host = "127.0.0.1"
-        self.tmpdir: Optional[Path] = None
-        self.log_path: Optional[Path] = None
-        self._proc: Optional[subprocess.Popen[bytes]] = None
+        self.tmpdir: Path | None = None
+        self.log_path: Path | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
         self._log_file: Any = None
 
     @property
-    def pid(self) -> Optional[int]:
+    def pid(self) -> int | None:
         return self._proc.pid if self._proc else None
 
     def __enter__(self) -> Any:
@@ -71,7 +71,7 @@ class LoopbackServer:
     def _command(self, attempt: int) -> list[str]:
         raise NotImplementedError
 
-    def _env(self) -> Optional[dict[str, str]]:
+    def _env(self) -> dict[str, str] | None:
         return None
 
     def _wait_ready(self) -> None:

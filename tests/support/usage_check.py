@@ -30,9 +30,10 @@ import json
 import re
 import sys
 import tempfile
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Optional
+from typing import Any
 
 __all__ = [
     "CCUSAGE_NULL_FIELDS",
@@ -130,8 +131,8 @@ def reference_totals(files: Iterable[Path], *, agent_progress: bool = False) -> 
     the subagent files by the same key -- the only record of a subagent's calls
     when its own file is missing (all Entire checkpoints here).
     """
-    by_key: dict[tuple[str, Optional[str], int], list[int]] = {}
-    model_of: dict[tuple[str, Optional[str], int], str] = {}
+    by_key: dict[tuple[str, str | None, int], list[int]] = {}
+    model_of: dict[tuple[str, str | None, int], str] = {}
     models: set[str] = set()
     for path in files:
         with open(path, encoding="utf-8", errors="replace") as fh:
@@ -169,7 +170,7 @@ def reference_totals(files: Iterable[Path], *, agent_progress: bool = False) -> 
                         if old is None:
                             by_key[key] = row
                         else:  # input/cache are equal on every line; output grows
-                            by_key[key] = [max(a, b) for a, b in zip(old, row)]
+                            by_key[key] = [max(a, b) for a, b in zip(old, row, strict=False)]
     totals = Totals(keys=len({k[:2] for k in by_key}), models=models)
     for key, (inp, out, cc, cr) in by_key.items():
         totals.input += inp
@@ -188,7 +189,7 @@ def naive_totals(files: Iterable[Path], rule: str) -> Totals:
     if rule not in ("every_line", "first_line"):
         raise ValueError(rule)
     totals = Totals()
-    seen: set[tuple[str, Optional[str]]] = set()
+    seen: set[tuple[str, str | None]] = set()
     for path in files:
         with open(path, encoding="utf-8", errors="replace") as fh:
             for line in fh:
@@ -236,11 +237,11 @@ def has_unsupported_null_field(line: str) -> bool:
 @dataclass
 class _Entry:
     session: str
-    message_id: Optional[str]
-    request_id: Optional[str]
+    message_id: str | None
+    request_id: str | None
     sidechain: bool
     usage: tuple[int, int, int, int]
-    model: Optional[str]
+    model: str | None
     speed: bool
 
 
@@ -257,7 +258,7 @@ def ccusage_emulation(config_dir: Path) -> EmulationReport:
     files = sorted((Path(config_dir) / "projects").rglob("*.jsonl"), key=str)
     sid_of = {p: sid for sid, paths in session_files(config_dir).items() for p in paths}
     entries: list[_Entry] = []
-    index: dict[tuple[str, Optional[str]], int] = {}
+    index: dict[tuple[str, str | None], int] = {}
     by_message: dict[str, list[int]] = {}
     dropped_null: dict[str, int] = {}
     dropped_glued: dict[str, int] = {}
@@ -359,7 +360,7 @@ def _should_replace(candidate: _Entry, existing: _Entry) -> bool:
     return candidate.speed and not existing.speed
 
 
-def main(argv: Optional[list[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     from tests.support.ccusage import realdata_tree, run_ccusage_sessions
 
