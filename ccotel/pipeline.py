@@ -18,11 +18,12 @@ import os
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import orjson
 
+from . import rules
 from .assemble import AgentRun, Assembler, Finished, Owner, Timeouts, Turn
 from .content import ContentPolicy
 from .discover import classify, scan, within_root
@@ -31,18 +32,19 @@ from .export_result import ExportResult
 from .metrics import Metrics
 from .orchestrator import DEFAULT_PATTERNS, OrchestratorLog, Pattern
 from .parse import parse_line, parse_timestamp
+from .pricing import DEFAULT_PRICING, Pricing
 from .procs import Proc, any_alive, read_session_pids
 from .records import Entry, FileKind, SpanRecord, TranscriptFile
 from .shard import Group
-from . import rules
-from .pricing import DEFAULT_PRICING, Pricing
 from .spans import DEFAULT_CONVENTIONS, Conventions, build_spans
 from .state import Commit, State, digest64
-from .tail import Tailer, lines_with
+from .tail import FileIdentity, Tailer, lines_with
 
 __all__ = ["Pipeline", "PipelineStats", "Options", "discover", "session_groups", "unread_bytes"]
 
 log = logging.getLogger("ccotel.pipeline")
+
+_Checkpoint = tuple[FileIdentity | None, int, int]  # a file's checkpoint (state.files()): identity, offset, read_to
 
 
 @dataclass(frozen=True)
@@ -121,7 +123,7 @@ class Pipeline:
         self._dirty: set[str] = set()  # files read since the last checkpoint
         self._agent_files: set[tuple[str | None, str]] = set()  # (session, agent id) with a transcript
         self._new_marks: list[str] = []
-        self._checkpoints: dict[str, tuple[object, int, int]] = {}
+        self._checkpoints: dict[str, _Checkpoint] = {}
         self._acked_before: set[int] = set()
         self._pids: dict[str, tuple[Proc, ...]] = {}
         self._pids_read_ns = 0
@@ -143,7 +145,7 @@ class Pipeline:
 
     def _log(self, path: str, source: str) -> OrchestratorLog:
         ckpt = self._checkpoints.get(path)
-        tailer = Tailer(path, offset=ckpt[1], identity=ckpt[0]) if ckpt else Tailer(path)  # type: ignore[arg-type]
+        tailer = Tailer(path, offset=ckpt[1], identity=ckpt[0]) if ckpt else Tailer(path)
         log_ = OrchestratorLog(path, source, tailer, self.options.orchestrator_patterns,
                                saved_offset=ckpt[1] if ckpt else -1)
         if ckpt is None:
@@ -240,7 +242,8 @@ class Pipeline:
             state = self.files.get(path)
             if state is None:
                 self._partial.discard(path)
-            elif state.partial_since_ns is not None and now - state.partial_since_ns >= self.options.unterminated_grace_ns:
+            elif (state.partial_since_ns is not None
+                  and now - state.partial_since_ns >= self.options.unterminated_grace_ns):
                 self._read(state, accept_unterminated=True)
         self.assembler.tick(now, self._alive)
         self._detect_ghosts(now)
@@ -455,7 +458,7 @@ class Pipeline:
             ckpt = self._checkpoints.get(tf.path)
             if ckpt is not None:
                 ident, offset, read_to = ckpt
-                tailer = Tailer(tf.path, offset=offset, identity=ident,  # type: ignore[arg-type]
+                tailer = Tailer(tf.path, offset=offset, identity=ident,
                                 max_line_bytes=self.options.max_line_bytes)
             else:
                 tailer = Tailer(tf.path, max_line_bytes=self.options.max_line_bytes)
@@ -514,7 +517,7 @@ class Pipeline:
         if res.reset:
             self.stats.file_resets += 1
             state.read_to = 0
-        for err, end in zip(res.errors, res.error_ends):
+        for err, end in zip(res.errors, res.error_ends, strict=False):
             if end < 0:  # the file itself (unreadable): once until it reads again
                 if not state.unreadable:
                     state.unreadable = True
@@ -711,7 +714,7 @@ def _mtime_ns(path: str) -> int:
         return 0
 
 
-def discover(options: Options, checkpoints: dict[str, tuple[object, int, int]]) -> list[tuple[str, TranscriptFile]]:
+def discover(options: Options, checkpoints: Mapping[str, _Checkpoint]) -> list[tuple[str, TranscriptFile]]:
     """Every transcript under the roots (with --since: those written since, or already followed)."""
     found = []
     for root in options.roots:
@@ -722,12 +725,12 @@ def discover(options: Options, checkpoints: dict[str, tuple[object, int, int]]) 
     return found
 
 
-def unread_bytes(path: str, checkpoints: dict[str, tuple[object, int, int]]) -> int:
+def unread_bytes(path: str, checkpoints: Mapping[str, _Checkpoint]) -> int:
     return max(_size(path) - checkpoints.get(path, (None, 0, 0))[1], 0)
 
 
 def session_groups(files: list[tuple[str, TranscriptFile]],
-                   checkpoints: dict[str, tuple[object, int, int]] | None = None) -> list[Group]:
+                   checkpoints: Mapping[str, _Checkpoint] | None = None) -> list[Group]:
     """Main file + subagent files of one session together; a project with 2.0.x flat agent
     files is one group (their session is only named inside them). With ``checkpoints``, groups
     with nothing left to read come first, in no particular order (their files are not opened)."""
