@@ -20,9 +20,8 @@ lines can be read before the main file says which tool spawned it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from collections.abc import Callable
-from typing import Union
+from dataclasses import dataclass, field
 
 from . import ids, rules
 from .parse import text_key
@@ -70,7 +69,7 @@ class ToolCall:
     agent_id: str | None = None
     background: bool = False
     repaired: bool = False  # a resumed 2.1.3xx process wrote its result: the process died during the call
-    owner: "Owner | None" = None
+    owner: Owner | None = None
 
 
 @dataclass(eq=False)
@@ -94,7 +93,7 @@ class Call:
     error_text: str | None = None
     tool_ids: list[str] = field(default_factory=list)
     lines: int = 0
-    owner: "Owner | None" = None
+    owner: Owner | None = None
     advisors: tuple[AdvisorCall, ...] = ()
     requested_model: str | None = None
     effort: str | None = None
@@ -119,7 +118,7 @@ class _OwnerBase:
     closed: bool = False
     last_arrival_ns: int = 0
     uuids: list[str] = field(default_factory=list)
-    waiting: list["Finished"] = field(default_factory=list)  # finished before the trace was known
+    waiting: list[Finished] = field(default_factory=list)  # finished before the trace was known
     version: str | None = None
     cwd: str | None = None
     git_branch: str | None = None
@@ -134,8 +133,8 @@ class _OwnerBase:
     # calls, subagents spawned from its tool calls, spans sent but not yet acknowledged.
     first_offsets: dict[str, int] = field(default_factory=dict)
     call_keys: list[str] = field(default_factory=list)
-    children: list["AgentRun"] = field(default_factory=list)
-    parent: "Turn | AgentRun | None" = None  # the owner of the tool call that spawned this subagent
+    children: list[AgentRun] = field(default_factory=list)
+    parent: Turn | AgentRun | None = None  # the owner of the tool call that spawned this subagent
     pending: int = 0
     stalled: bool = False
     awaiting_model: bool = False  # the last line was a prompt or a tool result: the model owes a reply
@@ -171,14 +170,14 @@ class AgentRun(_OwnerBase):
     span_emitted: bool = False
 
 
-Owner = Union[Turn, AgentRun]
+Owner = Turn | AgentRun
 
 
 @dataclass(frozen=True)
 class Finished:
     """A finished item whose trace is known; spans.py turns it into a span."""
 
-    item: Union[Turn, AgentRun, Call, ToolCall]
+    item: Turn | AgentRun | Call | ToolCall
     trace_id: int
     parent_span_id: int | None
 
@@ -480,7 +479,7 @@ class Assembler:
             owner = found[0]
             if owner.closed and isinstance(owner, AgentRun):
                 owner.closed = False
-                sess.open_owners.append(owner)  # type: ignore[arg-type]
+                sess.open_owners.append(owner)
                 self._active.add(sess.session_id)
             return owner
         agent = self._agent(sess, e.agent_id or e.uuid or "unknown", e.agent_id, e)
@@ -508,7 +507,7 @@ class Assembler:
             if agent.closed:
                 agent.closed = False  # late lines of a closed agent: same span ids, new children
             if agent not in sess.open_owners:
-                sess.open_owners.append(agent)  # type: ignore[arg-type]
+                sess.open_owners.append(agent)
                 self._active.add(sess.session_id)
         return agent
 
@@ -754,7 +753,7 @@ class Assembler:
         else:
             self._emit(owner, owner)
 
-    def _emit(self, owner: Owner, item: Union[Turn, AgentRun, Call, ToolCall]) -> None:
+    def _emit(self, owner: Owner, item: Turn | AgentRun | Call | ToolCall) -> None:
         if owner.trace_id is None:
             owner.waiting.append(Finished(item, 0, None))
             return
