@@ -3,7 +3,7 @@
 - spans of a parallel-subagent run arrive at a loopback OTLP receiver while the CLI runs;
 - the kill-mid-tool scenario (SIGKILL, then --resume), a ghost session and an orchestrator log
   show up in Prometheus as exactly the expected increments;
-- on each Claude Code version selected by CCOTEL_CLAUDE_VERSIONS (default: all of the matrix):
+- on each Claude Code version selected by CCOTEL_CLAUDE_VERSIONS (default: the newest; `all` for the matrix):
   2.1.197 leaves the killed tool call as a dead branch (a session reset), 2.1.330 repairs it on
   resume (still an orphaned tool call, no reset);
 - ccotel is SIGKILLed and restarted in the middle, and every counter stays exact;
