@@ -1,6 +1,7 @@
 """Run every scenario live with the real Claude Code CLI, on each version of the matrix selected by
-``CCOTEL_CLAUDE_VERSIONS`` (default: the newest; ``all`` for every version), and check what it wrote (plain JSON reading, no ccotel code)
-against the fake API's ground truth. About 30 s per version for all scenarios on this machine."""
+``CCOTEL_CLAUDE_VERSIONS`` (default: the newest; ``all`` for every version), and check what it wrote
+(plain JSON reading, no ccotel code) against the fake API's ground truth. About 30 s per version for all
+scenarios on this machine."""
 
 from __future__ import annotations
 
