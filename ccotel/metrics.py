@@ -4,12 +4,13 @@ Counters count what happens while ccotel runs: spans of history read on a first 
 counted, and the totals are checkpointed with the offsets (state.py), so a restart neither
 resets them nor counts an event twice. They never wait for the trace backend: a span is counted
 when it is built; its increments are checkpointed once the span is final (delivered, or dropped
-for good), and until then a crash re-reads its lines and counts it again, once. Everything is exposed by one custom Collector reading
-this object at scrape time; no global registry.
+for good), and until then a crash re-reads its lines and counts it again, once. Everything is
+exposed by one custom Collector reading this object at scrape time; no global registry.
 """
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -83,8 +84,29 @@ _TOKEN_ATTRS = (("input", "claude_code.usage.input_tokens"), ("output", "gen_ai.
                 ("cache_creation", "gen_ai.usage.cache_creation.input_tokens"))
 
 
-def _key(name: str, labels: tuple[str, ...]) -> str:
-    return name + "\x1f" + "\x1f".join(labels)
+Key = tuple[str, ...]  # (name, *label values): label values from transcripts hold any character
+
+
+def _key(name: str, labels: tuple[str, ...]) -> Key:
+    return (name, *labels)
+
+
+def encode_key(k: Key) -> str:
+    """A series as a text key for the state store: fields joined by \\x1f, each field's own
+    backslashes and \\x1f escaped, so no label value can split into two (a tool named "Ba\\x1fsh")."""
+    name, *labels = k
+    return name + "\x1f" + "\x1f".join(f.replace("\\", "\\\\").replace("\x1f", "\\u001f") for f in labels)
+
+
+_ESCAPED = re.compile(r"\\(\\|u001f)")
+
+
+def decode_key(text: str) -> Key:
+    name, _, rest = text.partition("\x1f")
+    spec = METRICS.get(name)
+    if spec is not None and not spec.labels:
+        return (name,)
+    return (name, *(_ESCAPED.sub(lambda m: "\\" if m.group(1) == "\\" else "\x1f", f) for f in rest.split("\x1f")))
 
 
 class Metrics:
@@ -99,8 +121,8 @@ class Metrics:
     def __init__(self, gauges: Callable[[], dict[str, float]] | None = None) -> None:
         self._lock = threading.Lock()
         # "pending": counted from spans not final yet (exposed, never checkpointed)
-        self._channels: dict[str, dict[str, float]] = {"read": {}, "delivered": {}, "pending": {}}
-        self._pending: dict[int, list[tuple[str, float]]] = {}
+        self._channels: dict[str, dict[Key, float]] = {"read": {}, "delivered": {}, "pending": {}}
+        self._pending: dict[int, list[tuple[Key, float]]] = {}
         self.gauges = gauges or (lambda: {})
         self.started = time.time()
 
@@ -161,33 +183,38 @@ class Metrics:
         """Values to checkpoint, keys prefixed by channel ("read:"/"delivered:"); all if None."""
         with self._lock:
             channels = [channel] if channel else ["read", "delivered"]
-            return {f"{c}:{k}": v for c in channels for k, v in self._channels[c].items()}
+            return {f"{c}:{encode_key(k)}": v for c in channels for k, v in self._channels[c].items()}
 
     def restore(self, values: dict[str, float]) -> None:
         with self._lock:
             for k, v in values.items():
                 channel, _, key = k.partition(":")
                 if channel in self._channels:
-                    self._channels[channel][key] = v
+                    self._channels[channel][decode_key(key)] = v
 
-    def totals(self) -> dict[str, float]:
+    def series(self) -> dict[Key, float]:
+        """Every series, all channels added."""
         with self._lock:
-            out: dict[str, float] = {}
+            out: dict[Key, float] = {}
             for values in self._channels.values():
                 for k, v in values.items():
                     out[k] = out.get(k, 0.0) + v
             return out
 
+    def totals(self) -> dict[str, float]:
+        """Every series by its text key (encode_key)."""
+        return {encode_key(k): v for k, v in self.series().items()}
+
     def value(self, name: str, *labels: str) -> float:
-        return self.totals().get(_key(name, labels), 0.0)
+        key = _key(name, labels)
+        with self._lock:
+            return sum(values.get(key, 0.0) for values in self._channels.values())
 
     # -- exposition --------------------------------------------------------------
 
     def families(self) -> Iterator[object]:
-        values = self.totals()
         by_name: dict[str, list[tuple[tuple[str, ...], float]]] = {}
-        for k, v in values.items():
-            name, *labels = k.split("\x1f")
+        for (name, *labels), v in self.series().items():
             by_name.setdefault(name, []).append((tuple(labels), v))
         for name, spec in METRICS.items():
             if spec.kind == "counter":
