@@ -227,6 +227,7 @@ class Assembler:
         self.new_owners: list[Owner] = []  # every owner created since the pipeline last looked
         self._out: list[Finished] = []
         self.counters: dict[str, int] = {}
+        self._stalled_open = 0
 
     # -- public API -------------------------------------------------------------
 
@@ -340,6 +341,8 @@ class Assembler:
                     self._close(sess, owner, "completed")
                 elif quiet >= t.idle_ns and not owes:
                     self._close(sess, owner, "incomplete")
+        self._stalled_open = sum(1 for sid in self._active if sid in self._sessions
+                                 for o in self._open_owners(self._sessions[sid]) if o.stalled)
 
     def shift_activity(self, step_ns: int) -> None:
         """The wall clock stepped forward: open owners' last activity moves with it (no silence)."""
@@ -374,8 +377,9 @@ class Assembler:
         return sess.current_turn if sess is not None else None
 
     def stalled_now(self) -> int:
-        return sum(1 for sid in self._active if sid in self._sessions
-                   for o in self._open_owners(self._sessions[sid]) if o.stalled)
+        """Open owners stalled at the last tick (an int the tick publishes: a scrape thread reads
+        it while the pipeline thread changes the sessions)."""
+        return self._stalled_open
 
     def flush(self, now_ns: int | None = None, session_id: str | None = None,
               alive: Callable[[str], bool | None] = lambda _sid: None) -> int:

@@ -641,9 +641,11 @@ class Pipeline:
                         f" at {where}" if where else "")
 
     def gauges(self) -> dict[str, float]:
+        """Read by the metrics server's thread while the pipeline thread reads files: it works on
+        a copy of the file list (one atomic call) and on values the pipeline thread publishes."""
         lag = 0.0
         now = self.clock()
-        for st in self.files.values():
+        for st in list(self.files.values()):
             if st.partial_since_ns is None and _size(st.tf.path) > st.tailer.offset:
                 written = _mtime_ns(st.tf.path)
                 if written >= self.started_ns:  # history waiting for a catch-up is not lag

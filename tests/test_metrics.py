@@ -317,3 +317,45 @@ def test_label_values_never_split(tmp_path):
     again.restore(m.snapshot())
     assert again.value("ccotel_tool_calls", odd, "ok") == 1.0
     assert decode_key(encode_key(("ccotel_tool_calls", odd, "ok"))) == ("ccotel_tool_calls", odd, "ok")
+
+
+def test_a_scrape_during_ingest_never_fails(tmp_path):
+    """The metrics server's thread reads the gauges while the pipeline thread adds files and
+    sessions (was: "dictionary changed size during iteration" from gauges() and stalled_now())."""
+    import threading
+
+    live = Live(tmp_path, stall_s=1)
+    errors: list[BaseException] = []
+    scrapes = [0]
+    stop = threading.Event()
+
+    def scrape() -> None:
+        for _ in range(100_000):
+            if stop.is_set():
+                return
+            scrapes[0] += 1
+            try:
+                generate_latest(registry_for(live.metrics))
+                live.p.gauges()
+                live.p.assembler.stalled_now()
+            except BaseException as exc:  # noqa: BLE001 - any failure is the finding
+                errors.append(exc)
+                return
+
+    live.metrics.gauges = live.p.gauges
+    scraper = threading.Thread(target=scrape)
+    scraper.start()
+    try:
+        for i in range(300):
+            sid = f"{i:08x}-1111-4222-8333-444444444444"
+            t = Transcript(sid, t_ms=live.now[0] // 1_000_000)
+            t.prompt("go", parent=None)
+            t.response(f"msg_{i}", [tool_use(f"toolu_{i}", command="make")], stop_reason="tool_use")
+            path = t.write(str(live.root / "projects" / f"-p{i % 7}" / f"{sid}.jsonl"))
+            live.p.poll([path])
+            live.advance(0.5)
+    finally:
+        stop.set()
+        scraper.join(timeout=30)
+    assert errors == [] and scrapes[0] > 10
+    assert live.v("ccotel_orphaned_tool_uses", "Bash") > 0  # the ingest did close turns meanwhile
