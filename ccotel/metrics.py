@@ -15,12 +15,16 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from . import __version__
 from .records import SpanRecord, StatusCode
+
+if TYPE_CHECKING:
+    from wsgiref.simple_server import WSGIServer
 
 __all__ = ["Metrics", "METRICS", "DURATION_BUCKETS", "serve"]
 
@@ -212,10 +216,10 @@ class Metrics:
 
     # -- exposition --------------------------------------------------------------
 
-    def families(self) -> Iterator[object]:
+    def families(self) -> Iterator[Metric]:
         by_name: dict[str, list[tuple[tuple[str, ...], float]]] = {}
-        for (name, *labels), v in self.series().items():
-            by_name.setdefault(name, []).append((tuple(labels), v))
+        for (name, *label_values), v in self.series().items():
+            by_name.setdefault(name, []).append((tuple(label_values), v))
         for name, spec in METRICS.items():
             if spec.kind == "counter":
                 fam = CounterMetricFamily(name, spec.help, labels=list(spec.labels))
@@ -247,7 +251,8 @@ class Metrics:
         values = {"ccotel_start_time_seconds": self.started, **self.gauges()}
         return {k: (helps.get(k, k), float(v)) for k, v in values.items()}
 
-    def _histogram(self, name: str, spec: Spec, by_name: dict[str, list[tuple[tuple[str, ...], float]]]):
+    def _histogram(self, name: str, spec: Spec,
+                   by_name: dict[str, list[tuple[tuple[str, ...], float]]]) -> HistogramMetricFamily:
         fam = HistogramMetricFamily(name, spec.help, labels=list(spec.labels))
         counts = {labels: v for labels, v in by_name.get(name + "_count", [])}
         sums = {labels: v for labels, v in by_name.get(name + "_sum", [])}
@@ -265,7 +270,7 @@ class _Collector(Collector):
     def __init__(self, metrics: Metrics) -> None:
         self.metrics = metrics
 
-    def collect(self):  # type: ignore[no-untyped-def]
+    def collect(self) -> Iterator[Metric]:
         yield from self.metrics.families()
 
 
@@ -275,16 +280,16 @@ def registry_for(metrics: Metrics) -> CollectorRegistry:
     return reg
 
 
-def serve(metrics: Metrics, addr: str = "127.0.0.1", port: int = 9477):  # type: ignore[no-untyped-def]
+def serve(metrics: Metrics, addr: str = "127.0.0.1", port: int = 9477) -> tuple[WSGIServer, threading.Thread]:
     """Serve /metrics on addr:port (loopback unless told otherwise). Returns (server, thread)."""
     from prometheus_client import start_http_server
 
     return start_http_server(port, addr=addr, registry=registry_for(metrics))
 
 
-def _span_increments(s: SpanRecord) -> list[tuple[str, float]]:
+def _span_increments(s: SpanRecord) -> list[tuple[Key, float]]:
     """(series key, increment) of everything a span says happened."""
-    out: list[tuple[str, float]] = []
+    out: list[tuple[Key, float]] = []
 
     def inc(name: str, *labels: str, value: float = 1.0) -> None:
         out.append((_key(name, labels), value))
