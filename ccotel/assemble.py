@@ -141,6 +141,7 @@ class _OwnerBase:
     live: bool = False  # started while ccotel ran (not history read on a first start): counted in metrics
     orphaned_tools: int = 0
     killed: bool = False  # a repair line says its process died (2.1.3xx resume)
+    unsent: bool = False  # some of its spans did not fit the trace queue: read again later (pipeline.py)
 
     @property
     def token(self) -> str:

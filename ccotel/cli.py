@@ -26,6 +26,7 @@ from .metrics import Metrics, serve
 from .orchestrator import DEFAULT_PATTERNS, load_patterns, parse_log_arg
 from .pipeline import Options, Pipeline
 from .pricing import DEFAULT_PRICING, Pricing, load_overrides
+from .records import SpanRecord
 from .shard import default_workers
 from .spans import Conventions
 from .state import Commit, State, StateError, StateLock, StateLocked, default_state_dir, lock_state_dir
@@ -317,19 +318,46 @@ def _lock(args: argparse.Namespace) -> StateLock | None:
 
 
 def _start(args: argparse.Namespace, metrics: Metrics | None = None,
-           stopper: Stopper | None = None) -> tuple[Pipeline, ExportQueue]:
+           stopper: Stopper | None = None, keep_reading: bool = False) -> tuple[Pipeline, ExportQueue]:
+    """``keep_reading``: a full trace queue does not stop reading and counting (``run``); the
+    spans that did not fit are read again from the trace cursor once the backend caught up."""
     sink = make_sink(args.traces_exporter)
     state = _state(args)
     queue = ExportQueue(sink, notify=lambda msg: log.warning("%s", msg),
                         on_failure=(lambda: metrics.inc("ccotel_export_failures")) if metrics else None)
     if stopper is not None:
         stopper.wakers.append(lambda: drop_unsent(queue))
-    pipeline = Pipeline(_options(args), emit=queue.submit, state=state, metrics=metrics)
+    pipeline = Pipeline(_options(args), emit=_emitter(queue, keep_reading), state=state, metrics=metrics)
     queue.on_ack = pipeline.acknowledge
     roots = ", ".join(pipeline.options.roots)
     log.info("ccotel %s reading %s; traces go to %s%s", __version__, roots, sink.describe(),
              "" if args.traces_exporter != "otlp" else " (kept in order and retried until a backend answers)")
     return pipeline, queue
+
+
+def _emitter(queue: ExportQueue, keep_reading: bool) -> Callable[[list[SpanRecord]], bool]:
+    if not keep_reading:
+        return queue.submit  # blocks while the queue is full
+    return lambda spans: queue.submit(spans, block_s=0.0)
+
+
+def catch_up_traces(old: Pipeline, queue: ExportQueue, metrics: Metrics | None) -> Pipeline:
+    """The trace queue overflowed while the backend was away, and it has now taken everything
+    queued: read again from the trace cursor (the file checkpoints) with a fresh pipeline on the
+    same state, as a restart would. Spans the backend has are skipped; counts not final yet are
+    dropped and counted again from the lines, so nothing is lost or counted twice; history that
+    was not counted stays uncounted."""
+    old.process_acks()
+    if metrics is not None:
+        metrics.drop_pending()
+    new = Pipeline(old.options, emit=_emitter(queue, True), clock=old.clock, state=old.state, metrics=metrics)
+    new.not_live = set(old.not_live)
+    queue.on_ack = new.acknowledge
+    new.backfill()
+    new.adopt_detector_state(*old.detector_state())
+    log.info("trace backend caught up: read %d files again from the trace cursor, %d spans", new.stats.files,
+             new.stats.spans)
+    return new
 
 
 def _catch_up_in_parallel(args: argparse.Namespace, progress: _Progress, close_all: bool = False,
@@ -459,11 +487,12 @@ def cmd_run(args: argparse.Namespace, stopper: Stopper | None = None) -> int:
     progress = _Progress(stopper)
     parallel = _catch_up_in_parallel(args, progress, metrics=True, stopper=stopper)
     stopper.hard = True
-    pipeline, queue = _start(args, metrics, stopper)
+    pipeline, queue = _start(args, metrics, stopper, keep_reading=True)
     state = pipeline.state
     if state is not None:
         state.on_error = lambda reason: metrics.inc("ccotel_checkpoint_errors", reason)
-    metrics.gauges = lambda: {**pipeline.gauges(), "ccotel_export_queue_spans": float(queue.pending()),
+    current = [pipeline]  # replaced when the traces catch up
+    metrics.gauges = lambda: {**current[0].gauges(), "ccotel_export_queue_spans": float(queue.pending()),
                               "ccotel_checkpoint_pending": float(state.pending if state is not None else 0)}
     _backfill(pipeline, queue, progress, stopper)
     if parallel is not None:
@@ -480,6 +509,9 @@ def cmd_run(args: argparse.Namespace, stopper: Stopper | None = None) -> int:
             pipeline.poll(sorted(dirty))
             _forget_deleted(pipeline, dirty)
         pipeline.tick()
+        if pipeline.traces_behind and queue.pending() == 0 and queue.down_since is None:
+            pipeline = catch_up_traces(pipeline, queue, metrics)
+            current[0] = pipeline
         now = time.monotonic()
         if state is not None and state.failures and now - last_retry > 1:
             last_retry = now

@@ -168,6 +168,19 @@ class Metrics:
             for k, v in incs:
                 target[k] = target.get(k, 0.0) + v
 
+    def let_go(self, span_keys: Iterable[int]) -> None:
+        """These spans will be built again (traces catching up): keep their counts, forget the
+        per-span records (memory stays bounded however long the backend is away)."""
+        with self._lock:
+            for span_key in span_keys:
+                self._pending.pop(span_key, None)
+
+    def drop_pending(self) -> None:
+        """Forget every count not final yet: the lines behind them are about to be read again."""
+        with self._lock:
+            self._channels["pending"] = {}
+            self._pending = {}
+
     def settle(self, span_keys: Iterable[int]) -> None:
         """These spans are final: their held increments move to the checkpointed channel."""
         with self._lock:

@@ -125,6 +125,9 @@ class Pipeline:
         self._new_marks: list[str] = []
         self._checkpoints: dict[str, _Checkpoint] = {}
         self._acked_before: set[int] = set()
+        self.traces_behind = False  # spans were let go: read again from the trace cursor (runner)
+        # owners of history (not counted) whose spans were let go: still not counted when read again
+        self.not_live: set[str] = set()
         self._pids: dict[str, tuple[Proc, ...]] = {}
         self._pids_read_ns = 0
         self.drift = FormatDrift()
@@ -343,7 +346,7 @@ class Pipeline:
             self.state.commit(commit)
 
     def _done(self, owner: Owner, depth: int = 0) -> bool:
-        if owner.pending > 0 or owner.waiting or depth > 16:
+        if owner.pending > 0 or owner.unsent or owner.waiting or depth > 16:
             return False
         if not owner.closed and owner.first_offsets:
             return False
@@ -616,13 +619,32 @@ class Pipeline:
                         self.metrics.observe_span(span, span.span_id)  # counted now, not on delivery
         if spans:
             self.stats.spans += len(spans)
-            self.emit(spans)
+            if self.emit(spans) is False:
+                self._unsent(spans)
+
+    def _unsent(self, spans: list[SpanRecord]) -> None:
+        """The trace queue is full (the backend is away): reading and counting go on, the spans
+        are let go. Their owners hold the trace cursor (the file checkpoints) where it is, and
+        ``traces_behind`` tells the runner to read them again once the backend has caught up."""
+        with self._ack_lock:
+            for span in spans:
+                found = self._inflight.pop(span.span_id, None)
+                if found is None:
+                    continue
+                owner, live = found
+                owner.pending -= 1
+                owner.unsent = True
+                if not live:
+                    self.not_live.add(owner.token)
+            if self.metrics is not None:
+                self.metrics.let_go(s.span_id for s in spans)
+        self.traces_behind = True
 
     def _register(self, owner: Owner) -> None:
         """Track an owner until it is done: its first line in each file holds that file's checkpoint."""
         if owner.token not in self._owners:
             self._owners[owner.token] = owner
-            owner.live = owner.live or self._counting()
+            owner.live = owner.live or (self._counting() and owner.token not in self.not_live)
         for path, off in owner.first_offsets.items():
             self._owners_by_path.setdefault(path, {})[owner.token] = off
         self._maybe_done.add(owner.token)

@@ -72,3 +72,67 @@ def test_backend_outage_loses_nothing_and_memory_stays_bounded(tmp_path):
     assert want <= got, f"{len(want - got)} spans missing"
     assert peak < PEAK_RSS_BOUND_MB
     assert err.count("not reachable") == 1 and "answers again" in err
+
+
+def test_a_full_trace_queue_does_not_stop_reading_or_counting(tmp_path):
+    """The backend is away and the trace queue (50 spans here) overflows: ccotel keeps reading and
+    counting (every token of ground truth counted, every line read), lets the spans that do not
+    fit go, and when the backend has taken what was queued reads them again from the trace cursor
+    (the file checkpoints), round after round: every span delivered exactly once, no counter
+    changed by the catch-up. Before: reading stopped at the first full queue, and the metrics
+    with it."""
+    from ccotel.cli import _emitter, catch_up_traces
+    from ccotel.export import ExportQueue
+    from ccotel.memory_sink import MemorySink
+    from ccotel.metrics import Metrics
+    from ccotel.state import State
+
+    rng = random.Random(11)
+    src = tmp_path / "src"
+    corpus(src, 30, rng)  # 30 sessions x 8 turns: ~1,000 spans
+    expected: list = []
+    Pipeline(Options(roots=(str(src),)), emit=expected.extend).backfill(close_all=True)
+    want_out = sum(s.attributes.get("gen_ai.usage.output_tokens", 0) for s in expected)
+    root = tmp_path / "claude"
+    (root / "projects").mkdir(parents=True)
+    sink = MemorySink().retry(times=10 ** 6)
+    queue = ExportQueue(sink, max_pending=50, max_backoff_s=0.02)
+    metrics, state = Metrics(), State(str(tmp_path / "st"))
+    now = [time.time_ns()]
+    pipeline = Pipeline(Options(roots=(str(root),)), emit=_emitter(queue, True), clock=lambda: now[0],
+                        state=state, metrics=metrics)
+    queue.on_ack = pipeline.acknowledge
+    pipeline.backfill()  # caught up on nothing: what comes next is live, and counted
+    import shutil
+    shutil.copytree(src / "projects", root / "projects", dirs_exist_ok=True)
+    pipeline.rescan()
+    now[0] += 3600 * 10 ** 9
+    pipeline.tick()
+    assert pipeline.traces_behind and sink.spans == []
+    assert sum(v for k, v in metrics.totals().items() if k.startswith("ccotel_tokens") and k.endswith("output")) \
+        == want_out  # counted although nothing was delivered
+    lines = metrics.value("ccotel_lines_read")
+    assert lines == sum(len(p.read_bytes().splitlines()) for p in src.rglob("*.jsonl"))
+    with sink._cv:
+        sink._script.clear()  # the backend answers again
+    rounds = 0
+    assert queue.flush(timeout_s=20)
+    before_catch_up = len(sink.spans)
+    assert 0 < before_catch_up < len(expected)  # what the queue held; the rest was let go
+    for rounds in range(1, 200):
+        if not pipeline.traces_behind:
+            break
+        assert queue.pending() == 0 and queue.down_since is None
+        pipeline = catch_up_traces(pipeline, queue, metrics)
+        now[0] += 3600 * 10 ** 9
+        pipeline.tick()
+        assert queue.flush(timeout_s=20)
+    queue.close(timeout_s=10)
+    assert rounds >= 2  # at least one catch-up from the trace cursor
+    delivered = [s.span_id for s in sink.spans]
+    assert len(delivered) == len(set(delivered)), "a span delivered twice"
+    assert set(delivered) == {s.span_id for s in expected}
+    assert sum(v for k, v in metrics.totals().items() if k.startswith("ccotel_tokens") and k.endswith("output")) \
+        == want_out  # the catch-up counted nothing again
+    assert metrics.value("ccotel_lines_read") == lines
+    assert metrics.value("ccotel_turns", "completed") == 30 * 8
