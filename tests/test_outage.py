@@ -119,7 +119,7 @@ def test_a_full_trace_queue_does_not_stop_reading_or_counting(tmp_path):
     assert queue.flush(timeout_s=20)
     before_catch_up = len(sink.spans)
     assert 0 < before_catch_up < len(expected)  # what the queue held; the rest was let go
-    for rounds in range(1, 200):
+    for rounds in range(1, 200):  # noqa: B007 - the count is read after the loop
         if not pipeline.traces_behind:
             break
         assert queue.pending() == 0 and queue.down_since is None
