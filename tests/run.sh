@@ -3,6 +3,7 @@
 #   - ccotel and its test dependencies in .venv
 #   - the pinned Claude Code CLI and ccusage from npm under tests/.node (real-CLI e2e tests, token cross-check)
 #   - Phoenix in its own venv .venv-phoenix (a real OTLP trace backend)
+#   - lint and type checks first: ruff over ccotel, tests and bench; mypy --strict over ccotel (pyproject.toml)
 # Extra arguments go to pytest (e.g. tests/run.sh -m e2e).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,4 +14,6 @@ PY=${PYTHON:-python3}
 .venv/bin/python -m tests.support.install_ccusage
 .venv/bin/python -m tests.support.install_phoenix
 .venv/bin/python -m tests.support.install_prometheus
+.venv/bin/python -m ruff check ccotel tests bench
+.venv/bin/python -m mypy ccotel
 exec .venv/bin/python -m pytest "$@"
