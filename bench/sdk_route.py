@@ -43,18 +43,18 @@ _KIND = {1: OtelKind.INTERNAL, 2: OtelKind.SERVER, 3: OtelKind.CLIENT}
 def pipeline_spans(root: str) -> tuple[list[SpanRecord], list[Finished]]:
     """What ``ccotel backfill`` builds for root, in process, with the assembled items."""
     finished: list[Finished] = []
-    real = ccotel_pipeline.build_span
+    real = ccotel_pipeline.build_spans
 
-    def recording(f: Finished, content: Any = None) -> SpanRecord:
+    def recording(f: Finished, *args: Any) -> list[SpanRecord]:
         finished.append(f)
-        return real(f, content)
+        return real(f, *args)
 
     spans: list[SpanRecord] = []
-    ccotel_pipeline.build_span = recording  # type: ignore[assignment]
+    ccotel_pipeline.build_spans = recording  # type: ignore[assignment]
     try:
         Pipeline(Options(roots=(root,)), emit=spans.extend).backfill()
     finally:
-        ccotel_pipeline.build_span = real  # type: ignore[assignment]
+        ccotel_pipeline.build_spans = real  # type: ignore[assignment]
     return spans, finished
 
 
