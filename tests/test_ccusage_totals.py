@@ -55,6 +55,28 @@ def test_fixture_totals_equal_ccusage(ccusage_installed, name):  # noqa: F811
                 truth["cacheReadTokens"] += u["cache_read_input_tokens"]
     summed = {k: sum(s[k] for s in ours.values()) for k in truth}
     assert summed == truth
+    # per model: each response under the model that answered, each advisor under its own
+    per_model: dict[str, list[int]] = {}
+    for r in api_calls_sent(name):
+        advisors = [(it["model"], it) for it in r.get("iterations") or [] if it.get("type") == "advisor_message"]
+        for model, u in [(r["model"], r["usage"]), *advisors]:
+            row = per_model.setdefault(model, [0, 0, 0, 0])
+            for i, key in enumerate(("input_tokens", "output_tokens", "cache_creation_input_tokens",
+                                     "cache_read_input_tokens")):
+                row[i] += u[key]
+    report = build_report(Options(roots=(str(config),)))
+    ours_by_model: dict[str, list[int]] = {}
+    for u in report.values():
+        for model, row in u.by_model.items():
+            mine = ours_by_model.setdefault(model, [0, 0, 0, 0])
+            for i in range(4):
+                mine[i] += int(row[i])
+    assert ours_by_model == per_model
+
+
+def api_calls_sent(name: str) -> list[dict]:
+    return [r for r in load_fixture(name).ground_truth if r.get("endpoint") == "messages" and r.get("matched")
+            and r.get("status") == 200 and r.get("expect_in_transcript", True)]
 
 
 def _fold_flat_agents(theirs: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
