@@ -16,4 +16,6 @@ PY=${PYTHON:-python3}
 .venv/bin/python -m tests.support.install_prometheus
 .venv/bin/python -m ruff check ccotel tests bench
 .venv/bin/python -m mypy ccotel
+# the live e2e tests drive every Claude Code version of the matrix (~1 min per extra version)
+export CCOTEL_CLAUDE_VERSIONS=${CCOTEL_CLAUDE_VERSIONS:-all}
 exec .venv/bin/python -m pytest "$@"
