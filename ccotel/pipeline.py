@@ -18,7 +18,7 @@ import os
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import orjson
@@ -289,12 +289,7 @@ class Pipeline:
         commit = Commit()
         settled: list[int] = []
         with self._ack_lock:
-            for span in spans:
-                found = self._inflight.pop(span.span_id, None)
-                if found is None:
-                    continue
-                owner, live = found
-                owner.pending -= 1
+            for span, owner, live in self._released(spans):
                 if owner.pending == 0:
                     self._maybe_done.add(owner.token)
                 commit.acked.append((span.span_id, owner.token))
@@ -622,17 +617,23 @@ class Pipeline:
             if self.emit(spans) is False:
                 self._unsent(spans)
 
+    def _released(self, spans: Iterable[SpanRecord]) -> Iterator[tuple[SpanRecord, Owner, bool]]:
+        """The spans of these that were in flight, with their owner (one span fewer pending) and
+        whether it counts; the caller holds the ack lock."""
+        for span in spans:
+            found = self._inflight.pop(span.span_id, None)
+            if found is None:
+                continue
+            owner, live = found
+            owner.pending -= 1
+            yield span, owner, live
+
     def _unsent(self, spans: list[SpanRecord]) -> None:
         """The trace queue is full (the backend is away): reading and counting go on, the spans
         are let go. Their owners hold the trace cursor (the file checkpoints) where it is, and
         ``traces_behind`` tells the runner to read them again once the backend has caught up."""
         with self._ack_lock:
-            for span in spans:
-                found = self._inflight.pop(span.span_id, None)
-                if found is None:
-                    continue
-                owner, live = found
-                owner.pending -= 1
+            for _span, owner, live in self._released(spans):
                 owner.unsent = True
                 if not live:
                     self.not_live.add(owner.token)
