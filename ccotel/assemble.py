@@ -448,7 +448,7 @@ class Assembler:
         return None
 
     def _is_replay(self, e: Entry) -> bool:
-        return e.message_id is not None and digest64(ids.call_key(e.message_id, e.request_id)) in self._seen_calls
+        return e.message_id is not None and digest64(rules.call_key(e.message_id, e.request_id)) in self._seen_calls
 
     def _start_turn(self, sess: _Session, e: Entry, kind: str | None) -> Turn:
         prev = sess.current_turn
@@ -557,7 +557,7 @@ class Assembler:
         if e.request_id is None and call is not None and call.message_id == e.message_id:
             key = call.key  # a line of the current response that lost its requestId
         else:
-            key = ids.call_key(e.message_id, e.request_id)
+            key = rules.call_key(e.message_id, e.request_id)
         if call is None or call.key != key:
             previous = owner.superseded
             if previous is not None and previous.key == key:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 
-__all__ = ["trace_id", "span_id", "call_key"]
+__all__ = ["trace_id", "span_id"]
 
 
 def _digest(parts: tuple[str, ...], size: int) -> int:
@@ -24,8 +24,3 @@ def trace_id(*parts: str) -> int:
 
 def span_id(*parts: str) -> int:
     return _digest(("span",) + parts, 8)
-
-
-def call_key(message_id: str, request_id: str | None) -> str:
-    """Usage is counted once per API response: (message.id, requestId), message.id alone if no requestId."""
-    return message_id if not request_id else f"{message_id}:{request_id}"

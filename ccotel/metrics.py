@@ -140,18 +140,6 @@ class Metrics:
             k = _key(name, labels)
             values[k] = values.get(k, 0.0) + value
 
-    def observe(self, name: str, value: float, *labels: str, channel: str = "read") -> None:
-        """A histogram observation, stored as cumulative bucket counters plus sum and count."""
-        with self._lock:
-            values = self._channels[channel]
-            for le in DURATION_BUCKETS:
-                if value <= le:
-                    k = _key(name + "_bucket", labels + (repr(le),))
-                    values[k] = values.get(k, 0.0) + 1
-            for suffix, v in (("_sum", value), ("_count", 1.0)):
-                k = _key(name + suffix, labels)
-                values[k] = values.get(k, 0.0) + v
-
     def observe_span(self, s: SpanRecord, span_key: int | None = None) -> None:
         """Count what a span says happened, when it is built: metrics never wait for the trace
         backend. With ``span_key`` the increments are held as "pending" until ``settle`` (the span

@@ -338,12 +338,15 @@ def _bool(obj: dict[str, Any], key: str, errors: list[str]) -> bool:
     return False
 
 
-def _usage(v: Any, errors: list[str]) -> Usage | None:
+_NO_USAGE: tuple[Usage | None, tuple[AdvisorCall, ...]] = (None, ())
+
+
+def _usage(v: Any, errors: list[str]) -> tuple[Usage | None, tuple[AdvisorCall, ...]]:
     if v is None:
-        return None
+        return _NO_USAGE
     if not isinstance(v, dict):
         errors.append("bad_field")
-        return None
+        return _NO_USAGE
     get = v.get
     vals: list[Any] = [get("input_tokens"), get("output_tokens"), get("cache_read_input_tokens"),
                        get("cache_creation_input_tokens")]  # raw JSON values: all ints once checked below
@@ -406,21 +409,16 @@ def _iteration(v: Any, errors: list[str]) -> _Iteration | None:
 
 
 def _usage_record(inp: int, out: int, cache_read: int, cache_creation: int, c5: int, c1: int,
-                  thinking: int, iterations: list[_Iteration]) -> Usage:
-    """The one builder of a call's Usage, for both parse paths (the rules are rules.py's)."""
+                  thinking: int, iterations: list[_Iteration]) -> tuple[Usage, tuple[AdvisorCall, ...]]:
+    """The one builder of a call's Usage and its advisor calls, for both parse paths (the rules
+    are rules.py's); the iterations are read once for both."""
+    advisors: tuple[AdvisorCall, ...] = ()
     if iterations:
         c5, c1 = rules.cache_write_split(c5, c1, cache_creation, ((i[0], i[5], i[6], i[7]) for i in iterations))
+        advisors = rules.advisor_calls(iterations)
     return _new_usage({"input_tokens": inp, "output_tokens": out, "cache_read_input_tokens": cache_read,
                        "cache_creation_input_tokens": cache_creation, "cache_creation_5m": c5,
-                       "cache_creation_1h": c1, "reasoning_tokens": thinking})
-
-
-def _advisors(usage: Any) -> tuple[AdvisorCall, ...]:
-    """Advisor calls of a usage dict (checked path); only well-formed iterations count."""
-    iterations = usage.get("iterations") if isinstance(usage, dict) else None
-    if type(iterations) is not list or not iterations:
-        return ()
-    return rules.advisor_calls(i for i in (_iteration(v, []) for v in iterations) if i is not None)
+                       "cache_creation_1h": c1, "reasoning_tokens": thinking}), advisors
 
 
 def _text_of(content: Any) -> str | None:
@@ -600,8 +598,7 @@ def _assistant(obj: dict[str, Any], kw: dict[str, Any], capture: bool, errors: l
         kw["message_id"] = _str(msg, "id", errors)
         kw["model"] = _str(msg, "model", errors)
         kw["stop_reason"] = _str(msg, "stop_reason", errors)
-    kw["usage"] = _usage(get("usage"), errors)
-    kw["advisors"] = _advisors(get("usage"))
+    kw["usage"], kw["advisors"] = _usage(get("usage"), errors)
     content = msg.get("content")
     if isinstance(content, str):
         kw["blocks"] = (_new_block({"type": "text", "text": _keep_text(content, capture)}),)
@@ -729,7 +726,7 @@ class _JUsage(msgspec.Struct):
     output_tokens_details: Any = None
     iterations: list[_JIteration] | None = None
 
-    def record(self) -> Usage:
+    def record(self) -> tuple[Usage, tuple[AdvisorCall, ...]]:
         cc = self.cache_creation
         details = self.output_tokens_details
         thinking = _int(details.get("thinking_tokens")) if type(details) is dict else None
@@ -738,9 +735,6 @@ class _JUsage(msgspec.Struct):
                              (cc.ephemeral_5m_input_tokens or 0) if cc is not None else 0,
                              (cc.ephemeral_1h_input_tokens or 0) if cc is not None else 0, thinking or 0,
                              [i.row() for i in self.iterations] if self.iterations else [])
-
-    def advisors(self) -> tuple[AdvisorCall, ...]:
-        return rules.advisor_calls(i.row() for i in self.iterations) if self.iterations else ()
 
 
 class _JMessage(msgspec.Struct):
@@ -837,8 +831,7 @@ def _entry_of(o: _JLine, offset: int, capture: bool) -> Entry:
             kw["message_id"], kw["model"], kw["stop_reason"] = msg.id, msg.model, msg.stop_reason
             u = msg.usage
             if u is not None:
-                kw["usage"] = u.record()
-                kw["advisors"] = u.advisors()
+                kw["usage"], kw["advisors"] = u.record()
             content = msg.content
             if isinstance(content, str):
                 kw["blocks"] = (_new_block({"type": "text", "text": _keep_text(content, capture)}),)

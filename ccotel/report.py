@@ -145,8 +145,8 @@ class _Call:
 
 
 def _bigger(a: UsageTuple, b: UsageTuple) -> bool:
-    """rules.is_final_snapshot on tuples (input, output, cache read, cache creation, ...)."""
-    return (a[1], a[0] + a[1] + a[2] + a[3]) > (b[1], b[0] + b[1] + b[2] + b[3])
+    """rules.is_final_snapshot on the report's tuples (input, output, cache read, cache creation, ...)."""
+    return rules.snapshot_rank(a[1], a[0] + a[1] + a[2] + a[3]) > rules.snapshot_rank(b[1], b[0] + b[1] + b[2] + b[3])
 
 
 def _as_tuple(u: Usage | None) -> UsageTuple | None:
@@ -197,9 +197,8 @@ def _quick(line: bytes) -> _Line | None:
     if (msg is None or (ts is None and o.timestamp is not None)
             or (o.madeBy is not None and not isinstance(o.madeBy, str))):
         return None
-    u = msg.usage
-    usage = _as_tuple(u.record()) if u is not None else None
-    advisors = u.advisors() if u is not None else ()
+    record, advisors = msg.usage.record() if msg.usage is not None else (None, ())
+    usage = _as_tuple(record)
     return (msg.id, o.requestId, o.uuid, o.sessionId, usage, o.isApiErrorMessage is True, msg.model, ts or 0,
             o.madeBy, advisors)
 

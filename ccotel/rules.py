@@ -56,6 +56,7 @@ __all__ = [
     "is_billed_model",
     "is_repair_text",
     "is_final_snapshot",
+    "snapshot_rank",
     "writes_final_usage",
     "reported_model",
     "KNOWN_FIELDS",
@@ -110,11 +111,16 @@ def is_billed_model(model: str | None) -> bool:
     return reported_model(model) is not None
 
 
+def snapshot_rank(output_tokens: int, total_tokens: int) -> tuple[int, int]:
+    """Which snapshot of a call is later: input and cache fields are equal on every line of a
+    response and output only grows (FORMAT.md 4.2), so larger output, then larger total.
+    Placeholders (``output_tokens: 1``, early copies in another file) rank lower."""
+    return output_tokens, total_tokens
+
+
 def is_final_snapshot(a: Usage, b: Usage) -> bool:
-    """Is ``a`` a later snapshot of the same call than ``b``? Input and cache fields are equal on
-    every line of a response and output only grows (FORMAT.md 4.2), so: larger output, then
-    larger total. Placeholders (``output_tokens: 1``, early copies in another file) lose."""
-    return (a.output_tokens, a.total) > (b.output_tokens, b.total)
+    """Is ``a`` a later snapshot of the same call than ``b``?"""
+    return snapshot_rank(a.output_tokens, a.total) > snapshot_rank(b.output_tokens, b.total)
 
 
 def writes_final_usage(version: str | None) -> bool:

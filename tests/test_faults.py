@@ -35,6 +35,7 @@ from ccotel.metrics import Metrics
 from ccotel.pipeline import Options, Pipeline
 from ccotel.state import State
 from tests.otlp_receiver import OtlpReceiver
+from tests.test_signals import wait_until
 from tests.transcript import Transcript, text, tool_use
 
 REPO = Path(__file__).resolve().parent.parent
@@ -72,13 +73,6 @@ def finish(proc: subprocess.Popen, timeout: float = 60) -> tuple[int, str]:
     return proc.returncode, err or ""
 
 
-def wait_until(cond, timeout_s: float, step: float = 0.05) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(step)
-    return cond()
 
 
 def counters(state_dir: Path) -> Counter[str]:
