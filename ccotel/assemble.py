@@ -223,6 +223,9 @@ class Assembler:
         self._seen_calls: set[int] = set()
         self._seen_prompts: set[int] = set()
         self._open_calls: dict[str, Call] = {}  # calls not emitted yet, by key: a copy elsewhere may finish them
+        # (kind "call"/"prompt", digest, path) of copies seen in another file: that file holds them too
+        self.replays: list[tuple[str, int, str]] = []
+        self._path = ""  # the file of the line being added
         self._unseen_agents: dict[tuple[str, str], int] = {}  # named subagents with no line yet
         self._active: set[str] = set()  # sessions with open owners: the only ones tick looks at
         self.new_owners: list[Owner] = []  # every owner created since the pipeline last looked
@@ -234,6 +237,7 @@ class Assembler:
 
     def add(self, entry: Entry, src: TranscriptFile, arrival_ns: int = 0) -> None:
         session_id = entry.session_id or src.session_id
+        self._path = src.path
         if entry.api_request_id is not None and session_id is not None and entry.timestamp_ns is not None:
             sent = self._session(session_id).requests_sent
             if len(sent) < 1024:  # answered ones are removed; a bound for requests never answered
@@ -292,6 +296,13 @@ class Assembler:
         """Digests of calls and prompts delivered before a restart."""
         self._seen_calls |= calls
         self._seen_prompts |= prompts
+
+    def forget_seen(self, calls: set[int], prompts: set[int], keep: set[int]) -> None:
+        """Digests no transcript on disk holds any more (state.held_only_by): no copy can come.
+        ``keep``: digests of owners still open, whose late lines are recognised by them."""
+        keep = keep | {digest64(k) for k in self._open_calls}
+        self._seen_calls -= calls - keep
+        self._seen_prompts -= prompts - keep
 
     def set_agent_meta(self, session_id: str, agent_id: str, meta: dict[str, object], now_ns: int = 0) -> None:
         """meta.json beside a 2.1.x subagent file: agentType, description, toolUseId, spawnDepth."""
@@ -432,6 +443,7 @@ class Assembler:
         if kind in ("prompt", "command") or (kind == "notification" and sess.current_turn is None):
             if e.uuid is not None and digest64(e.uuid) in self._seen_prompts:
                 self._count("replayed_prompts")
+                self.replays.append(("prompt", digest64(e.uuid), self._path))
                 return None  # a session's history copied into a new session file: traced once
             return self._start_turn(sess, e, kind)
         parent = e.parent_uuid or e.logical_parent_uuid
@@ -440,15 +452,15 @@ class Assembler:
             return found[0]
         if sess.current_turn is not None and not sess.current_turn.closed:
             return sess.current_turn
-        if e.type == "assistant" and e.message_id and rules.is_api_call(e.model, e.made_by, e.is_api_error) \
-                and not self._is_replay(e) and not (e.uuid and digest64(e.uuid) in self._seen_prompts):
-            # Lines that answer no prompt we saw (a continuation after a closed turn, a file
-            # read from a checkpoint): their calls still get a trace.
-            return self._start_turn(sess, e, "continuation")
+        if e.type == "assistant" and e.message_id and rules.is_api_call(e.model, e.made_by, e.is_api_error):
+            key = digest64(rules.call_key(e.message_id, e.request_id))
+            if key in self._seen_calls:
+                self.replays.append(("call", key, self._path))  # a copy of a call traced before
+            elif not (e.uuid and digest64(e.uuid) in self._seen_prompts):
+                # Lines that answer no prompt we saw (a continuation after a closed turn, a file
+                # read from a checkpoint): their calls still get a trace.
+                return self._start_turn(sess, e, "continuation")
         return None
-
-    def _is_replay(self, e: Entry) -> bool:
-        return e.message_id is not None and digest64(rules.call_key(e.message_id, e.request_id)) in self._seen_calls
 
     def _start_turn(self, sess: _Session, e: Entry, kind: str | None) -> Turn:
         prev = sess.current_turn
@@ -570,6 +582,7 @@ class Assembler:
                     self._late_line(sess, owner, key, e, ts)
                     return
                 self._count("replayed_message_lines")
+                self.replays.append(("call", digest64(key), self._path))
                 live = self._open_calls.get(key)
                 if live is not None:  # counted once, with the final snapshot, whichever file has it
                     self._merge_snapshot(live, e)

@@ -29,7 +29,7 @@ from .pricing import DEFAULT_PRICING, Pricing, load_overrides
 from .records import SpanRecord
 from .shard import default_workers
 from .spans import Conventions
-from .state import Commit, State, StateError, StateLock, StateLocked, default_state_dir, lock_state_dir
+from .state import State, StateError, StateLock, StateLocked, default_state_dir, lock_state_dir
 from .watch import Watcher
 
 if TYPE_CHECKING:
@@ -406,39 +406,6 @@ def _wait_for_backend(queue: ExportQueue, stopper: Stopper) -> None:
     stopper.check()
 
 
-def _prune_gone(pipeline: Pipeline) -> None:
-    """Forget the checkpoints of transcripts deleted while ccotel did not run (Claude Code's
-    cleanupPeriodDays sweep): only under a root that is there (an unmounted root is not a sweep)."""
-    state = pipeline.state
-    if state is None:
-        return
-    roots = [r.rstrip(os.sep) + os.sep for r in pipeline.options.roots if os.path.isdir(r)]
-    logs = {path for path, _ in pipeline.options.orchestrator_logs}
-    gone = [p for p in state.files() if p not in logs and p not in pipeline.files and
-            any(p.startswith(r) for r in roots) and not os.path.lexists(p)]
-    if gone:
-        state.commit(Commit(forget_files=gone))
-        log.info("forgot the checkpoints of %d transcripts that no longer exist", len(gone))
-
-
-def _forget_deleted(pipeline: Pipeline, paths: set[str]) -> None:
-    """Files (or directories of them) deleted while followed: stop following, forget their checkpoints."""
-    gone: list[str] = []
-    for path in paths:
-        if os.path.lexists(path):
-            continue
-        prefix = path.rstrip(os.sep) + os.sep
-        gone += [p for p in pipeline.files if p == path or p.startswith(prefix)]
-    gone = [p for p in dict.fromkeys(gone) if not os.path.lexists(p)]
-    if not gone:
-        return
-    for p in gone:
-        del pipeline.files[p]
-    if pipeline.state is not None:
-        pipeline.state.commit(Commit(forget_files=gone))
-    log.debug("%d transcripts deleted; their checkpoints forgotten", len(gone))
-
-
 def cmd_backfill(args: argparse.Namespace, stopper: Stopper | None = None) -> int:
     stopper = stopper or Stopper()
     lock = _lock(args)  # noqa: F841  (held until the process ends)
@@ -448,7 +415,7 @@ def cmd_backfill(args: argparse.Namespace, stopper: Stopper | None = None) -> in
     pipeline, queue = _start(args, stopper=stopper)
     kept = _backfill(pipeline, queue, progress, stopper, close_all=args.close_all)
     progress.end()
-    _prune_gone(pipeline)
+    pipeline.forget_gone()
     _wait_for_backend(queue, stopper)
     queue.close(timeout_s=None)
     pipeline.process_acks()
@@ -498,7 +465,7 @@ def cmd_run(args: argparse.Namespace, stopper: Stopper | None = None) -> int:
     if parallel is not None:
         pipeline.adopt_detector_state(parallel.ghosts, parallel.unseen_agents)
     progress.end()
-    _prune_gone(pipeline)
+    pipeline.forget_gone()
     log.info("caught up: %d files, %d spans; following live (%s)", pipeline.stats.files,
              pipeline.stats.spans, watcher.mode)
     status = sys.stderr.isatty() and not args.no_status
@@ -507,7 +474,7 @@ def cmd_run(args: argparse.Namespace, stopper: Stopper | None = None) -> int:
         dirty = watcher.wait(0.25)
         if dirty:
             pipeline.poll(sorted(dirty))
-            _forget_deleted(pipeline, dirty)
+            pipeline.forget_deleted(dirty)
         pipeline.tick()
         if pipeline.traces_behind and queue.pending() == 0 and queue.down_since is None:
             pipeline = catch_up_traces(pipeline, queue, metrics)

@@ -37,7 +37,7 @@ from .procs import Proc, any_alive, read_session_pids
 from .records import Entry, FileKind, SpanRecord, TranscriptFile
 from .shard import Group
 from .spans import DEFAULT_CONVENTIONS, Conventions, build_spans
-from .state import Commit, State, digest64
+from .state import PERMANENT, Commit, State, anchor_of, digest64
 from .tail import FileIdentity, Tailer, lines_with
 
 __all__ = ["Pipeline", "PipelineStats", "Options", "discover", "session_groups", "unread_bytes"]
@@ -122,7 +122,7 @@ class Pipeline:
         self._ghost_candidates: set[str] = set()  # main files with prompts and no assistant record yet
         self._dirty: set[str] = set()  # files read since the last checkpoint
         self._agent_files: set[tuple[str | None, str]] = set()  # (session, agent id) with a transcript
-        self._new_marks: list[str] = []
+        self._new_marks: list[tuple[str, int]] = []  # (mark, anchor): committed with the next checkpoint
         self._checkpoints: dict[str, _Checkpoint] = {}
         self._acked_before: set[int] = set()
         self.traces_behind = False  # spans were let go: read again from the trace cursor (runner)
@@ -193,7 +193,7 @@ class Pipeline:
         self.caught_up = True
         if "caught_up" not in self._marks:
             self._marks.add("caught_up")  # from now on, and after any restart, events are counted
-            self._new_marks.append("caught_up")
+            self._new_marks.append(("caught_up", PERMANENT))
         self.process_acks()
         return kept
 
@@ -232,11 +232,54 @@ class Pipeline:
                 if tf.path not in self.files:
                     state = self._track(root, tf)
                     self._read(state, accept_unterminated=False)
-        for path in [p for p in self.files if not os.path.exists(p)]:
-            del self.files[path]
-            if self.state is not None:
-                self.state.commit(Commit(forget_files=[path]))
+        self.forget([p for p in self.files if not os.path.exists(p)])
         self._emit()
+
+    def forget_gone(self) -> None:
+        """Forget the transcripts deleted while ccotel did not run (Claude Code's cleanupPeriodDays
+        sweep): only under a root that is there (an unmounted root is not a sweep)."""
+        if self.state is None:
+            return
+        roots = [r.rstrip(os.sep) + os.sep for r in self.options.roots if os.path.isdir(r)]
+        logs = {path for path, _ in self.options.orchestrator_logs}
+        gone = [p for p in self.state.files() if p not in logs and p not in self.files and
+                any(p.startswith(r) for r in roots) and not os.path.lexists(p)]
+        if gone:
+            self.forget(gone)
+            log.info("forgot the checkpoints of %d transcripts that no longer exist", len(gone))
+
+    def forget_deleted(self, paths: Iterable[str]) -> None:
+        """Files (or directories of them) the watcher saw deleted."""
+        gone: list[str] = []
+        for path in paths:
+            if not os.path.lexists(path):
+                prefix = path.rstrip(os.sep) + os.sep
+                gone += [p for p in self.files if p == path or p.startswith(prefix)]
+        self.forget(gone)
+
+    def forget(self, paths: Iterable[str]) -> None:
+        """These transcripts were deleted (Claude Code's cleanup sweep): stop following them and
+        forget their checkpoints, and every digest and mark no other file on disk holds (no copy
+        of them can come any more), in the state and in memory. So the state, and this process,
+        follow what is on disk, not the history."""
+        gone = [p for p in dict.fromkeys(paths) if not os.path.lexists(p)]
+        if not gone:
+            return
+        for path in gone:
+            st = self.files.pop(path, None)
+            self._partial.discard(path)
+            self._ghost_candidates.discard(path)
+            if st is not None and st.tf.agent_id is not None:
+                self._agent_files.discard((st.tf.session_id, st.tf.agent_id))
+        if self.state is None:
+            return
+        calls, prompts, marks = self.state.held_only_by(gone)
+        with self._ack_lock:
+            keep = {digest64(k) for o in self._owners.values() for k in o.call_keys}
+            keep |= {digest64(o.prompt_uuid) for o in self._owners.values() if isinstance(o, Turn) and o.prompt_uuid}
+        self.assembler.forget_seen(calls, prompts, keep)
+        self._marks -= marks
+        self.state.commit(Commit(forget_files=gone))
 
     def tick(self) -> None:
         now = self.clock()
@@ -328,13 +371,17 @@ class Pipeline:
                     self._owners_by_path.get(path, {}).pop(token, None)
                 moved.update(owner.first_offsets)
                 commit.done_owners.append(token)
-                commit.calls.extend(digest64(k) for k in owner.call_keys)
+                anchors = [anchor_of(p) for p in owner.first_offsets] or [PERMANENT]
+                commit.calls.extend((digest64(k), a) for k in owner.call_keys for a in anchors)
                 if isinstance(owner, Turn) and owner.prompt_uuid:
-                    commit.prompts.append(digest64(owner.prompt_uuid))
+                    commit.prompts.extend((digest64(owner.prompt_uuid), a) for a in anchors)
                 if owner.parent is not None:
                     work.append(owner.parent.token)  # a subagent finished: its parent turn may be done
         self._checkpoint_offsets(commit, moved)
         commit.marks, self._new_marks = self._new_marks, []
+        replays, self.assembler.replays = self.assembler.replays, []
+        for kind, digest, path in replays:  # a copy holds them too: kept while either file is there
+            (commit.calls if kind == "call" else commit.prompts).append((digest, anchor_of(path)))
         if self.state is not None and not commit.empty():
             if self.metrics is not None:
                 commit.counters = self.metrics.snapshot("read")
@@ -408,7 +455,7 @@ class Pipeline:
                 continue  # its transcript is there (its lines were read before this session state)
             if mark not in self._marks:
                 self._marks.add(mark)
-                self._new_marks.append(mark)
+                self._new_marks.append((mark, self._anchor_of_session(sid)))
                 if self.metrics is not None and self._counting():
                     self.metrics.inc("ccotel_missing_transcripts", "subagent")
         for path in list(self._ghost_candidates):
@@ -422,11 +469,18 @@ class Pipeline:
             if self._alive(st.tf.session_id or "") is True:
                 continue
             self._marks.add(mark)
-            self._new_marks.append(mark)
+            self._new_marks.append((mark, anchor_of(path)))
             self._ghost_candidates.discard(path)
             if self.metrics is not None and self._counting():
                 self.metrics.inc("ccotel_missing_transcripts", "session")
                 self.metrics.inc("ccotel_session_resets", "missing_transcript", "transcript")
+
+    def _anchor_of_session(self, session_id: str) -> int:
+        """A session's mark goes with its main file."""
+        for path, st in self.files.items():
+            if st.tf.session_id == session_id and st.tf.kind is FileKind.MAIN:
+                return anchor_of(path)
+        return PERMANENT
 
     # -- internals ---------------------------------------------------------------
 

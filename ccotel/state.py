@@ -12,6 +12,13 @@ One database, written in one transaction per acknowledged batch:
 - counters: the metric totals, so a restart never makes a counter jump or count twice;
 - marks: one-off events already counted (a ghost session, a missing subagent transcript).
 All SQL lives in this module.
+
+Bounded: a digest or a mark is kept for as long as a transcript that holds it is on disk. Each
+row is anchored to the file it was read from (``anchor``: ``digest64(path)``; a replay adds the
+copy's file as a second anchor) and goes when its last file goes (Claude Code's cleanup sweep,
+``forget_files``): a copy can only be made from a file that is still there, so nothing is ever
+counted twice, and the state follows what is on disk, not the history. ``PERMANENT`` rows (the
+first catch-up's mark) stay. ``acked_ids`` follow open work: they go when their owner is done.
 """
 
 from __future__ import annotations
@@ -30,14 +37,17 @@ from dataclasses import dataclass, field
 
 from .tail import FileIdentity
 
-__all__ = ["State", "Commit", "digest64", "default_state_dir", "StateError", "StateUnavailable", "StateLocked",
+__all__ = ["State", "Commit", "digest64", "anchor_of", "PERMANENT", "default_state_dir",
+           "StateError", "StateUnavailable", "StateLocked",
            "StateLock", "lock_state_dir"]
 
 log = logging.getLogger("ccotel.state")
 
 LOCK_NAME = "ccotel.lock"
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+PERMANENT = 0  # the anchor of rows no file holds (the caught_up mark)
+LEGACY = -1  # the anchor of rows a schema 1 state held (no file known): kept until its files are gone
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -48,10 +58,38 @@ CREATE TABLE IF NOT EXISTS acked (span_id INTEGER PRIMARY KEY, owner TEXT NOT NU
 CREATE INDEX IF NOT EXISTS acked_owner ON acked(owner);
 CREATE TABLE IF NOT EXISTS acked_ids (owner TEXT NOT NULL, span_ids BLOB NOT NULL);
 CREATE INDEX IF NOT EXISTS acked_ids_owner ON acked_ids(owner);
-CREATE TABLE IF NOT EXISTS calls (digest INTEGER PRIMARY KEY);
-CREATE TABLE IF NOT EXISTS prompts (digest INTEGER PRIMARY KEY);
 CREATE TABLE IF NOT EXISTS counters (key TEXT PRIMARY KEY, value REAL NOT NULL);
-CREATE TABLE IF NOT EXISTS marks (key TEXT PRIMARY KEY);
+"""
+
+# Schema 2: digests and marks carry the file they were read from (see the module docstring).
+_ANCHORED = """
+CREATE TABLE IF NOT EXISTS calls (digest INTEGER NOT NULL, anchor INTEGER NOT NULL,
+    PRIMARY KEY (digest, anchor)) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS calls_anchor ON calls(anchor);
+CREATE TABLE IF NOT EXISTS prompts (digest INTEGER NOT NULL, anchor INTEGER NOT NULL,
+    PRIMARY KEY (digest, anchor)) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS prompts_anchor ON prompts(anchor);
+CREATE TABLE IF NOT EXISTS marks (key TEXT NOT NULL, anchor INTEGER NOT NULL,
+    PRIMARY KEY (key, anchor)) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS marks_anchor ON marks(anchor);
+CREATE TABLE IF NOT EXISTS legacy_files (path TEXT PRIMARY KEY);
+"""
+
+# Schema 1 -> 2: the rows keep their values; with no file known they are anchored to LEGACY and
+# go once every file the state knew at the migration is gone (``legacy_files``).
+_MIGRATE_1_2 = """
+ALTER TABLE calls RENAME TO calls_v1;
+ALTER TABLE prompts RENAME TO prompts_v1;
+ALTER TABLE marks RENAME TO marks_v1;
+""" + _ANCHORED + """
+INSERT INTO calls SELECT digest, -1 FROM calls_v1;
+INSERT INTO prompts SELECT digest, -1 FROM prompts_v1;
+INSERT INTO marks SELECT key, CASE key WHEN 'caught_up' THEN 0 ELSE -1 END FROM marks_v1;
+INSERT INTO legacy_files SELECT path FROM files;
+DROP TABLE calls_v1;
+DROP TABLE prompts_v1;
+DROP TABLE marks_v1;
+UPDATE meta SET value = '2' WHERE key = 'schema';
 """
 
 
@@ -59,6 +97,11 @@ def digest64(text: str) -> int:
     """A signed 64-bit digest (fits an SQLite INTEGER)."""
     return int.from_bytes(hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).digest(),
                           "big", signed=True)
+
+
+def anchor_of(path: str) -> int:
+    """The anchor of rows read from this file."""
+    return digest64(path)
 
 
 def default_state_dir(env: dict[str, str] | None = None) -> str:
@@ -175,10 +218,10 @@ class Commit:
     forget_files: list[str] = field(default_factory=list)
     acked: list[tuple[int, str]] = field(default_factory=list)
     done_owners: list[str] = field(default_factory=list)
-    calls: list[int] = field(default_factory=list)
-    prompts: list[int] = field(default_factory=list)
+    calls: list[tuple[int, int]] = field(default_factory=list)  # (digest, anchor)
+    prompts: list[tuple[int, int]] = field(default_factory=list)  # (digest, anchor)
     counters: dict[str, float] = field(default_factory=dict)
-    marks: list[str] = field(default_factory=list)
+    marks: list[tuple[str, int]] = field(default_factory=list)  # (key, anchor)
 
     def empty(self) -> bool:
         return not (self.offsets or self.forget_files or self.acked or self.done_owners or self.calls
@@ -259,7 +302,11 @@ class State:
             db.executescript(_SCHEMA)
             row = db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
             if row is None:
+                db.executescript(_ANCHORED)
                 db.execute("INSERT INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
+            elif int(row[0]) == 1:
+                db.executescript("BEGIN IMMEDIATE;" + _MIGRATE_1_2 + "COMMIT;")
+                log.info("state %s migrated from schema 1 to 2 (digests anchored to their files)", path)
             elif int(row[0]) != SCHEMA_VERSION:
                 raise StateError(f"state {path} has schema {row[0]}, this ccotel knows {SCHEMA_VERSION}")
         except BaseException:
@@ -297,6 +344,28 @@ class State:
     def marks(self) -> set[str]:
         return {row[0] for row in self._db.execute("SELECT key FROM marks")}
 
+    def held_only_by(self, paths: list[str]) -> tuple[set[int], set[int], set[str]]:
+        """The call digests, prompt digests and marks that no file but these holds: what goes
+        from memory when these files go."""
+        anchors = [anchor_of(p) for p in paths]
+        out: tuple[set[int], set[int], set[str]] = (set(), set(), set())
+        for table, column, into in (("calls", "digest", out[0]), ("prompts", "digest", out[1]),
+                                    ("marks", "key", out[2])):
+            for chunk in _chunks(anchors, 500):
+                marks = ",".join("?" * len(chunk))
+                into.update(row[0] for row in self._db.execute(
+                    f"SELECT a.{column} FROM {table} a WHERE a.anchor IN ({marks}) AND NOT EXISTS"  # noqa: S608
+                    f" (SELECT 1 FROM {table} b WHERE b.{column} = a.{column} AND b.anchor NOT IN ({marks}))",
+                    chunk + chunk))
+        return out
+
+    def sizes(self) -> dict[str, int]:
+        """Rows per table, and the database's bytes on disk (with its WAL): what bounded state is measured by."""
+        out = {t: int(self._db.execute(f"SELECT count(*) FROM {t}").fetchone()[0])  # noqa: S608
+               for t in ("files", "acked", "acked_ids", "calls", "prompts", "counters", "marks", "legacy_files")}
+        out["bytes"] = sum(os.path.getsize(self.path + s) for s in ("", "-wal") if os.path.exists(self.path + s))
+        return out
+
     @property
     def pending(self) -> int:
         """Records (offsets, span ids, owners) of failed commits not written yet; 0 when all is."""
@@ -331,6 +400,7 @@ class State:
                          ident.head_len if ident else None, ident.fingerprint if ident else None, offset,
                          read_to))
                 db.executemany("DELETE FROM files WHERE path = ?", ((p,) for p in c.forget_files))
+                self._forget(db, c.forget_files)
                 by_owner: dict[str, list[int]] = {}
                 for span_id, owner in c.acked:
                     by_owner.setdefault(owner, []).append(span_id)
@@ -338,12 +408,12 @@ class State:
                                ((o, _pack(ids)) for o, ids in by_owner.items()))
                 db.executemany("DELETE FROM acked_ids WHERE owner = ?", ((o,) for o in c.done_owners))
                 db.executemany("DELETE FROM acked WHERE owner = ?", ((o,) for o in c.done_owners))
-                db.executemany("INSERT OR IGNORE INTO calls VALUES (?)", ((d,) for d in c.calls))
-                db.executemany("INSERT OR IGNORE INTO prompts VALUES (?)", ((d,) for d in c.prompts))
+                db.executemany("INSERT OR IGNORE INTO calls VALUES (?, ?)", c.calls)
+                db.executemany("INSERT OR IGNORE INTO prompts VALUES (?, ?)", c.prompts)
                 added = {k: v - self._committed.get(k, 0.0) for k, v in c.counters.items()}
                 db.executemany("INSERT INTO counters VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET"
                                " value = value + excluded.value", ((k, v) for k, v in added.items() if v))
-                db.executemany("INSERT OR IGNORE INTO marks VALUES (?)", ((m,) for m in c.marks))
+                db.executemany("INSERT OR IGNORE INTO marks VALUES (?, ?)", c.marks)
                 db.execute("COMMIT")
             except BaseException:
                 if db.in_transaction:  # SQLite may have rolled back itself (a full disk)
@@ -366,6 +436,19 @@ class State:
         self._pending = None
         self.failures = 0
         return True
+
+    @staticmethod
+    def _forget(db: sqlite3.Connection, paths: list[str]) -> None:
+        """Rows held by these files alone go with them (schema 1's rows with the last file it knew)."""
+        if not paths:
+            return
+        anchors = [(anchor_of(p),) for p in paths]
+        for table in ("calls", "prompts", "marks"):
+            db.executemany(f"DELETE FROM {table} WHERE anchor = ?", anchors)  # noqa: S608
+        db.executemany("DELETE FROM legacy_files WHERE path = ?", ((p,) for p in paths))
+        if db.execute("SELECT 1 FROM legacy_files LIMIT 1").fetchone() is None:
+            for table in ("calls", "prompts", "marks"):
+                db.execute(f"DELETE FROM {table} WHERE anchor = ?", (LEGACY,))  # noqa: S608
 
     def _failed(self, c: Commit, exc: BaseException) -> None:
         self._pending = c
@@ -404,6 +487,10 @@ def _move_aside(path: str, exc: BaseException) -> str:
               "are not counted again; traces already delivered are sent again with the same ids)",
               path, exc, aside)
     return aside
+
+
+def _chunks(items: list[int], n: int) -> list[list[int]]:
+    return [items[i:i + n] for i in range(0, len(items), n)]
 
 
 def _unsigned(span_id: int) -> int:

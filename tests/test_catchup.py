@@ -185,7 +185,7 @@ def test_detectors_see_what_the_workers_read(tmp_path):
     options = Options(roots=(str(tmp_path / "claude"),))
 
     def run(state_dir: Path, workers: int) -> dict[str, float]:
-        State(str(state_dir)).commit(Commit(marks=["caught_up"]))  # a restart: events are counted
+        State(str(state_dir)).commit(Commit(marks=[("caught_up", 0)]))  # a restart: events are counted
         done = catch_up_in_parallel(options, str(state_dir), "none", workers, min_bytes=0, metrics=True)
         assert (done is not None) == (workers > 1)
         now = [time.time_ns()]

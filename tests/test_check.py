@@ -110,7 +110,7 @@ def test_one_ghost_rule_for_check_and_the_pipeline(tmp_path):
     assert verdicts == {ghost: False, failed: True, answered: True}
 
     state_dir = tmp_path / "state"
-    State(str(state_dir)).commit(Commit(marks=["caught_up"]))  # a restart: events are counted
+    State(str(state_dir)).commit(Commit(marks=[("caught_up", 0)]))  # a restart: events are counted
     now = [time.time_ns()]
     metrics, queue = Metrics(), ExportQueue(make_sink("none"))
     pipeline = Pipeline(Options(roots=(str(root),)), emit=queue.submit, state=State(str(state_dir)),

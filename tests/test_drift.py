@@ -42,7 +42,7 @@ def test_a_new_release_is_seen_by_version(tmp_path: Path):
     path.parent.mkdir(parents=True)
     path.write_bytes(t.bytes())
     state = State(str(tmp_path / "state"))
-    state.commit(Commit(marks=["caught_up"]))  # counted, as after a first catch-up
+    state.commit(Commit(marks=[("caught_up", 0)]))  # counted, as after a first catch-up
     metrics = Metrics()
     p = Pipeline(Options(roots=(str(root),)), emit=lambda spans: None, state=state, metrics=metrics)
     p.backfill(close_all=True)
