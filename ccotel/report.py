@@ -14,23 +14,39 @@ so the report and the traces cannot disagree.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import argparse
+import logging
+import os
+import sys
+import time
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
+from datetime import date, datetime, timedelta, timezone, tzinfo
 from operator import itemgetter
 from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import msgspec
+import orjson
+from rich.console import Console
+from rich.table import Table
 
 from . import rules
+from .discover import default_roots
+from .ledger import LEDGER_FILE, AgentRow, CallRow, Ledger, LedgerError, ToolRow, TurnRow
 from .parse import _JUsage, parse_line, parse_timestamp
 from .pipeline import Options, Pipeline, discover, session_groups, unread_bytes
-from .pricing import Pricing
-from .records import SpanRecord, Usage
+from .pricing import DEFAULT_PRICING, Pricing, load_overrides
+from .records import SpanRecord, TranscriptFile, Usage
 from .shard import Group, balance, default_workers, plan_shards, process_context
+from .state import default_state_dir
 from .tail import lines_with
 
-__all__ = ["SessionUsage", "session_usage", "build_report", "report_from_spans"]
+__all__ = ["SessionUsage", "session_usage", "build_report", "report_from_spans", "Query", "Data", "Row", "Report",
+           "VIEWS", "open_ledger", "gather", "summarize", "as_json", "render", "add_arguments", "run"]
+
+log = logging.getLogger("ccotel.report")
 
 @dataclass
 class SessionUsage:
@@ -124,6 +140,8 @@ class _Call:
     model: str | None
     first_ns: int
     last_ns: int
+    project: str | None = None  # the projects/<dir> of the file that first held it
+    cwd: str | None = None
 
     def flat(self) -> tuple[Any, ...]:
         return (self.session_id, self.usage, self.is_api_error, self.model, self.first_ns, self.last_ns)
@@ -132,9 +150,12 @@ class _Call:
         """``other`` is the same call seen later (another file or process)."""
         self.merge_line(other.usage, other.is_api_error, other.model, other.first_ns)
         self.last_ns = max(self.last_ns, other.last_ns)
+        self.cwd = self.cwd or other.cwd
 
-    def merge_line(self, usage: UsageTuple | None, is_api_error: bool, model: str | None, ts: int) -> None:
+    def merge_line(self, usage: UsageTuple | None, is_api_error: bool, model: str | None, ts: int,
+                   cwd: str | None = None) -> None:
         """A later line of the same call."""
+        self.cwd = self.cwd or cwd
         if usage is not None and (self.usage is None or _bigger(usage, self.usage)):
             self.usage = usage
         self.is_api_error = self.is_api_error or is_api_error
@@ -175,6 +196,7 @@ class _RLine(msgspec.Struct):
     sessionId: str | None = None
     requestId: str | None = None
     timestamp: str | None = None
+    cwd: str | None = None
     isApiErrorMessage: bool | None = None
     madeBy: Any = None
     message: _RMessage | None = None
@@ -200,12 +222,12 @@ def _quick(line: bytes) -> _Line | None:
     record, advisors = msg.usage.record() if msg.usage is not None else (None, ())
     usage = _as_tuple(record)
     return (msg.id, o.requestId, o.uuid, o.sessionId, usage, o.isApiErrorMessage is True, msg.model, ts or 0,
-            o.madeBy, advisors)
+            o.madeBy, advisors, o.cwd)
 
 
 def _slow(line: bytes, offset: int) -> list[_Line]:
     return [(e.message_id, e.request_id, e.uuid, e.session_id, _as_tuple(e.usage), e.is_api_error, e.model,
-             e.timestamp_ns or 0, e.made_by, e.advisors)
+             e.timestamp_ns or 0, e.made_by, e.advisors, e.cwd)
             for e in parse_line(line, offset).entries if e.type == "assistant"]
 
 
@@ -217,7 +239,7 @@ def _read_group(group: Group, max_line_bytes: int) -> dict[str, _Call]:
         last: tuple[str, str] | None = None  # message id and key of the file's last response line
         for offset, raw in lines_with(tf.path, _NEEDLE, max_line_bytes, _CHUNK):
             one = _quick(raw)
-            for mid, rid, uuid, sid, usage, api_error, model, ts, made_by, advisors in \
+            for mid, rid, uuid, sid, usage, api_error, model, ts, made_by, advisors, cwd in \
                     ((one,) if one else () if one is not None else _slow(raw, offset)):
                 sid = sid or tf.session_id
                 if mid is None or uuid is None or sid is None or not rules.is_api_call(model, made_by, api_error):
@@ -229,19 +251,20 @@ def _read_group(group: Group, max_line_bytes: int) -> dict[str, _Call]:
                 # same message id (the assembler's rule for its owner's current response).
                 key = last[1] if rid is None and last is not None and last[0] == mid else rules.call_key(mid, rid)
                 last = (mid, key)
-                _merge_line(calls, key, sid, usage, api_error, model, ts)
+                _merge_line(calls, key, sid, usage, api_error, model, ts, tf.project, cwd)
                 for i, adv in enumerate(advisors):  # each advisor iteration: a call of its own model
-                    _merge_line(calls, f"{key}#advisor{i}", sid, _as_tuple(adv.usage), False, adv.model, ts)
+                    _merge_line(calls, f"{key}#advisor{i}", sid, _as_tuple(adv.usage), False, adv.model, ts,
+                                tf.project, cwd)
     return calls
 
 
 def _merge_line(calls: dict[str, _Call], key: str, sid: str, usage: UsageTuple | None, api_error: bool,
-                model: str | None, ts: int) -> None:
+                model: str | None, ts: int, project: str | None, cwd: str | None) -> None:
     have = calls.get(key)
     if have is None:
-        calls[key] = _Call(sid, usage, api_error, model, ts, ts)
+        calls[key] = _Call(sid, usage, api_error, model, ts, ts, project, cwd)
     else:
-        have.merge_line(usage, api_error, model, ts)
+        have.merge_line(usage, api_error, model, ts, cwd)
 
 
 def _read_shard(groups: list[tuple[int, Group]], max_line_bytes: int, pricing: Pricing) -> list[tuple[Any, ...]]:
@@ -262,46 +285,19 @@ def _row(key: str, index: int, c: _Call, pricing: Pricing) -> tuple[Any, ...]:
     cost = None
     if c.usage is not None:
         cost = pricing.cost(rules.reported_model(c.model), Usage(*c.usage), c.first_ns or None)
-    return (key, index, *c.flat(), round(cost, 9) if cost is not None else None)
+    return (key, index, *c.flat(), round(cost, 9) if cost is not None else None, c.project, c.cwd)
 
 
 def build_report(options: Options, workers: int | None = None,
                  parallel_min_bytes: int = 64 << 20) -> dict[str, SessionUsage]:
+    """Per-session usage read from the transcripts (the fast path: assistant lines only)."""
     if options.since_ns is not None:
         # --since keeps or drops whole turns by when they started, as the traces do; only the
         # assembler knows turns, so this report is summed from the spans (slower, and exact).
         return report_from_spans(options)
-    pricing = options.pricing
-    groups = session_groups(discover(options, {}))
-    weights = [sum(unread_bytes(tf.path, {}) for _root, tf in g) for g in groups]  # file sizes
-    n = default_workers() if workers is None else max(1, workers)
-    if n == 1 or sum(weights) < parallel_min_bytes:
-        return _totals([_read_shard(list(enumerate(groups)), options.max_line_bytes, pricing)], pricing)
-    bins = balance(plan_shards(groups, weights), weights, n)
-    jobs = [[(i, groups[i]) for i in b] for b in bins]
-    if len(jobs) == 1:
-        return _totals([_read_shard(jobs[0], options.max_line_bytes, pricing)], pricing)
-    with ProcessPoolExecutor(len(jobs) - 1, mp_context=process_context()) as pool:
-        futures = [pool.submit(_read_shard, job, options.max_line_bytes, pricing) for job in jobs[1:]]
-        results = [_read_shard(jobs[0], options.max_line_bytes, pricing)]  # this process reads a share too
-        results += [f.result() for f in futures]
-    return _totals(results, pricing)
-
-
-def _totals(results: Sequence[list[tuple[Any, ...]]], pricing: Pricing) -> dict[str, SessionUsage]:
-    """Merge the shards (a call in two of them: the earlier group keeps it), then sum per session."""
-    rows: dict[str, tuple[Any, ...]] = {}
-    for shard_rows in results:
-        for row in shard_rows:
-            have = rows.setdefault(row[0], row)
-            if have is not row:  # only if the shard plan missed a link: still counted once
-                first, later = (row, have) if row[1] < have[1] else (have, row)
-                call = _Call(*first[2:8])
-                call.merge(_Call(*later[2:8]))
-                rows[row[0]] = _row(row[0], first[1], call, pricing)
     out: dict[str, SessionUsage] = {}
-    for _key, _index, sid, usage, is_api_error, model, first_ns, last_ns, cost in sorted(rows.values(),
-                                                                                         key=itemgetter(1)):
+    for _key, _index, sid, usage, is_api_error, model, first_ns, last_ns, cost, *_where in \
+            _read_rows(options, workers, parallel_min_bytes):
         if usage is None or is_api_error:
             continue
         s = out.get(sid)
@@ -309,3 +305,557 @@ def _totals(results: Sequence[list[tuple[Any, ...]]], pricing: Pricing) -> dict[
             s = out[sid] = SessionUsage(sid)
         s.add(usage, cost, rules.reported_model(model), first_ns, last_ns)
     return out
+
+
+def _read_rows(options: Options, workers: int | None, parallel_min_bytes: int,
+               keep: Callable[[TranscriptFile], bool] | None = None) -> list[tuple[Any, ...]]:
+    """Every call of the transcripts (of the files ``keep`` accepts), merged, in time order:
+    (key, group index, session, usage, is API error, model, first ns, last ns, cost, project, cwd)."""
+    pricing = options.pricing
+    files = discover(options, {})
+    if keep is not None:
+        files = [(root, tf) for root, tf in files if keep(tf)]
+    groups = session_groups(files)
+    weights = [sum(unread_bytes(tf.path, {}) for _root, tf in g) for g in groups]  # file sizes
+    n = default_workers() if workers is None else max(1, workers)
+    if n == 1 or sum(weights) < parallel_min_bytes:
+        return _merged([_read_shard(list(enumerate(groups)), options.max_line_bytes, pricing)], pricing)
+    bins = balance(plan_shards(groups, weights), weights, n)
+    jobs = [[(i, groups[i]) for i in b] for b in bins]
+    if len(jobs) == 1:
+        return _merged([_read_shard(jobs[0], options.max_line_bytes, pricing)], pricing)
+    with ProcessPoolExecutor(len(jobs) - 1, mp_context=process_context()) as pool:
+        futures = [pool.submit(_read_shard, job, options.max_line_bytes, pricing) for job in jobs[1:]]
+        results = [_read_shard(jobs[0], options.max_line_bytes, pricing)]  # this process reads a share too
+        results += [f.result() for f in futures]
+    return _merged(results, pricing)
+
+
+def _merged(results: Sequence[list[tuple[Any, ...]]], pricing: Pricing) -> list[tuple[Any, ...]]:
+    """Merge the shards (a call in two of them: the earlier group keeps it), in time order."""
+    rows: dict[str, tuple[Any, ...]] = {}
+    for shard_rows in results:
+        for row in shard_rows:
+            have = rows.setdefault(row[0], row)
+            if have is not row:  # only if the shard plan missed a link: still counted once
+                first, later = (row, have) if row[1] < have[1] else (have, row)
+                call = _Call(*first[2:8], *first[9:11])
+                call.merge(_Call(*later[2:8], *later[9:11]))
+                rows[row[0]] = _row(row[0], first[1], call, pricing)
+    return sorted(rows.values(), key=itemgetter(1))
+
+
+# == the views: daily, weekly, monthly, session, project ==========================================
+#
+# Calls come from the ledger (history Claude Code may have deleted since) and, for the files
+# written since the ledger was last written, from the transcripts (the fast path above); a call in
+# both is the ledger's (one key, counted once). Tool calls, subagents and health come from the
+# ledger only: the fast path reads assistant lines alone.
+
+VIEWS = ("daily", "weekly", "monthly", "session", "project")
+WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
+# Files written this long before the ledger's last write are read again from the transcripts: a
+# turn still open then (its calls not yet finished) is in the file, not yet in the ledger.
+REREAD_GRACE_NS = 15 * 60 * 1_000_000_000
+_SLOT_NS = 900 * 1_000_000_000  # zone offsets change on quarter hours: one date lookup per slot
+
+
+@dataclass(frozen=True)
+class Query:
+    """What a report asks: a view, a time zone (None: the system's), dates (inclusive, local)."""
+
+    view: str = "session"
+    tz: tzinfo | None = None
+    since: date | None = None
+    until: date | None = None
+    start_of_week: int = 6  # date.weekday(): sunday, as ccusage
+    order: str = "asc"
+
+
+@dataclass(frozen=True)
+class Data:
+    """Everything a report sums: calls (ledger and transcripts, once each) and the ledger's rows."""
+
+    calls: list[CallRow]
+    tools: list[ToolRow]
+    agents: list[AgentRow]
+    turns: list[TurnRow]
+    source: str  # ledger | transcripts | ledger+transcripts
+
+
+@dataclass
+class ModelTotals:
+    input: int = 0
+    output: int = 0
+    cache_write: int = 0
+    cache_read: int = 0
+    calls: int = 0
+    cost: float = 0.0
+
+
+@dataclass
+class Row:
+    """One line of a report (a day, a week, a month, a session or a project), summed as it goes."""
+
+    key: str
+    input: int = 0
+    output: int = 0
+    cache_read: int = 0
+    cache_write: int = 0
+    cache_write_5m: int = 0
+    cache_write_1h: int = 0
+    reasoning: int = 0
+    cost: float = 0.0
+    api_calls: int = 0
+    api_errors: int = 0
+    tool_calls: int = 0
+    tool_errors: int = 0
+    subagents: int = 0
+    orphans: int = 0
+    kills: int = 0
+    ghosts: int = 0
+    resets: int = 0
+    first_ns: int = 0
+    last_ns: int = 0
+    models: set[str] = field(default_factory=set)
+    unpriced: set[str] = field(default_factory=set)
+    by_model: dict[str, ModelTotals] = field(default_factory=dict)
+    session_id: str | None = None
+    project: str | None = None
+    cwd: str | None = None
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input + self.output + self.cache_read + self.cache_write
+
+    def seen(self, ns: int) -> None:
+        if ns:
+            self.first_ns = min(self.first_ns, ns) if self.first_ns else ns
+            self.last_ns = max(self.last_ns, ns)
+
+    def add_call(self, c: CallRow) -> None:
+        self.seen(c.time_ns)
+        if c.api_error:
+            self.api_errors += 1
+            return
+        u = c.usage
+        self.input += u[0]
+        self.output += u[1]
+        self.cache_read += u[2]
+        self.cache_write += u[3]
+        self.cache_write_5m += u[4]
+        self.cache_write_1h += u[5]
+        self.reasoning += u[6]
+        self.cost += c.cost or 0.0
+        self.api_calls += 1
+        model = rules.reported_model(c.model) or "unknown"
+        self.models.add(model)
+        if c.cost is None:
+            self.unpriced.add(model)
+        m = self.by_model.setdefault(model, ModelTotals())
+        m.input += u[0]
+        m.output += u[1]
+        m.cache_write += u[3]
+        m.cache_read += u[2]
+        m.calls += 1
+        m.cost += c.cost or 0.0
+
+    def merge(self, other: Row) -> None:
+        """Add another row's figures (the totals line)."""
+        for name in ("input", "output", "cache_read", "cache_write", "cache_write_5m", "cache_write_1h",
+                     "reasoning", "cost", "api_calls", "api_errors", "tool_calls", "tool_errors", "subagents",
+                     "orphans", "kills", "ghosts", "resets"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.seen(other.first_ns)
+        self.seen(other.last_ns)
+        self.models |= other.models
+        self.unpriced |= other.unpriced
+        for model, m in other.by_model.items():
+            mine = self.by_model.setdefault(model, ModelTotals())
+            for name in ("input", "output", "cache_write", "cache_read", "calls", "cost"):
+                setattr(mine, name, getattr(mine, name) + getattr(m, name))
+
+    def health(self) -> dict[str, int]:
+        return {"orphans": self.orphans, "kills": self.kills, "ghostSessions": self.ghosts, "resets": self.resets}
+
+
+@dataclass(frozen=True)
+class Report:
+    view: str
+    rows: list[Row]
+    totals: Row
+    source: str
+
+
+# -- gathering -----------------------------------------------------------------------------------
+
+
+def open_ledger(state_dir: str | None, roots: Sequence[str]) -> Ledger | None:
+    """The ledger in ``state_dir``, if there is one and it was written for exactly these roots."""
+    if not state_dir or state_dir == "none":
+        return None
+    path = os.path.join(state_dir, LEDGER_FILE)
+    if not os.path.exists(path):
+        return None
+    try:
+        ledger = Ledger(path)
+    except LedgerError as exc:
+        log.warning("ledger not used: %s", exc)
+        return None
+    if ledger.coverage().roots != frozenset(os.path.realpath(r) for r in roots):
+        log.info("ledger %s was written for other roots (%s): reading the transcripts", path,
+                 ", ".join(sorted(ledger.coverage().roots)) or "none")
+        ledger.close()
+        return None
+    return ledger
+
+
+def gather(options: Options, ledger: Ledger | None, workers: int | None = None,
+           parallel_min_bytes: int = 64 << 20, grace_ns: int = REREAD_GRACE_NS) -> Data:
+    """The calls (and, from the ledger, tools, subagents and turns) a report sums.
+
+    With a ledger: its rows, plus the calls of transcript files written since ``grace_ns`` before
+    its last write whose key it does not hold. Without: every call read from the transcripts."""
+    if ledger is None:
+        calls = [_call_row(r) for r in _read_rows(options, workers, parallel_min_bytes)]
+        return Data(calls, [], [], [], "transcripts")
+    cover = ledger.coverage()
+    calls = list(ledger.calls())
+    since = cover.updated_ns - grace_ns
+    newer = _read_rows(options, workers, parallel_min_bytes, keep=lambda tf: _mtime_ns(tf.path) >= since)
+    if newer:
+        have = {c.key for c in calls}
+        fresh = [_call_row(r) for r in newer if r[0] not in have]
+        calls += fresh
+    source = "ledger+transcripts" if newer else "ledger"
+    return Data(calls, list(ledger.tools()), list(ledger.agents()), list(ledger.turns()), source)
+
+
+def _mtime_ns(path: str) -> int:
+    try:
+        return os.stat(path).st_mtime_ns
+    except OSError:
+        return 0
+
+
+def _call_row(r: tuple[Any, ...]) -> CallRow:
+    key, _index, sid, usage, is_api_error, model, _first_ns, last_ns, cost, project, cwd = r
+    return CallRow(key, sid, last_ns, model, None, project, cwd, bool(is_api_error or usage is None),
+                   usage if usage is not None else (0, 0, 0, 0, 0, 0, 0), cost)
+
+
+# -- summing -------------------------------------------------------------------------------------
+
+
+class _Dates:
+    """Unix ns -> the local date in a zone (the system's when None), cached per quarter hour."""
+
+    def __init__(self, tz: tzinfo | None) -> None:
+        self.tz = tz
+        self.cache: dict[int, date] = {}
+
+    def __call__(self, ns: int) -> date:
+        slot = ns // _SLOT_NS
+        d = self.cache.get(slot)
+        if d is None:
+            sec = slot * (_SLOT_NS // 1_000_000_000)
+            if self.tz is None:
+                d = date(*time.localtime(sec)[:3])
+            else:
+                d = datetime.fromtimestamp(sec, self.tz).date()
+            self.cache[slot] = d
+        return d
+
+
+def summarize(data: Data, q: Query) -> Report:
+    """Sum the data into the rows of ``q.view`` (items outside --since/--until left out)."""
+    dates = _Dates(q.tz)
+
+    def inside(ns: int) -> bool:
+        if q.since is None and q.until is None:
+            return True
+        d = dates(ns)
+        return (q.since is None or d >= q.since) and (q.until is None or d <= q.until)
+
+    where = _where(data)
+    if q.view in ("session", "project"):
+        def bucket(ns: int, sid: str) -> str:
+            return sid if q.view == "session" else (where.get(sid, (None, None))[0] or "unknown")
+    else:
+        def bucket(ns: int, sid: str) -> str:
+            return _period(dates(ns), q)
+
+    rows: dict[str, Row] = {}
+
+    def row(ns: int, sid: str) -> Row:
+        key = bucket(ns, sid)
+        r = rows.get(key)
+        if r is None:
+            r = rows[key] = Row(key)
+            if q.view == "session":
+                r.session_id = sid
+            if q.view in ("session", "project"):
+                r.project, r.cwd = where.get(sid, (None, None))
+        return r
+
+    with_calls = set()
+    for c in data.calls:
+        with_calls.add(c.session_id)
+        if inside(c.time_ns):
+            row(c.time_ns, c.session_id).add_call(c)
+    for tool in data.tools:
+        if inside(tool.time_ns):
+            r = row(tool.time_ns, tool.session_id)
+            r.tool_calls += 1
+            r.tool_errors += tool.error_type is not None
+            r.orphans += tool.error_type == "orphaned" or tool.repaired  # never got a real result
+    for a in data.agents:
+        if inside(a.time_ns):
+            row(a.time_ns, a.session_id).subagents += 1
+    first_turn: dict[str, TurnRow] = {}
+    for t in data.turns:
+        if t.session_id not in with_calls and (t.session_id not in first_turn
+                                               or t.time_ns < first_turn[t.session_id].time_ns):
+            first_turn[t.session_id] = t
+        if inside(t.time_ns):
+            r = row(t.time_ns, t.session_id)
+            r.seen(t.time_ns)
+            r.kills += t.outcome == "killed"
+            r.resets += t.lost_tools > 0  # resumed without a tool call that never got its result
+    for sid, t in first_turn.items():  # a ghost: prompts and no assistant record at all
+        if inside(t.time_ns):
+            r = row(t.time_ns, sid)
+            r.ghosts += 1
+            r.resets += 1  # reason missing_transcript, as ccotel_session_resets_total counts it
+    ordered = sorted(rows.values(), key=(lambda r: (r.last_ns, r.key)) if q.view == "session" else
+                     (lambda r: (r.key,)), reverse=q.order == "desc")
+    totals = Row("total")
+    for r in ordered:
+        totals.merge(r)
+    return Report(q.view, ordered, totals, data.source)
+
+
+def _where(data: Data) -> dict[str, tuple[str | None, str | None]]:
+    """Each session's project dir and cwd (the first known)."""
+    out: dict[str, tuple[str | None, str | None]] = {}
+    for sid, project, cwd in [(c.session_id, c.project, c.cwd) for c in data.calls] + \
+            [(t.session_id, t.project, t.cwd) for t in data.turns]:
+        have = out.get(sid)
+        if have is None or (have[1] is None and cwd) or (have[0] is None and project):
+            out[sid] = (project or (have[0] if have else None), cwd or (have[1] if have else None))
+    return out
+
+
+def _period(d: date, q: Query) -> str:
+    if q.view == "daily":
+        return d.isoformat()
+    if q.view == "monthly":
+        return f"{d.year:04d}-{d.month:02d}"
+    return (d - timedelta(days=(d.weekday() - q.start_of_week) % 7)).isoformat()  # weekly: its first day
+
+
+# -- output --------------------------------------------------------------------------------------
+
+_VIEW_KEYS = {"daily": ("daily", "date"), "weekly": ("weekly", "week"), "monthly": ("monthly", "month"),
+              "session": ("sessions", "sessionId"), "project": ("projects", "project")}
+
+
+def _iso(ns: int) -> str | None:
+    if not ns:
+        return None
+    return datetime.fromtimestamp(ns / 1e9, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def _figures(r: Row) -> dict[str, Any]:
+    """ccusage's fields (20.x) and ccotel's own beside them."""
+    return {
+        "inputTokens": r.input, "outputTokens": r.output, "cacheCreationTokens": r.cache_write,
+        "cacheReadTokens": r.cache_read, "totalTokens": r.total_tokens, "totalCost": round(r.cost, 6),
+        "cacheCreation5mTokens": r.cache_write_5m, "cacheCreation1hTokens": r.cache_write_1h,
+        "reasoningTokens": r.reasoning, "apiCalls": r.api_calls, "apiErrors": r.api_errors,
+        "toolCalls": r.tool_calls, "toolErrors": r.tool_errors, "subagents": r.subagents, "health": r.health(),
+    }
+
+
+def as_json(report: Report) -> dict[str, Any]:
+    """The report shaped like ``ccusage <view> --json`` (where ccusage has the view)."""
+    name, key_field = _VIEW_KEYS[report.view]
+    rows = []
+    for r in report.rows:
+        doc: dict[str, Any] = {key_field: r.key}
+        if report.view == "session":
+            doc.update({"projectPath": r.project, "cwd": r.cwd, "firstActivity": _iso(r.first_ns),
+                        "lastActivity": _iso(r.last_ns)})
+        elif report.view == "project":
+            doc.update({"projectPath": r.project, "cwd": r.cwd, "firstActivity": _iso(r.first_ns),
+                        "lastActivity": _iso(r.last_ns)})
+        doc.update(_figures(r))
+        doc["modelsUsed"] = sorted(r.models)
+        doc["unpricedModels"] = sorted(r.unpriced)
+        doc["modelBreakdowns"] = [
+            {"modelName": m, "inputTokens": t.input, "outputTokens": t.output, "cacheCreationTokens": t.cache_write,
+             "cacheReadTokens": t.cache_read, "cost": round(t.cost, 6), "apiCalls": t.calls}
+            for m, t in sorted(report_models(r))]
+        rows.append(doc)
+    totals = _figures(report.totals)
+    totals["unpricedModels"] = sorted(report.totals.unpriced)
+    return {name: rows, "totals": totals, "source": report.source}
+
+
+def report_models(r: Row) -> list[tuple[str, ModelTotals]]:
+    return sorted(r.by_model.items(), key=lambda mt: -mt[1].cost)
+
+
+def render(report: Report, console: Console, q: Query, breakdown: bool = False) -> None:
+    """A rich table: one line per row, per model below it with ``breakdown``, the totals last."""
+    table = Table(title=f"ccotel report: {report.view} ({_zone_name(q.tz)}; from the {report.source})",
+                  show_footer=True, header_style="bold", footer_style="bold")
+    first = {"daily": "Date", "weekly": "Week of", "monthly": "Month", "session": "Started",
+             "project": "Project"}[report.view]
+    table.add_column(first, footer="Total")
+    if report.view == "session":
+        table.add_column("Project")
+        table.add_column("Session")
+    t = report.totals
+    table.add_column("Models")
+    for head, value in (("Input", t.input), ("Output", t.output), ("Cache write", t.cache_write),
+                        ("Cache read", t.cache_read), ("Total tokens", t.total_tokens)):
+        table.add_column(head, justify="right", footer=f"{value:,}")
+    table.add_column("Cost $", justify="right", footer=_cost(t))
+    for head, value in (("Calls", t.api_calls), ("Tools", t.tool_calls), ("Tool errors", t.tool_errors),
+                        ("Subagents", t.subagents)):
+        table.add_column(head, justify="right", footer=f"{value:,}")
+    table.add_column("Health", footer=_health(t))
+    dates = _Dates(q.tz)
+    for r in report.rows:
+        lead = [_label(r, report.view, dates)]
+        if report.view == "session":
+            lead += [_place(r), (r.session_id or "")[:8]]
+        table.add_row(*lead, ", ".join(_short(m) for m in sorted(r.models)), f"{r.input:,}", f"{r.output:,}",
+                      f"{r.cache_write:,}", f"{r.cache_read:,}", f"{r.total_tokens:,}", _cost(r), f"{r.api_calls:,}",
+                      f"{r.tool_calls:,}", f"{r.tool_errors:,}", f"{r.subagents:,}", _health(r))
+        if breakdown:
+            for model, m in report_models(r):
+                pad = [""] * len(lead)
+                table.add_row(*pad, f"  └ {_short(model)}", f"{m.input:,}", f"{m.output:,}", f"{m.cache_write:,}",
+                              f"{m.cache_read:,}", f"{m.input + m.output + m.cache_write + m.cache_read:,}",
+                              f"{m.cost:,.2f}", f"{m.calls:,}", "", "", "", "", style="dim")
+    console.print(table)
+    if t.unpriced:
+        console.print(f"* without the calls of models that have no price: {', '.join(sorted(t.unpriced))} "
+                      "(give them one with --prices)")
+    if report.source == "transcripts":
+        console.print("Tool calls, subagents and health come from the ledger (ccotel run or backfill writes it);"
+                      " none was used here.", style="dim")
+
+
+def _label(r: Row, view: str, dates: _Dates) -> str:
+    if view == "session":
+        if not r.first_ns:
+            return ""
+        sec = r.first_ns / 1e9
+        local = datetime.fromtimestamp(sec, dates.tz) if dates.tz else datetime.fromtimestamp(sec).astimezone()
+        return local.strftime("%Y-%m-%d %H:%M")
+    if view == "project":
+        return _place(r)
+    return r.key
+
+
+def _place(r: Row) -> str:
+    """Where a session ran: its cwd (a path, readable), else its projects dir."""
+    path = r.cwd or r.project or "unknown"
+    home = os.path.expanduser("~")
+    return "~" + path[len(home):] if home != "/" and path.startswith(home + "/") else path
+
+
+def _short(model: str) -> str:
+    return model[len("claude-"):] if model.startswith("claude-") else model
+
+
+def _cost(r: Row) -> str:
+    return f"{r.cost:,.2f}" + ("*" if r.unpriced else "")
+
+
+def _health(r: Row) -> str:
+    parts = [f"{n} {word}{'s' if n != 1 else ''}" for n, word in
+             ((r.orphans, "orphan"), (r.kills, "kill"), (r.ghosts, "ghost"), (r.resets, "reset"),
+              (r.api_errors, "API error")) if n]
+    return ", ".join(parts) if parts else "ok"
+
+
+def _zone_name(tz: tzinfo | None) -> str:
+    return str(tz) if tz is not None else (time.tzname[0] or "local time")
+
+
+# -- command line --------------------------------------------------------------------------------
+
+
+def parse_day(value: str) -> date:
+    """YYYYMMDD (as ccusage) or YYYY-MM-DD."""
+    for fmt in ("%Y%m%d", "%Y-%m-%d"):
+        try:
+            return datetime.strptime(value.strip(), fmt).date()
+        except ValueError:
+            continue
+    raise argparse.ArgumentTypeError(f"not a date (YYYYMMDD or YYYY-MM-DD): {value!r}")
+
+
+def parse_zone(value: str) -> tzinfo:
+    try:
+        return ZoneInfo(value)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise argparse.ArgumentTypeError(f"unknown time zone: {value!r} (e.g. UTC, Europe/Berlin)") from None
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """``ccotel report`` options (besides --root and --state-dir, which cli.py adds)."""
+    parser.add_argument("view", nargs="?", choices=VIEWS, default="session",
+                        help="rows by day, week, month, session (default) or project")
+    parser.add_argument("--json", action="store_true", help="JSON shaped like `ccusage <view> --json`")
+    parser.add_argument("-b", "--breakdown", action="store_true", help="a line per model under each row")
+    parser.add_argument("-s", "--since", type=parse_day, default=None, metavar="DATE",
+                        help="from this day (YYYYMMDD or YYYY-MM-DD, in --timezone), inclusive")
+    parser.add_argument("-u", "--until", type=parse_day, default=None, metavar="DATE",
+                        help="until this day, inclusive")
+    parser.add_argument("-z", "--timezone", type=parse_zone, default=None, metavar="TZ",
+                        help="time zone for days, weeks and months (default: the system's)")
+    parser.add_argument("-w", "--start-of-week", choices=WEEKDAYS, default="sunday",
+                        help="first day of a week (default sunday, as ccusage)")
+    parser.add_argument("-o", "--order", choices=("asc", "desc"), default="asc")
+    parser.add_argument("--no-ledger", action="store_true",
+                        help="read the transcripts only (history Claude Code deleted is then missing)")
+    parser.add_argument("--workers", type=int, default=None,
+                        help="processes that read a large history in parallel (default: the cores, at most 4)")
+    parser.add_argument("--parallel-min-mb", type=float, default=256.0,
+                        help="a history smaller than this (MB to read) is read by one process")
+    parser.add_argument("--prices", default=None, metavar="FILE",
+                        help="JSON of model -> USD per million tokens, overriding genai-prices' table")
+    parser.add_argument("-v", "--verbose", action="store_true")
+
+
+def run(args: argparse.Namespace) -> int:
+    """``ccotel report``: print the view (a table, or JSON with --json). Exit 0."""
+    roots = tuple(args.root or default_roots())
+    pricing = Pricing(load_overrides(args.prices)) if args.prices else DEFAULT_PRICING
+    options = Options(roots=roots, pricing=pricing)
+    state_dir = args.state_dir if args.state_dir is not None else default_state_dir()
+    ledger = None if args.no_ledger else open_ledger(state_dir, roots)
+    try:
+        data = gather(options, ledger, workers=args.workers, parallel_min_bytes=int(args.parallel_min_mb * 1e6))
+    finally:
+        if ledger is not None:
+            ledger.close()
+    q = Query(view=args.view, tz=args.timezone, since=args.since, until=args.until,
+              start_of_week=WEEKDAYS.index(args.start_of_week), order=args.order)
+    report = summarize(data, q)
+    if args.json:
+        sys.stdout.write(orjson.dumps(as_json(report), option=orjson.OPT_INDENT_2).decode() + "\n")
+        return 0
+    render(report, _console(), q, breakdown=args.breakdown)
+    return 0
+
+
+def _console() -> Console:
+    """stdout; colour only on a terminal and without NO_COLOR (rich checks both); wide in a pipe."""
+    wide = None if sys.stdout.isatty() else int(os.environ.get("COLUMNS", "200") or 200)
+    return Console(width=wide, highlight=False)

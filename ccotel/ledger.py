@@ -1,0 +1,416 @@
+"""The usage ledger: one row per API call, kept after Claude Code deletes its transcripts.
+
+Claude Code deletes transcripts older than ``cleanupPeriodDays`` (30 by default), and every
+transcript reader forgets that history with them. The ledger is written as ccotel reads (the
+pipeline hands it the spans it builds), in a SQLite file of its own (``ledger.db`` in the state
+dir, beside ``state.db``): the working state stays bounded, the ledger is history on purpose and
+grows by about one row per API call.
+
+Tables (schema version in ``meta``):
+
+- ``calls``: one row per API call, keyed by its identity (``rules.call_key``: message id +
+  request id; an advisor call consulted during a response is ``<key>#advisor<i>``, as the
+  report's transcript reader names it), so recording the same call again (a backfill over the
+  same files, a restart) never counts it twice: the row keeps the later snapshot of its usage
+  (``rules.snapshot_rank``) and the session that recorded it first.
+- ``tools``, ``agents``, ``turns``: one row per tool call, subagent and turn, keyed by session
+  and tool_use id, agent id and turn span id: the report's tool calls, tool errors, subagents
+  and the health of a row (orphans, kills, resets, ghost sessions).
+
+Times are Unix ns. A call's ``time_ns`` is its response's last line (the chat span's end): the
+report buckets calls by it, from the ledger and from transcripts alike.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sqlite3
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from . import rules
+from .records import SpanRecord, StatusCode
+
+__all__ = ["LEDGER_FILE", "SCHEMA_VERSION", "CallRow", "Ledger", "LedgerError", "ToolRow", "TurnRow", "AgentRow",
+           "project_dir_of"]
+
+LEDGER_FILE = "ledger.db"
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS calls (
+    key TEXT PRIMARY KEY,
+    session_id TEXT NOT NULL,
+    time_ns INTEGER NOT NULL,
+    start_ns INTEGER NOT NULL,
+    cwd TEXT,
+    project TEXT,
+    model TEXT,
+    agent_id TEXT,
+    api_error INTEGER NOT NULL,
+    input INTEGER NOT NULL,
+    output INTEGER NOT NULL,
+    cache_read INTEGER NOT NULL,
+    cache_write INTEGER NOT NULL,
+    cache_write_5m INTEGER NOT NULL,
+    cache_write_1h INTEGER NOT NULL,
+    reasoning INTEGER NOT NULL,
+    cost REAL,
+    priced INTEGER NOT NULL,
+    version TEXT
+);
+CREATE INDEX IF NOT EXISTS calls_time ON calls (time_ns);
+CREATE TABLE IF NOT EXISTS tools (
+    session_id TEXT NOT NULL,
+    tool_use_id TEXT NOT NULL,
+    time_ns INTEGER NOT NULL,
+    end_ns INTEGER NOT NULL,
+    name TEXT NOT NULL,
+    agent_id TEXT,
+    error_type TEXT,
+    repaired INTEGER NOT NULL,
+    PRIMARY KEY (session_id, tool_use_id)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS agents (
+    session_id TEXT NOT NULL,
+    agent_key TEXT NOT NULL,
+    time_ns INTEGER NOT NULL,
+    end_ns INTEGER NOT NULL,
+    agent_type TEXT NOT NULL,
+    background INTEGER NOT NULL,
+    interrupted INTEGER NOT NULL,
+    PRIMARY KEY (session_id, agent_key)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS turns (
+    session_id TEXT NOT NULL,
+    span_id TEXT NOT NULL,
+    time_ns INTEGER NOT NULL,
+    end_ns INTEGER NOT NULL,
+    cwd TEXT,
+    project TEXT,
+    version TEXT,
+    outcome TEXT NOT NULL,
+    api_calls INTEGER NOT NULL,
+    tool_calls INTEGER NOT NULL,
+    api_errors INTEGER NOT NULL,
+    orphaned_tools INTEGER NOT NULL,
+    lost_tools INTEGER NOT NULL,
+    stalled INTEGER NOT NULL,
+    PRIMARY KEY (session_id, span_id)
+) WITHOUT ROWID;
+"""
+
+# A later snapshot of a call replaces the row (larger output, then larger total: rules.snapshot_rank);
+# the session, start and project stay those of the first record.
+_UPSERT_CALL = """
+INSERT INTO calls VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)
+ON CONFLICT (key) DO UPDATE SET
+    time_ns = max(calls.time_ns, excluded.time_ns), model = coalesce(excluded.model, calls.model),
+    api_error = excluded.api_error, input = excluded.input, output = excluded.output,
+    cache_read = excluded.cache_read, cache_write = excluded.cache_write,
+    cache_write_5m = excluded.cache_write_5m, cache_write_1h = excluded.cache_write_1h,
+    reasoning = excluded.reasoning, cost = excluded.cost, priced = excluded.priced
+WHERE (excluded.output, excluded.input + excluded.output + excluded.cache_read + excluded.cache_write)
+    > (calls.output, calls.input + calls.output + calls.cache_read + calls.cache_write)
+"""
+# Tools, agents and turns: the latest span is the fullest view (a result that came after a restart).
+_UPSERT_TOOL = "INSERT OR REPLACE INTO tools VALUES (?,?,?,?,?,?,?,?)"
+_UPSERT_AGENT = "INSERT OR REPLACE INTO agents VALUES (?,?,?,?,?,?,?)"
+_UPSERT_TURN = "INSERT OR REPLACE INTO turns VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
+
+_NOT_ALNUM = re.compile(r"[^A-Za-z0-9]")
+
+
+class LedgerError(RuntimeError):
+    """The ledger cannot be used (another schema version, not a database)."""
+
+
+class CallRow(NamedTuple):
+    """One API call as the report sums it (from the ledger or read from a transcript)."""
+
+    key: str
+    session_id: str
+    time_ns: int
+    model: str | None
+    agent_id: str | None
+    project: str | None
+    cwd: str | None
+    api_error: bool
+    # input, output, cache read, cache write, cache write 5m, cache write 1h, reasoning
+    usage: tuple[int, int, int, int, int, int, int]
+    cost: float | None  # None: no price for its model (or a failed call)
+
+
+class ToolRow(NamedTuple):
+    session_id: str
+    tool_use_id: str
+    time_ns: int
+    name: str
+    agent_id: str | None
+    error_type: str | None  # None: it worked
+    repaired: bool
+
+
+class AgentRow(NamedTuple):
+    session_id: str
+    agent_key: str
+    time_ns: int
+    agent_type: str
+    background: bool
+    interrupted: bool
+
+
+class TurnRow(NamedTuple):
+    session_id: str
+    span_id: str
+    time_ns: int
+    end_ns: int
+    cwd: str | None
+    project: str | None
+    outcome: str
+    api_calls: int
+    orphaned_tools: int
+    lost_tools: int
+
+
+def project_dir_of(cwd: str | None) -> str | None:
+    """The projects/<dir> name Claude Code gives a cwd: every non-alphanumeric becomes '-'."""
+    return _NOT_ALNUM.sub("-", cwd) if cwd else None
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """What the ledger holds: ``updated_ns`` when it was last written (0: never), ``calls`` rows,
+    ``roots`` the Claude config dirs its spans were read from."""
+
+    updated_ns: int
+    calls: int
+    roots: frozenset[str]
+
+
+class Ledger:
+    """``ledger.db``: ``record(spans)`` as the pipeline builds them, read back by ``ccotel report``."""
+
+    def __init__(self, path: str, roots: Sequence[str] = (), clock: Any = time.time_ns) -> None:
+        """Open (or create) the ledger at ``path`` (``:memory:`` for a throwaway one). ``roots``:
+        the Claude config dirs the spans come from; the report uses the ledger only for them."""
+        self.path = path
+        self.clock = clock
+        if path != ":memory:":
+            os.makedirs(os.path.dirname(os.path.abspath(path)), mode=0o700, exist_ok=True)
+        try:
+            self.db = sqlite3.connect(path, timeout=30.0, isolation_level=None, check_same_thread=False)
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute("PRAGMA synchronous=NORMAL")
+            version = self._meta("schema_version")
+            if version is None:
+                self.db.executescript(_SCHEMA)
+                self._set_meta("schema_version", str(SCHEMA_VERSION))
+            elif version != str(SCHEMA_VERSION):
+                raise LedgerError(f"{path}: ledger schema {version}, this ccotel reads {SCHEMA_VERSION}")
+        except sqlite3.DatabaseError as exc:
+            raise LedgerError(f"{path}: {exc}") from exc
+        if roots:
+            known = set(self.coverage().roots)
+            new = {os.path.realpath(r) for r in roots} - known
+            if new:
+                self._set_meta("roots", "\n".join(sorted(known | new)))
+
+    @classmethod
+    def in_state_dir(cls, state_dir: str, roots: Sequence[str] = ()) -> Ledger:
+        return cls(os.path.join(state_dir, LEDGER_FILE), roots)
+
+    # -- writing -------------------------------------------------------------------
+
+    def record(self, spans: Sequence[SpanRecord]) -> None:
+        """Add what these spans say (chat, execute_tool, invoke_agent and turn spans as spans.py
+        builds them; anything else is ignored). Recording the same spans again changes nothing."""
+        calls: list[tuple[Any, ...]] = []
+        tools: list[tuple[Any, ...]] = []
+        agents: list[tuple[Any, ...]] = []
+        turns: list[tuple[Any, ...]] = []
+        chat_keys: dict[int, str] = {}  # chat span id -> call key (advisor spans follow their chat span)
+        advisors_seen: dict[int, int] = {}
+        for s in spans:
+            a = s.attributes
+            op = a.get("gen_ai.operation.name")
+            if op == "chat":
+                key = _chat_key(s, chat_keys, advisors_seen)
+                if key is not None:
+                    calls.append(_call_values(key, s))
+            elif op == "execute_tool":
+                tools.append(_tool_values(s))
+            elif op == "invoke_agent" and a.get("gen_ai.agent.name") == "claude-code" \
+                    and "claude_code.turn.outcome" in a:
+                turns.append(_turn_values(s))
+            elif op == "invoke_agent":
+                agents.append(_agent_values(s))
+        if not (calls or tools or agents or turns):
+            return
+        with self._transaction():
+            self.db.executemany(_UPSERT_CALL, calls)
+            self.db.executemany(_UPSERT_TOOL, tools)
+            self.db.executemany(_UPSERT_AGENT, agents)
+            self.db.executemany(_UPSERT_TURN, turns)
+            self._set_meta("updated_ns", str(self.clock()))
+
+    def close(self) -> None:
+        self.db.close()
+
+    # -- reading -------------------------------------------------------------------
+
+    def coverage(self) -> Coverage:
+        roots = self._meta("roots")
+        row = self.db.execute("SELECT count(*) FROM calls").fetchone()
+        return Coverage(int(self._meta("updated_ns") or 0), int(row[0]),
+                        frozenset(roots.split("\n")) if roots else frozenset())
+
+    def calls(self, after_ns: int | None = None, before_ns: int | None = None) -> Iterator[CallRow]:
+        """Every call (failed ones too), oldest first; ``after_ns``/``before_ns`` bound its time."""
+        sql, args = _window("SELECT key, session_id, time_ns, model, agent_id, project, cwd, api_error, input, output, "
+                            "cache_read, cache_write, cache_write_5m, cache_write_1h, reasoning, cost FROM calls",
+                            after_ns, before_ns)
+        for r in self.db.execute(sql + " ORDER BY time_ns", args):
+            yield CallRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6], bool(r[7]), tuple(r[8:15]), r[15])
+
+    def call_keys(self) -> set[str]:
+        return {r[0] for r in self.db.execute("SELECT key FROM calls")}
+
+    def tools(self, after_ns: int | None = None, before_ns: int | None = None) -> Iterator[ToolRow]:
+        sql, args = _window("SELECT session_id, tool_use_id, time_ns, name, agent_id, error_type, repaired FROM tools",
+                            after_ns, before_ns)
+        for r in self.db.execute(sql, args):
+            yield ToolRow(r[0], r[1], r[2], r[3], r[4], r[5], bool(r[6]))
+
+    def agents(self, after_ns: int | None = None, before_ns: int | None = None) -> Iterator[AgentRow]:
+        sql, args = _window("SELECT session_id, agent_key, time_ns, agent_type, background, interrupted FROM agents",
+                            after_ns, before_ns)
+        for r in self.db.execute(sql, args):
+            yield AgentRow(r[0], r[1], r[2], r[3], bool(r[4]), bool(r[5]))
+
+    def turns(self, after_ns: int | None = None, before_ns: int | None = None) -> Iterator[TurnRow]:
+        sql, args = _window("SELECT session_id, span_id, time_ns, end_ns, cwd, project, outcome, api_calls, "
+                            "orphaned_tools, lost_tools FROM turns", after_ns, before_ns)
+        for r in self.db.execute(sql, args):
+            yield TurnRow(*r)
+
+    def sessions_with_calls(self) -> set[str]:
+        return {r[0] for r in self.db.execute("SELECT DISTINCT session_id FROM calls")}
+
+    # -- internals -----------------------------------------------------------------
+
+    def _meta(self, key: str) -> str | None:
+        try:
+            row = self.db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        except sqlite3.OperationalError:
+            return None  # a new file: no meta table yet
+        return None if row is None else str(row[0])
+
+    def _set_meta(self, key: str, value: str) -> None:
+        self.db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
+
+    def _transaction(self) -> _Transaction:
+        return _Transaction(self.db)
+
+
+class _Transaction:
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self.db = db
+
+    def __enter__(self) -> None:
+        self.db.execute("BEGIN IMMEDIATE")
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        self.db.execute("COMMIT" if exc_type is None else "ROLLBACK")
+
+
+def _window(sql: str, after_ns: int | None, before_ns: int | None) -> tuple[str, list[int]]:
+    where, args = [], []
+    if after_ns is not None:
+        where.append("time_ns >= ?")
+        args.append(after_ns)
+    if before_ns is not None:
+        where.append("time_ns < ?")
+        args.append(before_ns)
+    return (sql + (" WHERE " + " AND ".join(where) if where else ""), args)
+
+
+def _chat_key(s: SpanRecord, chat_keys: dict[int, str], advisors_seen: dict[int, int]) -> str | None:
+    """The call's identity. An advisor span carries no message id: it is the i-th advisor span
+    under its chat span, which spans.build_spans puts just before it in the same list."""
+    a = s.attributes
+    if a.get("claude_code.advisor"):
+        parent = chat_keys.get(s.parent_span_id or 0)
+        if parent is None:
+            return None  # its chat span was not in this batch: cannot be named (never seen from spans.py)
+        index = advisors_seen.get(s.parent_span_id or 0, 0)
+        advisors_seen[s.parent_span_id or 0] = index + 1
+        return f"{parent}#advisor{index}"
+    mid = a.get("gen_ai.response.id")
+    if not isinstance(mid, str) or not mid:
+        return None
+    rid = a.get("claude_code.request_id")
+    key = rules.call_key(mid, rid if isinstance(rid, str) else None)
+    chat_keys[s.span_id] = key
+    return key
+
+
+def _int(a: dict[str, Any], name: str) -> int:
+    v = a.get(name, 0)
+    return int(v) if isinstance(v, (int, float)) else 0
+
+
+def _str(a: dict[str, Any], name: str) -> str | None:
+    v = a.get(name)
+    return v if isinstance(v, str) and v else None
+
+
+def _project(a: dict[str, Any]) -> str | None:
+    # The transcript's projects/<dir>, when spans carry it; else the dir Claude Code makes of the cwd.
+    return _str(a, "claude_code.project_dir") or project_dir_of(_str(a, "claude_code.cwd"))
+
+
+def _call_values(key: str, s: SpanRecord) -> tuple[Any, ...]:
+    a = s.attributes
+    api_error = s.status is StatusCode.ERROR and "error.type" in a
+    cost = a.get("claude_code.cost.usd")
+    fresh = _int(a, "claude_code.usage.input_tokens")
+    cache_read = _int(a, "gen_ai.usage.cache_read.input_tokens")
+    cache_write = _int(a, "gen_ai.usage.cache_write.input_tokens")
+    return (key, _str(a, "gen_ai.conversation.id") or "", s.end_ns, s.start_ns, _str(a, "claude_code.cwd"),
+            _project(a), _str(a, "gen_ai.response.model"), _str(a, "claude_code.agent_id"), int(api_error),
+            fresh, _int(a, "gen_ai.usage.output_tokens"), cache_read, cache_write,
+            _int(a, "claude_code.usage.cache_creation.ephemeral_5m_input_tokens"),
+            _int(a, "claude_code.usage.cache_creation.ephemeral_1h_input_tokens"),
+            _int(a, "gen_ai.usage.reasoning.output_tokens"),
+            float(cost) if isinstance(cost, (int, float)) else None, int(isinstance(cost, (int, float))),
+            _str(a, "claude_code.version"))
+
+
+def _tool_values(s: SpanRecord) -> tuple[Any, ...]:
+    a = s.attributes
+    error = _str(a, "error.type") if s.status is StatusCode.ERROR else None
+    return (_str(a, "gen_ai.conversation.id") or "", _str(a, "gen_ai.tool.call.id") or f"{s.span_id:016x}",
+            s.start_ns, s.end_ns, _str(a, "gen_ai.tool.name") or "", _str(a, "claude_code.tool.agent_id"), error,
+            int(bool(a.get("claude_code.tool.repaired"))))
+
+
+def _agent_values(s: SpanRecord) -> tuple[Any, ...]:
+    a = s.attributes
+    return (_str(a, "gen_ai.conversation.id") or "", _str(a, "claude_code.agent_id") or f"{s.span_id:016x}",
+            s.start_ns, s.end_ns, _str(a, "gen_ai.agent.name") or "subagent",
+            int(bool(a.get("claude_code.agent.background"))), int(s.status is StatusCode.ERROR))
+
+
+def _turn_values(s: SpanRecord) -> tuple[Any, ...]:
+    a = s.attributes
+    return (_str(a, "gen_ai.conversation.id") or "", f"{s.span_id:016x}", s.start_ns, s.end_ns,
+            _str(a, "claude_code.cwd"), _project(a), _str(a, "claude_code.version"),
+            _str(a, "claude_code.turn.outcome") or "incomplete", _int(a, "claude_code.turn.api_calls"),
+            _int(a, "claude_code.turn.tool_calls"), _int(a, "claude_code.turn.api_errors"),
+            _int(a, "claude_code.turn.orphaned_tools"), _int(a, "claude_code.turn.lost_tools"),
+            int(bool(a.get("claude_code.turn.stalled"))))
