@@ -10,6 +10,10 @@ installer stops and disables.  Standard library only.
     with PrometheusServer(targets=[("127.0.0.1", port)]) as prom:
         prom.wait_for('up{job="ccotel"}', lambda r: r and r[0][1] == 1, timeout=20)
         prom.query("ccotel_turns_total")      # -> [({"__name__": ..., "outcome": ...}, 3.0), ...]
+        prom.query_range("rate(ccotel_turns_total[4s])", start, end, step=1)   # -> [(labels, [(t, v), ...])]
+
+``promql_metric_names`` / ``promql_label_names`` read which series and labels a PromQL
+expression uses (a small lexer, enough for dashboards and rules), without a server.
 
 Every wait is bounded: ``startup_timeout`` for readiness, ``stop_timeout`` for
 SIGTERM before SIGKILL, ``timeout`` on every HTTP call and on :meth:`wait_for`.
@@ -19,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -34,15 +39,20 @@ from tests.support.server import LoopbackServer, free_port
 __all__ = [
     "PrometheusError",
     "PrometheusServer",
+    "RangeSeries",
     "Sample",
     "installed_versions",
     "missing_reason",
     "promtool",
     "promtool_check_metrics",
+    "promql_label_names",
+    "promql_metric_names",
 ]
 
 #: ``[(labels, value), ...]``: an instant vector (a scalar is ``[({}, value)]``).
 Sample = tuple[dict[str, str], float]
+#: ``(labels, [(unix time, value), ...])``: one series of a range query (NaN values kept as NaN).
+RangeSeries = tuple[dict[str, str], list[tuple[float, float]]]
 
 INSTALL_HINT = "run `python -m tests.support.install_prometheus` (apt-get install prometheus)"
 
@@ -247,6 +257,15 @@ class PrometheusServer(LoopbackServer):
             params["time"] = f"{at:.3f}"
         return _parse_result(self.api("query", params))
 
+    def query_range(self, expr: str, start: float, end: float, step: float) -> list[RangeSeries]:
+        """Range query (what a Grafana time series panel sends): one entry per series."""
+        data = self.api("query_range", {"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}",
+                                        "step": f"{step:g}"})
+        if data.get("resultType") != "matrix":
+            raise PrometheusError(f"query_range {expr!r}: resultType {data.get('resultType')!r}, not matrix")
+        return [(dict(item["metric"]), [(float(t), float(v)) for t, v in item["values"]])
+                for item in data["result"]]
+
     def wait_for(
         self,
         expr: str,
@@ -272,3 +291,41 @@ class PrometheusServer(LoopbackServer):
     def rules(self) -> list[dict[str, Any]]:
         """Loaded rule groups (``name``, ``rules`` with ``name``, ``query``, ``type``...)."""
         return list(self.api("rules")["groups"])
+
+
+# -- PromQL names, without a server ------------------------------------------------------------
+
+_KEYWORDS = {
+    "by", "without", "on", "ignoring", "group_left", "group_right", "bool",
+    "and", "or", "unless", "offset", "atan2", "inf", "nan",
+}
+_GROUPING = re.compile(r"\b(by|without|on|ignoring|group_left|group_right)\s*\(([^)]*)\)")
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+
+
+def promql_metric_names(expr: str) -> set[str]:
+    """The series names a PromQL expression selects (Grafana variables are ignored)."""
+    text = _STRING.sub('""', expr)
+    text = re.sub(r"\$\{[^}]*\}|\$\w+", "", text)
+    text = _GROUPING.sub(" ", text)
+    text = re.sub(r"\{[^}]*\}", " ", text)
+    text = re.sub(r"\[[^\]]*\]", " ", text)
+    text = re.sub(r"\boffset\s+\S+", " ", text)
+    names = set()
+    for match in re.finditer(r"(?<![\w.])([a-zA-Z_:][\w:]*)\s*(\()?", text):
+        word, call = match.groups()
+        if call or word.lower() in _KEYWORDS:
+            continue
+        names.add(word)
+    return names
+
+
+def promql_label_names(expr: str) -> set[str]:
+    """Label names used in grouping clauses (by, on, ...) and label matchers."""
+    text = _STRING.sub('""', expr)
+    found: set[str] = set()
+    for _, inner in _GROUPING.findall(text):
+        found.update(x.strip() for x in inner.split(",") if x.strip())
+    for inner in re.findall(r"\{([^}]*)\}", text):
+        found.update(re.findall(r"([a-zA-Z_]\w*)\s*(?:=~|!~|!=|=)", inner))
+    return found
