@@ -617,11 +617,12 @@ def summarize(data: Data, q: Query) -> Report:
         if t.session_id not in with_calls and (t.session_id not in first_turn
                                                or t.time_ns < first_turn[t.session_id].time_ns):
             first_turn[t.session_id] = t
-        if inside(t.time_ns):
+        killed, reset = t.outcome == "killed", t.lost_tools > 0  # reset: resumed without an orphaned call
+        if inside(t.time_ns) and (killed or reset or (q.view == "session" and t.session_id in rows)):
             r = row(t.time_ns, t.session_id)
-            r.seen(t.time_ns)
-            r.kills += t.outcome == "killed"
-            r.resets += t.lost_tools > 0  # resumed without a tool call that never got its result
+            r.seen(t.time_ns)  # a session starts with its first prompt
+            r.kills += killed
+            r.resets += reset
     for sid, t in first_turn.items():  # a ghost: prompts and no assistant record at all
         if inside(t.time_ns):
             r = row(t.time_ns, sid)

@@ -78,6 +78,10 @@ __all__ = [
     "run_ccusage",
     "run_ccusage_daily",
     "run_ccusage_sessions",
+    "run_ccusage_view",
+    "view_rows",
+    "agent_progress_extras_by_day",
+    "VIEW_FIELDS",
 ]
 
 #: The one pin of the ccusage version (20.0.26 has no linux-x64 native package on npm).
@@ -275,6 +279,69 @@ def run_ccusage_daily(config_dir: Path, **kwargs: Any) -> dict[str, dict[str, An
         totals["models"] = list(row.get("modelsUsed") or [])
         out[row["date"]] = totals
     return out
+
+
+#: ``ccusage claude <view> --json``: the list's name and each row's key field (20.0.24).
+VIEW_FIELDS = {"daily": ("daily", "date"), "weekly": ("weekly", "week"), "monthly": ("monthly", "month"),
+               "session": ("sessions", "sessionId")}
+
+
+def run_ccusage_view(
+    config_dir: Path, view: str, timezone: str = "UTC", extra: Sequence[str] = (), **kwargs: Any
+) -> dict[str, Any]:
+    """``ccusage claude <view> --json --offline --timezone <tz> [extra]``, as printed (the
+    whole document: ``{<list name>: [rows], "totals": {...}}``)."""
+    if view not in VIEW_FIELDS:
+        raise ValueError(f"ccusage has no {view!r} view")
+    body = run_ccusage(
+        ["claude", view, "--json", "--offline", "--timezone", timezone, *extra], config_dir, **kwargs
+    )
+    if not isinstance(body, dict):
+        raise RuntimeError(f"ccusage {view} printed {type(body).__name__}, not an object")
+    return body
+
+
+def view_rows(body: Mapping[str, Any], view: str) -> dict[str, dict[str, Any]]:
+    """The rows of a ``run_ccusage_view`` document by their key (date, week, month, session id)."""
+    name, key = VIEW_FIELDS[view]
+    return {row[key]: row for row in body.get(name, [])}
+
+
+def agent_progress_extras_by_day(config_dir: Path) -> dict[str, tuple[int, int, int, int]]:
+    """What ``ccusage claude daily`` adds per UTC day by reading agent_progress copies
+    (CCUSAGE_NOTES.md finding 3): the assistant messages nested in ``progress`` lines whose
+    (message.id, requestId) no assistant line of any file holds, once per key (largest
+    output), by the day of the progress line. (input, output, cache creation, cache read)."""
+    have: set[tuple[Any, Any]] = set()
+    copies: dict[tuple[Any, Any], tuple[list[int], str]] = {}
+    for path in sorted((Path(config_dir) / "projects").rglob("*.jsonl")):
+        for obj in _iter_objects(path):
+            if obj.get("type") == "assistant":
+                msg = obj.get("message")
+                if isinstance(msg, dict) and isinstance(msg.get("usage"), dict):
+                    have.add((msg.get("id"), obj.get("requestId")))
+                continue
+            data = obj.get("data")
+            if obj.get("type") != "progress" or not isinstance(data, dict) or data.get("type") != "agent_progress":
+                continue
+            inner = data.get("message")
+            msg = inner.get("message") if isinstance(inner, dict) and inner.get("type") == "assistant" else None
+            if not isinstance(msg, dict) or not isinstance(msg.get("usage"), dict) or msg.get("model") == "<synthetic>":
+                continue
+            usage = msg["usage"]
+            row = [int(usage.get(k) or 0) for k in ("input_tokens", "output_tokens", "cache_creation_input_tokens",
+                                                    "cache_read_input_tokens")]
+            key = (msg.get("id"), inner.get("requestId"))
+            old = copies.get(key)
+            if old is None or row[1] > old[0][1]:
+                copies[key] = (row, str(obj.get("timestamp") or "")[:10])
+    out: dict[str, list[int]] = {}
+    for key, (row, day) in copies.items():
+        if key not in have:
+            into = out.setdefault(day, [0, 0, 0, 0])
+            for i, v in enumerate(row):
+                into[i] += v
+    return {day: (a, b, c, d) for day, (a, b, c, d) in out.items()}
 
 
 # -- realdata tree --------------------------------------------------------------------
