@@ -137,7 +137,9 @@ class MetricsReceiver:
 
         self._http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.endpoint = f"http://127.0.0.1:{self._http.server_address[1]}/v1/metrics"
-        self._thread = threading.Thread(target=self._http.serve_forever, daemon=True)
+        # a short poll: shutdown() waits for it, and tests start and stop many receivers
+        self._thread = threading.Thread(target=self._http.serve_forever, kwargs={"poll_interval": 0.02},
+                                        daemon=True)
 
     def _start_grpc(self) -> None:
         import grpc
@@ -181,6 +183,17 @@ class MetricsReceiver:
                 return points
             time.sleep(0.02)
         return self.snapshot()
+
+    def wait_requests(self, n: int, timeout_s: float = 10.0) -> int:
+        """Requests received once there are ``n`` (bounded wait)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            with self._lock:
+                if self.requests >= n:
+                    return self.requests
+            time.sleep(0.02)
+        with self._lock:
+            return self.requests
 
     def latest(self) -> dict[tuple[str, tuple[tuple[str, Any], ...]], Point]:
         """The last point of each series (cumulative temporality: the running total)."""
