@@ -209,12 +209,13 @@ def _run_pipeline(options: Options, ref: SessionRef, close_all: bool) -> tuple[l
 # -- summaries -------------------------------------------------------------------------------------
 
 
-def state_of(health: Health, last_outcome: str | None, open_turns: int) -> str:
+def state_of(health: Health, last_outcome: str | None, open_turns: int, ends_in_api_error: bool = False) -> str:
     """One word for a session, from check's verdict and the pipeline's turn outcomes, first match:
     live (its process runs), ghost (prompts, no assistant record), killed (its last turn's process
     died), orphaned (ends in a tool_use without result), stalled (owes a reply, silent past the
     stall timeout), open (a recent turn not finished, no process file to ask), the last turn's
-    outcome when it did not complete (interrupted, orphaned, incomplete), else idle."""
+    outcome when it did not complete (interrupted, orphaned, incomplete), api_error (the last API
+    call of the last turn failed), else idle."""
     if health.process == "running":
         return "live"
     if not health.has_assistant_record:
@@ -229,6 +230,8 @@ def state_of(health: Health, last_outcome: str | None, open_turns: int) -> str:
         return "open"
     if last_outcome in ("interrupted", "orphaned", "incomplete"):
         return last_outcome
+    if ends_in_api_error:
+        return "api_error"
     return "idle"
 
 
@@ -247,7 +250,11 @@ def summarize(ss: SessionSpans, health: Health, short_id: str) -> SessionSummary
     chats = [s for s in spans if s.attributes.get("gen_ai.operation.name") == "chat"]
     tools = [s for s in spans if s.attributes.get("gen_ai.operation.name") == "execute_tool"]
     first = min((s.start_ns for s in spans), default=None)
-    last = max([s.end_ns for s in spans] + [ref.last_write_ns])
+    # the transcript's own time; the file's mtime only for a session without a span (a ghost)
+    last = max((s.end_ns for s in spans), default=ref.last_write_ns)
+    last_calls = sorted((s for s in chats if turns and s.trace_id == turns[-1].trace_id
+                         and not s.attributes.get("claude_code.advisor")), key=lambda s: s.start_ns)
+    ends_in_api_error = bool(last_calls) and "error.type" in last_calls[-1].attributes
     return SessionSummary(
         session_id=ref.session_id, short_id=short_id, project=ref.project,
         cwd=next((str(t.attributes["claude_code.cwd"]) for t in reversed(turns) if "claude_code.cwd" in t.attributes),
@@ -266,7 +273,7 @@ def summarize(ss: SessionSpans, health: Health, short_id: str) -> SessionSummary
         cache_write_tokens=usage.cache_creation_tokens if usage else 0,
         cost_usd=usage.cost_usd if usage else 0.0,
         unpriced_models=tuple(sorted(usage.unpriced_models)) if usage else (),
-        state=state_of(health, last_outcome, open_turns), process=health.process,
+        state=state_of(health, last_outcome, open_turns, ends_in_api_error), process=health.process,
         problems=tuple(health.problems),
     )
 
@@ -326,42 +333,65 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
         return 0
     console = Console(width=args.width, highlight=False) if args.width else Console(highlight=False)
-    console.print(render_sessions(found, now))
+    console.print(render_sessions(found, now, console.width))
     return 0
 
 
 _STATE_STYLE = {"live": "bold green", "idle": "", "open": "yellow", "ghost": "bold red", "killed": "bold red",
-                "orphaned": "bold red", "stalled": "red", "interrupted": "yellow", "incomplete": "yellow"}
+                "orphaned": "bold red", "stalled": "red", "interrupted": "yellow", "incomplete": "yellow",
+                "api_error": "red"}
 
 
-def render_sessions(found: Sequence[SessionSummary], now_ns: int) -> Table | Text:
+def _session_cells(s: SessionSummary, now_ns: int) -> dict[str, str | Text]:
+    errors = s.api_errors + s.tool_errors
+    return {
+        "session": s.short_id,
+        "started (UTC)": _short_clock(s.first_ns),
+        "last": _ago(now_ns - s.last_ns),
+        "version": s.versions[-1] if s.versions else "",
+        "model": ", ".join(s.models),
+        "turns": f"{s.turns}" + (f" ({s.open_turns} open)" if s.open_turns else ""),
+        "calls": str(s.api_calls),
+        "err": Text(str(errors), style="red" if errors else ""),
+        "in": _compact(s.input_tokens + s.cache_read_tokens + s.cache_write_tokens),
+        "out": _compact(s.output_tokens),
+        "cost": f"${s.cost_usd:.2f}" + ("*" if s.unpriced_models else ""),
+        "state": Text(s.state, style=_STATE_STYLE.get(s.state, "")),
+    }
+
+
+# Columns left out first when the terminal is narrow (the project column takes what is left).
+_OPTIONAL = ("model", "version", "started (UTC)")
+_RIGHT = {"turns", "calls", "err", "in", "out", "cost", "last"}
+
+
+def render_sessions(found: Sequence[SessionSummary], now_ns: int, width: int = 120) -> Table | Text:
+    """A table that fits ``width`` columns: the project path cut from the left (its end is the
+    project's name), and model, version and start time left out, in that order, when too narrow."""
     if not found:
         return Text("no sessions under the roots")
-    table = Table(box=None, pad_edge=False, header_style="bold", show_edge=False)
-    table.add_column("session", no_wrap=True)
-    table.add_column("project", overflow="ellipsis", no_wrap=True, max_width=40)
-    table.add_column("started (UTC)", no_wrap=True)
-    table.add_column("last", no_wrap=True, justify="right")
-    table.add_column("version", no_wrap=True)
-    table.add_column("model", overflow="ellipsis", no_wrap=True, max_width=24)
-    table.add_column("turns", justify="right")
-    table.add_column("calls", justify="right")
-    table.add_column("in", justify="right")
-    table.add_column("out", justify="right")
-    table.add_column("cost $", justify="right")
-    table.add_column("state", no_wrap=True)
-    for s in found:
-        project = s.cwd or s.project
-        turns = f"{s.turns}" + (f" ({s.open_turns} open)" if s.open_turns else "")
-        table.add_row(
-            s.short_id, Text(_left_ellipsis(project, 40)),
-            _clock(s.first_ns), _ago(now_ns - s.last_ns),
-            s.versions[-1] if s.versions else "", ", ".join(s.models),
-            turns, f"{s.api_calls}" + (f" ({s.api_errors} err)" if s.api_errors else ""),
-            _compact(s.input_tokens + s.cache_read_tokens + s.cache_write_tokens), _compact(s.output_tokens),
-            f"{s.cost_usd:.2f}" + ("*" if s.unpriced_models else ""),
-            Text(s.state, style=_STATE_STYLE.get(s.state, "")),
-        )
+    rows = [_session_cells(s, now_ns) for s in found]
+    names = list(rows[0])
+    widths = {n: max(len(n), *(len(r[n]) for r in rows)) for n in names}
+    widths["model"] = min(widths["model"], 24)
+    min_project = 16
+    projects = [s.cwd or s.project for s in found]
+    want_project = max(len("project"), *(len(p) for p in projects))
+    shown = list(names)
+    while True:
+        used = sum(widths[n] for n in shown) + len(shown)  # one space after each column
+        if width - used >= min_project or not any(n in shown for n in _OPTIONAL):
+            break
+        shown.remove(next(n for n in _OPTIONAL if n in shown))
+    project_width = max(min_project, min(want_project, width - used))
+    shown.insert(1, "project")
+    table = Table(box=None, pad_edge=False, padding=(0, 1, 0, 0), show_edge=False, header_style="bold")
+    for n in shown:
+        table.add_column(n, justify="right" if n in _RIGHT else "left", no_wrap=True, overflow="ellipsis",
+                         width=project_width if n == "project" else widths[n])
+    for row, project in zip(rows, projects, strict=True):
+        cells = dict(row, project=_left_ellipsis(project, project_width))
+        table.add_row(*(cells[n] for n in shown))
     return table
 
 
@@ -386,6 +416,10 @@ def _clock(ns: int | None) -> str:
     if ns is None:
         return "-"
     return datetime.fromtimestamp(ns / 1e9, tz=timezone.utc).strftime("%Y-%m-%d %H:%M")
+
+
+def _short_clock(ns: int | None) -> str:
+    return "-" if ns is None else datetime.fromtimestamp(ns / 1e9, tz=timezone.utc).strftime("%m-%d %H:%M")
 
 
 def _ago(delta_ns: int) -> str:
