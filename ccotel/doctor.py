@@ -254,13 +254,15 @@ def read_tail(path: str, size: int = TAIL_BYTES, max_size: int = MAX_TAIL_BYTES,
         end = st.st_size
         while True:
             start = max(end - size, 0)
-            chunk = os.pread(fd, end - start, start)
-            pieces = chunk.split(b"\n")
+            pieces = os.pread(fd, end - start, start).split(b"\n")
+            # After the last newline: nothing, or a line still being written (or a file without a
+            # final newline): sampled, but it does not count as the whole line the window must hold.
+            last = pieces.pop()
             if start > 0:
                 pieces = pieces[1:]  # the first piece is the end of a line that began before the window
             whole = [p for p in pieces if p.strip()]
             if whole or start == 0 or size >= max_size:
-                return whole[-lines:]
+                return (whole + ([last] if last.strip() else []))[-lines:]
             size = min(size * 4, max_size)
     finally:
         os.close(fd)
