@@ -36,7 +36,7 @@ from types import FrameType
 
 from . import rules
 from .discover import default_roots, within_root
-from .export import ExportQueue, make_sink
+from .export import ConsoleSink, ExportQueue, make_sink
 from .metrics import METRICS, Metrics, Spec
 from .parse import parse_line
 from .records import SpanRecord
@@ -232,6 +232,9 @@ class _Splitter:
         return line, 0
 
 
+_IDLE = _Line(b"", 0, True)  # no line came for a while: time to tick
+
+
 class _Processor:
     """The thread that parses lines, assembles spans and hands them to the export queue."""
 
@@ -263,11 +266,17 @@ class _Processor:
 
     def _loop(self) -> None:
         while True:
-            line = self._q.get()
+            try:
+                line = self._q.get(timeout=0.5)
+            except queue.Empty:
+                line = _IDLE
             if line is None:
                 break
             try:
-                self.handle(line)
+                if line is not _IDLE:
+                    self.handle(line)
+                self.assembler.tick(self.clock())  # a finished turn's span, once nothing adds to it
+                self._flush()
             except Exception:  # noqa: BLE001  (a bug must not stop the passthrough; it is logged)
                 log.exception("could not process a stream line; it was passed through")
         try:
@@ -285,7 +294,6 @@ class _Processor:
             return
         if rec is not None:
             self.assembler.add(rec, line.arrival_ns)
-            self._flush()
 
     def _flush(self) -> None:
         spans = self.assembler.drain()
@@ -401,7 +409,8 @@ def run(args: argparse.Namespace, metrics: Metrics | None = None) -> int:
     metrics = metrics if metrics is not None else Metrics()
     _metrics_server(args, metrics)
     roots = tuple(getattr(args, "root", None) or default_roots())
-    sink = make_sink(args.traces_exporter)
+    # stdout carries the stream: the console exporter writes its spans to stderr instead
+    sink = ConsoleSink(sys.stderr) if args.traces_exporter == "console" else make_sink(args.traces_exporter)
     export = ExportQueue(sink, notify=lambda msg: log.warning("%s", msg),
                          on_failure=lambda: metrics.inc("ccotel_export_failures"))
 

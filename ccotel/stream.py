@@ -152,6 +152,7 @@ class _Turn:
     results: list[dict[str, Any]] = field(default_factory=list)
     retries: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
     emitted: bool = False
+    ready_ns: int | None = None  # done (a result, no agent running) since then
 
     @property
     def trace_id(self) -> int:
@@ -228,7 +229,9 @@ class _Context:
 class StreamAssembler:
     """Stream records -> finished SpanRecords (``drain``), with the transcript path's ids."""
 
-    def __init__(self, resolve_prompt: PromptResolver | None = None, count: Counter | None = None) -> None:
+    def __init__(self, resolve_prompt: PromptResolver | None = None, count: Counter | None = None,
+                 grace_ns: int = 2_000_000_000) -> None:
+        self.grace_ns = grace_ns
         self._resolve = resolve_prompt or (lambda _sid, _uuid: None)
         self._count = count or (lambda _name, _labels, _value: None)
         self._dedupe = BlockDedupe(self._count)
@@ -238,6 +241,8 @@ class StreamAssembler:
         self._turn: _Turn | None = None  # the turn of the current round (until its result)
         self._open_turns: list[_Turn] = []  # turns whose span is not out yet
         self._segment_resolved = False  # the current round's turn is known
+        self._round_uuid: str | None = None  # the round's last main-agent line before its first answer
+        self._round_start_ns = 0
         self._pending_retries: list[tuple[int, dict[str, Any]]] = []  # before the round's turn is known
         self._contexts: dict[str, _Context] = {}
         self._tools: dict[str, _Tool] = {}
@@ -294,23 +299,24 @@ class StreamAssembler:
             agent = self._agent_for(ctx_key, rec, now_ns)
             return agent.turn
         if not self._segment_resolved:
-            self._start_round(rec, now_ns)
+            self._start_round(_uuid(rec), now_ns)
         assert self._turn is not None
         return self._turn
 
-    def _start_round(self, rec: dict[str, Any], now_ns: int) -> None:
-        """The first main-agent record after the start or a result: find its turn's prompt."""
-        uuid = rec.get("uuid") if isinstance(rec.get("uuid"), str) else None
+    def _start_round(self, uuid: str | None, now_ns: int) -> None:
+        """The first main-agent answer after the start or a result (or the result itself): find
+        its turn's prompt from ``uuid`` (the answer's, or the round's last main-agent line)."""
         prompt = self._resolve(self.session_id, uuid) if uuid and self.session_id else None
         key, linked = (prompt, True) if prompt else (uuid or f"t{now_ns}", False)
         turn = next((t for t in self._open_turns if t.key == key and t.linked == linked), None)
         if turn is None:
             for old in list(self._open_turns):
                 self._emit_turn(old, now_ns)  # a new prompt: the turns before are over
-            turn = _Turn(self.session_id, key, linked, now_ns, now_ns)
+            turn = _Turn(self.session_id, key, linked, self._round_start_ns or now_ns, now_ns)
             self._open_turns.append(turn)
         self._turn = turn
         self._segment_resolved = True
+        self._round_uuid, self._round_start_ns = None, 0
         turn.retries.extend(self._pending_retries)
         self._pending_retries = []
 
@@ -329,8 +335,8 @@ class StreamAssembler:
         return agent
 
     def _turn_or_round(self, rec: dict[str, Any] | None, now_ns: int) -> _Turn:
-        if self._turn is None:
-            self._start_round(rec or {}, now_ns)
+        if self._turn is None or not self._segment_resolved:
+            self._start_round(self._round_uuid or _uuid(rec or {}), now_ns)
         assert self._turn is not None
         return self._turn
 
@@ -411,9 +417,14 @@ class StreamAssembler:
         if not isinstance(msg, dict):
             return
         ctx_key = self._context_key(rec)
-        if ctx_key == _MAIN and rec.get("isReplay") is True and not self._segment_resolved:
+        if ctx_key == _MAIN and not self._segment_resolved:
+            # A line before the round's first answer (a prompt echoed, a compaction summary, a
+            # command's output): the turn is found from the answer, or from the last such line
+            # when the round ends without one (a /compact).
+            self._round_uuid = _uuid(rec) or self._round_uuid
+            self._round_start_ns = self._round_start_ns or now_ns
             self._context(ctx_key).last_ns = now_ns
-            return  # an echoed input line before the round's first answer: not a tool result
+            return
         turn = self._turn_for(ctx_key, rec, now_ns)
         turn.last_ns = max(turn.last_ns, now_ns)
         ctx = self._context(ctx_key)
@@ -484,8 +495,10 @@ class StreamAssembler:
             agent.background = True
 
     def _result(self, rec: dict[str, Any], now_ns: int) -> None:
-        turn = self._turn_or_round(rec, now_ns) if not self._segment_resolved else self._turn
-        assert turn is not None
+        if self._turn is not None and not self._segment_resolved and self._round_uuid is None:
+            turn = self._turn  # a result with no line of its own (2.1.197 prints both of s04's at the end)
+        else:
+            turn = self._turn_or_round(rec, now_ns)
         self._end_call(self._context(_MAIN))
         turn.results.append(rec)
         turn.last_ns = max(turn.last_ns, now_ns)
@@ -514,11 +527,19 @@ class StreamAssembler:
         self._out.append(_agent_span(agent, self))
 
     def _maybe_emit_turns(self, now_ns: int) -> None:
-        """A turn's span goes out once it has a result and none of its agents still runs."""
-        for turn in list(self._open_turns):
+        """A turn is done once it has a result and none of its agents still runs; its span goes
+        out ``grace_ns`` later (``tick``), at the next prompt or at the end of the stream: a
+        background agent's notification can add another round, and result, to it."""
+        for turn in self._open_turns:
             if turn is self._turn and self._segment_resolved:
-                continue  # its current round has not ended
-            if turn.results and not any(a.turn is turn and not a.done for a in self._agents.values()):
+                turn.ready_ns = None  # a round of it runs
+            elif turn.results and not any(a.turn is turn and not a.done for a in self._agents.values()):
+                turn.ready_ns = now_ns
+
+    def tick(self, now_ns: int) -> None:
+        """Send the spans of turns done for ``grace_ns``."""
+        for turn in list(self._open_turns):
+            if turn.ready_ns is not None and now_ns - turn.ready_ns >= self.grace_ns:
                 self._emit_turn(turn, now_ns)
 
     def _emit_turn(self, turn: _Turn, now_ns: int) -> None:
@@ -527,7 +548,6 @@ class StreamAssembler:
         turn.emitted = True
         if turn in self._open_turns:
             self._open_turns.remove(turn)
-        turn.last_ns = max(turn.last_ns, now_ns if not turn.results else turn.last_ns)
         self._out.append(_turn_span(turn, self))
 
     def _count_result(self, rec: dict[str, Any]) -> None:
@@ -561,6 +581,11 @@ class StreamAssembler:
 
 _MODEL_USAGE_FIELDS = (("input", "inputTokens"), ("output", "outputTokens"),
                        ("cache_read", "cacheReadInputTokens"), ("cache_creation", "cacheCreationInputTokens"))
+
+
+def _uuid(rec: dict[str, Any]) -> str | None:
+    uuid = rec.get("uuid")
+    return uuid if isinstance(uuid, str) and uuid else None
 
 
 def _list(v: object) -> list[Any]:
