@@ -34,7 +34,7 @@ from .check import _SESSION_ID, CheckError, Health, check_session
 from .discover import default_roots
 from .pipeline import Options, Pipeline, discover, session_groups
 from .pricing import DEFAULT_PRICING, Pricing, load_overrides
-from .records import FileKind, SpanRecord, TranscriptFile
+from .records import FileKind, SpanRecord, StatusCode, TranscriptFile
 from .report import session_usage
 from .shard import Group
 from .spans import Conventions
@@ -48,6 +48,7 @@ __all__ = [
     "add_arguments",
     "collect_spans",
     "find_session",
+    "is_error",
     "list_sessions",
     "options_from_args",
     "run",
@@ -209,6 +210,16 @@ def _run_pipeline(options: Options, ref: SessionRef, close_all: bool) -> tuple[l
 # -- summaries -------------------------------------------------------------------------------------
 
 
+def is_error(span: SpanRecord, open_ids: frozenset[int]) -> bool:
+    """An error span. Not one of a turn still open: the close-all pass calls its turn and its tool
+    calls without a result orphaned, but the session may still be working on them."""
+    if span.status is not StatusCode.ERROR:
+        return False
+    if span.span_id in open_ids and (span.parent_span_id is None or span.attributes.get("error.type") == "orphaned"):
+        return False
+    return True
+
+
 def state_of(health: Health, last_outcome: str | None, open_turns: int, ends_in_api_error: bool = False) -> str:
     """One word for a session, from check's verdict and the pipeline's turn outcomes, first match:
     live (its process runs), ghost (prompts, no assistant record), killed (its last turn's process
@@ -265,8 +276,8 @@ def summarize(ss: SessionSpans, health: Health, short_id: str) -> SessionSummary
         models=tuple(sorted(usage.models)) if usage else (),
         turns=len(turns), open_turns=open_turns, outcomes=dict(outcomes), last_outcome=last_outcome,
         api_calls=usage.api_calls if usage else 0,
-        api_errors=sum(1 for s in chats if "error.type" in s.attributes),
-        tool_calls=len(tools), tool_errors=sum(1 for s in tools if "error.type" in s.attributes),
+        api_errors=sum(1 for s in chats if is_error(s, ss.open_ids)),
+        tool_calls=len(tools), tool_errors=sum(1 for s in tools if is_error(s, ss.open_ids)),
         subagents=sum(1 for s in spans if s.parent_span_id is not None and s.name.startswith("invoke_agent ")),
         input_tokens=usage.input_tokens if usage else 0, output_tokens=usage.output_tokens if usage else 0,
         cache_read_tokens=usage.cache_read_tokens if usage else 0,

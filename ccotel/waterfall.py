@@ -21,7 +21,7 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from .records import SpanRecord, StatusCode
+from .records import SpanRecord
 from .sessions import (
     TURN_SPAN,
     SessionError,
@@ -31,6 +31,7 @@ from .sessions import (
     _iso,
     collect_spans,
     find_session,
+    is_error,
     options_from_args,
 )
 
@@ -158,11 +159,6 @@ def _still_running(s: SpanRecord, open_ids: frozenset[int]) -> bool:
     return s.span_id in open_ids and s.attributes.get("error.type") == "orphaned"
 
 
-def _is_error(s: SpanRecord, open_ids: frozenset[int]) -> bool:
-    return s.status is StatusCode.ERROR and not _still_running(s, open_ids) and \
-        not (s.span_id in open_ids and _kind(s) == "turn")
-
-
 def _duration(ns: int) -> str:
     s = max(ns, 0) / 1e9
     if s < 1:
@@ -192,7 +188,7 @@ def _info(s: SpanRecord, open_ids: frozenset[int]) -> Text:
     parts: list[tuple[str, str]] = []
     if kind == "turn":
         outcome = "open (still running)" if s.span_id in open_ids else str(a.get("claude_code.turn.outcome", ""))
-        parts.append((outcome, "bold red" if _is_error(s, open_ids) else "bold"))
+        parts.append((outcome, "bold red" if is_error(s, open_ids) else "bold"))
         parts.append((f" · {_n(int(a.get('claude_code.turn.api_calls', 0)), 'call')}"
                       f" · {_n(int(a.get('claude_code.turn.tool_calls', 0)), 'tool')}", ""))
         if a.get("claude_code.turn.api_errors"):
@@ -212,7 +208,7 @@ def _info(s: SpanRecord, open_ids: frozenset[int]) -> Text:
             parts.append(("running: no result yet", "yellow"))
     if s.span_id in open_ids and kind != "turn":
         parts.append((" (open)", "yellow"))
-    if _is_error(s, open_ids) and kind != "turn":
+    if is_error(s, open_ids) and kind != "turn":
         err = str(a.get("error.type", "error"))
         msg = s.status_message or ""
         detail = f"✗ {err}" + (f": {msg}" if msg and msg != err else "")
@@ -294,7 +290,7 @@ def render_turn(turn: TurnTrace, ss: SessionSpans, count: int, width: int) -> Re
     table.add_column("tokens · cost · status", width=lay.info, no_wrap=True, overflow="ellipsis")
     for r, info in zip(rows, infos, strict=True):
         s = r.span
-        error = _is_error(s, ss.open_ids)
+        error = is_error(s, ss.open_ids)
         style = "bold red" if error else ("yellow" if s.span_id in ss.open_ids else _STYLE[_kind(s)])
         name = Text(r.guide, style="dim")
         name.append(s.name, style=style)
@@ -310,14 +306,14 @@ def _header(turn: TurnTrace, ss: SessionSpans, count: int) -> list[Text]:
     unpriced = any(s.attributes.get("claude_code.cost.unpriced") for s in chats)
     models = sorted({str(s.attributes["gen_ai.response.model"]) for s in chats
                      if "gen_ai.response.model" in s.attributes})
-    api_errors = [s for s in spans if _kind(s) == "chat" and _is_error(s, ss.open_ids)]
-    tool_errors = [s for s in spans if _kind(s) == "tool" and _is_error(s, ss.open_ids)]
+    api_errors = [s for s in spans if _kind(s) == "chat" and is_error(s, ss.open_ids)]
+    tool_errors = [s for s in spans if _kind(s) == "tool" and is_error(s, ss.open_ids)]
     agents = [s for s in spans if _kind(s) == "agent"]
     outcome = "open (still running; shown as of now, not exported yet)" if turn.is_open else \
         str(a.get("claude_code.turn.outcome", "incomplete"))
     title = Text(f"session {ss.ref.session_id}  turn {turn.index}/{count}  trace {turn.trace_id:032x}", style="bold")
     when = Text(f"started {_clock(turn.start_ns)} UTC · took {_duration(turn.end_ns - turn.start_ns)} · outcome ")
-    when.append(outcome, style="bold red" if _is_error(root, ss.open_ids) else
+    when.append(outcome, style="bold red" if is_error(root, ss.open_ids) else
                 ("yellow" if turn.is_open else "bold green"))
     if a.get("claude_code.version"):
         when.append(f" · Claude Code {a['claude_code.version']}")
@@ -349,7 +345,7 @@ def _errors(rows: Sequence[Row], open_ids: frozenset[int]) -> list[Text]:
     out = []
     for r in rows:
         s = r.span
-        if _is_error(s, open_ids):
+        if is_error(s, open_ids):
             err = s.attributes.get("error.type") or s.attributes.get("claude_code.turn.outcome") or "error"
             line = Text(f"✗ {s.name} at +{_duration(s.start_ns - rows[0].span.start_ns)}: {err}", style="red")
             if s.status_message and s.status_message != err:
@@ -378,7 +374,7 @@ def render_turns(turns: Sequence[TurnTrace], ss: SessionSpans) -> RenderableType
         s = _turn_summary(t)
         errors = int(s["apiErrors"]) + int(s["toolErrors"])
         table.add_row(str(t.index), _clock(t.start_ns), _duration(t.end_ns - t.start_ns),
-                      Text(str(s["outcome"]), style="bold red" if _is_error(t.root, t.open_ids) else ""),
+                      Text(str(s["outcome"]), style="bold red" if is_error(t.root, t.open_ids) else ""),
                       str(s["apiCalls"]), str(s["toolCalls"]), str(s["subagents"]),
                       _compact(int(s["inputTokens"])), _compact(int(s["outputTokens"])), f"{float(s['cost']):.4f}",
                       Text(str(errors), style="red" if errors else ""))
@@ -418,8 +414,8 @@ def _turn_summary(t: TurnTrace) -> dict[str, Any]:
         "apiCalls": sum(1 for s in spans if _kind(s) == "chat"),
         "toolCalls": sum(1 for s in spans if _kind(s) == "tool"),
         "subagents": sum(1 for s in spans if _kind(s) == "agent"),
-        "apiErrors": sum(1 for s in spans if _kind(s) == "chat" and _is_error(s, t.open_ids)),
-        "toolErrors": sum(1 for s in spans if _kind(s) == "tool" and _is_error(s, t.open_ids)),
+        "apiErrors": sum(1 for s in spans if _kind(s) == "chat" and is_error(s, t.open_ids)),
+        "toolErrors": sum(1 for s in spans if _kind(s) == "tool" and is_error(s, t.open_ids)),
         "inputTokens": sum(int(s.attributes.get("gen_ai.usage.input_tokens", 0)) for s in chats),
         "outputTokens": sum(int(s.attributes.get("gen_ai.usage.output_tokens", 0)) for s in chats),
         "cacheReadTokens": sum(int(s.attributes.get("gen_ai.usage.cache_read.input_tokens", 0)) for s in chats),
