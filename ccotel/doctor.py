@@ -325,11 +325,17 @@ def _root_findings(s: RootScan) -> list[Finding]:
     if s.denied:
         dirs = [d for d in s.denied if d.is_dir]
         files = [d for d in s.denied if not d.is_dir]
-        what = " and ".join(x for x in (_count(len(dirs), "directory", "directories"),
-                                        _count(len(files), "file", "files")) if x)
+        # What ccotel run does with them: discover's walk passes over a directory it cannot list
+        # without a word; tail counts a file it cannot open.
+        effects = []
+        if dirs:
+            effects.append(f"{_count(len(dirs), 'directory', 'directories')} ccotel cannot list: the transcripts in "
+                           "them are never seen, and nothing counts them")
+        if files:
+            effects.append(f"{_count(len(files), 'file', 'files')} ccotel cannot open: skipped, each counted once in "
+                           "ccotel_parse_errors_total{reason=\"unreadable\"}")
         out.append(Finding("roots", Level.FAIL, s.root,
-                           f"{what} cannot be read, so ccotel skips them (counted once as "
-                           f"ccotel_parse_errors_total{{reason=\"unreadable\"}}): {_listing(d.path for d in s.denied)}",
+                           f"permission denied: {'; '.join(effects)}: {_listing(d.path for d in s.denied)}",
                            _access_fix(s.denied), {"denied": [dataclasses.asdict(d) for d in s.denied]}))
     if s.outside:
         out.append(Finding("roots", Level.WARN, s.root,
@@ -459,7 +465,8 @@ def check_format(scans: Sequence[RootScan]) -> list[Finding]:
            "(kind=\"line_type\" / \"field\"); a ccotel release tested with that Claude Code version may read more")
     out = []
     if types:
-        listed = ", ".join(f"{t} ({type_lines[t]} lines, version {', '.join(sorted(types[t]))})" for t in sorted(types))
+        listed = ", ".join(f"{t} ({_count(type_lines[t], 'line', 'lines')}, version {', '.join(sorted(types[t]))})"
+                           for t in sorted(types))
         per_type = {t: {"lines": type_lines[t], "versions": sorted(v)} for t, v in types.items()}
         out.append(Finding("format", Level.WARN, "transcripts", f"line types ccotel does not know: {listed}", fix,
                            {"line_types": per_type, "lines": lines, "files": files}))
@@ -494,8 +501,7 @@ def check_state(cfg: DoctorConfig) -> list[Finding]:
     if not os.path.isdir(d):
         return [Finding("state", Level.FAIL, d, "is not a directory: ccotel run and backfill refuse to start (exit 1)",
                         "remove it or give another --state-dir")]
-    out = [_state_dir_access(d), *_state_db(d), _state_lock(d, cfg.proc_locks)]
-    return out
+    return [_state_dir_access(d), *_state_db(d), _state_lock(d, cfg.proc_locks)]
 
 
 def _state_to_create(d: str) -> Finding:
@@ -997,9 +1003,12 @@ def render_text(findings: Sequence[Finding], out: TextIO) -> None:
             cell.append(f"\n→ {f.fix}", style="cyan")
         table.add_row(Text(f.level.label.upper() if f.level is Level.FAIL else f.level.label, style=style[f.level]),
                       f.check, cell)
-    console.print(table)
     fails = sum(f.level is Level.FAIL for f in findings)
     warns = sum(f.level is Level.WARN for f in findings)
     verdict = (f"{fails} failed" if fails else "nothing failed") + (f", {warns} warnings" if warns else "")
-    console.print(Text(verdict, style=style[Level.FAIL if fails else Level.WARN if warns else Level.OK]))
+    with console.capture() as captured:
+        console.print(table)
+        console.print(Text(verdict, style=style[Level.FAIL if fails else Level.WARN if warns else Level.OK]))
+    # rich pads every cell to its column's width: no trailing blanks in a log or a diff
+    out.write("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))
 

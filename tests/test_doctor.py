@@ -178,7 +178,7 @@ def test_unknown_line_type_and_field_are_warned(tmp_path: Path) -> None:
     fmt = of(findings, "format")
     types = next(f for f in fmt if "line types" in f.message)
     fields = next(f for f in fmt if "fields" in f.message)
-    assert types.level is Level.WARN and "session-weather (1 lines, version 2.1.330)" in types.message
+    assert types.level is Level.WARN and "session-weather (1 line, version 2.1.330)" in types.message
     assert types.data["line_types"] == {"session-weather": {"lines": 1, "versions": [NEW]}}
     assert fields.level is Level.WARN and fields.data["fields"] == {"assistant.moodRing": [NEW]}
     assert "ccotel_format_unknown_total" in types.fix
@@ -285,7 +285,9 @@ def test_unreadable_directory_and_file_fail_with_the_fix(tmp_path: Path) -> None
     assert set(denied) == {str(subagent_dir), str(transcript)}
     assert denied[str(subagent_dir)] == {"path": str(subagent_dir), "is_dir": True, "reason": "permission denied"}
     assert denied[str(transcript)] == {"path": str(transcript), "is_dir": False, "reason": "permission denied"}
-    assert "1 directory and 1 file cannot be read" in fails[str(good)]["message"]
+    message = fails[str(good)]["message"]
+    assert message.startswith("permission denied: 1 directory ccotel cannot list: the transcripts in them are never "
+                              "seen, and nothing counts them; 1 file ccotel cannot open: skipped, each counted once")
     me = doctor._user(os.geteuid())  # noqa: SLF001  (the files are ours: the fix is a chmod)
     assert fails[str(good)]["fix"] == (f"they are {me}'s but not readable: chmod -R u+rX {transcript} "
                                        f"{subagent_dir}")  # in the order walked: s01's project sorts first
