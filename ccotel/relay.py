@@ -396,14 +396,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="host:port to serve Prometheus /metrics while relaying ('none': off, the default)")
     parser.add_argument("--flush-timeout", type=float, default=5.0,
                         help="seconds to wait at the end for the trace backend to take the spans")
-    parser.add_argument("command", nargs=argparse.REMAINDER,
-                        help="-- COMMAND ARGS...: run it and relay its stdout (default: relay stdin)")
+    # not "command": cli.py's subparsers keep the subcommand's name there
+    parser.add_argument("relay_command", nargs=argparse.REMAINDER, metavar="-- COMMAND ...",
+                        help="run COMMAND and relay its stdout (default: relay stdin)")
 
 
 def run(args: argparse.Namespace, metrics: Metrics | None = None) -> int:
-    """Relay stdin, or run ``args.command`` and relay its stdout; returns the exit status
+    """Relay stdin, or run ``args.relay_command`` and relay its stdout; returns the exit status
     (the command's, when there is one)."""
-    command = list(args.command or [])
+    command = list(args.relay_command or [])
     if command and command[0] == "--":
         command = command[1:]
     metrics = metrics if metrics is not None else Metrics()

@@ -457,3 +457,17 @@ def test_turn_span_waits_for_a_second_result_then_goes_out_on_tick() -> None:
     (turn,) = [s for s in a.drain() if s.parent_span_id is None]
     assert turn.span_id == ids.span_id("turn", sid, "p1") and turn.attributes["ccotel.result.count"] == 2
     assert turn.attributes["ccotel.result.num_turns"] == 1 and turn.attributes["claude_code.turn.api_calls"] == 2
+
+
+def test_arguments_beside_cli_subcommands() -> None:
+    """cli.py keeps the subcommand in args.command: the wrapped command must not overwrite it."""
+    import argparse
+
+    from ccotel.relay import add_arguments
+
+    parser = argparse.ArgumentParser(prog="ccotel")
+    sub = parser.add_subparsers(dest="command", required=True)
+    add_arguments(sub.add_parser("relay"))
+    args = parser.parse_args(["relay", "--traces-exporter", "none", "--", "claude", "-p", "hi", "--verbose"])
+    assert args.command == "relay" and args.relay_command == ["--", "claude", "-p", "hi", "--verbose"]
+    assert parser.parse_args(["relay"]).relay_command == []
