@@ -225,8 +225,9 @@ def state_of(health: Health, last_outcome: str | None, open_turns: int, ends_in_
     live (its process runs), ghost (prompts, no assistant record), killed (its last turn's process
     died), orphaned (ends in a tool_use without result), stalled (owes a reply, silent past the
     stall timeout), open (a recent turn not finished, no process file to ask), the last turn's
-    outcome when it did not complete (interrupted, orphaned, incomplete), api_error (the last API
-    call of the last turn failed), else idle."""
+    outcome when it was cut short (interrupted, orphaned), api_error (the last API call of the last
+    turn failed), else idle. (A last turn ``incomplete`` is idle: 2.1.12-2.1.29 never write a final
+    stop_reason, so most of their turns end so; one that really owes a reply is ``stalled``.)"""
     if health.process == "running":
         return "live"
     if not health.has_assistant_record:
@@ -239,7 +240,7 @@ def state_of(health: Health, last_outcome: str | None, open_turns: int, ends_in_
         return "stalled"
     if open_turns:
         return "open"
-    if last_outcome in ("interrupted", "orphaned", "incomplete"):
+    if last_outcome in ("interrupted", "orphaned"):
         return last_outcome
     if ends_in_api_error:
         return "api_error"
@@ -445,11 +446,13 @@ def _ago(delta_ns: int) -> str:
 
 
 def _compact(n: int) -> str:
-    """Token counts for a narrow column: exact below 10,000, then k and M."""
+    """Token counts in at most 5 characters: exact below 10,000, then k and M."""
     if n < 10_000:
         return f"{n:,}"
-    if n < 1_000_000:
+    if n < 100_000:
         return f"{n / 1000:.1f}k"
+    if n < 1_000_000:
+        return f"{n / 1000:.0f}k"
     return f"{n / 1e6:.2f}M"
 
 

@@ -265,16 +265,16 @@ class _Layout:
 
 
 def _layout(width: int, names: Sequence[int], infos: Sequence[int]) -> _Layout:
-    """Column widths from what the rows hold: the name and info columns as wide as their longest
-    cell up to a share of the width, the bar takes the rest (at least 16 cells, taken from the
-    info column first, whose cells are then cut with an ellipsis)."""
-    duration, gaps, min_bar = 6, 3, 16
-    name = min(max(names, default=10), max(20, int(width * 0.32)))
-    info = min(max(infos, default=10), max(18, int(width * 0.42)))
-    bar = width - name - duration - info - gaps
-    if bar < min_bar:
-        info = max(10, info - (min_bar - bar))
-        bar = max(min_bar, width - name - duration - info - gaps)
+    """Column widths from what the rows hold: the info column as wide as its longest cell (up to
+    42% of the width), the bar at least a fifth of the width, the name what is left (at least
+    20, cut with an ellipsis: the model is in the header too), any surplus to the bar."""
+    duration, gaps = 6, 3
+    info = min(max(infos, default=10), int(width * 0.42))
+    min_bar = max(16, width // 5)
+    name = max(20, min(max(names, default=10), width - duration - gaps - info - min_bar))
+    bar = max(min_bar, width - name - duration - gaps - info)
+    if name + duration + gaps + info + bar > width:  # very narrow: the info column gives way
+        info = max(10, width - name - duration - gaps - bar)
     return _Layout(name, duration, bar, info)
 
 
