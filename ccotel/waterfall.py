@@ -292,7 +292,8 @@ def render_turn(turn: TurnTrace, ss: SessionSpans, count: int, width: int) -> Re
         s = r.span
         error = is_error(s, ss.open_ids)
         style = "bold red" if error else ("yellow" if s.span_id in ss.open_ids else _STYLE[_kind(s)])
-        name = Text(r.guide, style="dim")
+        name = Text()
+        name.append(r.guide, style="dim")  # only the guide: a Text's own style would dim the name too
         name.append(s.name, style=style)
         table.add_row(name, _duration(s.end_ns - s.start_ns), _bar(s, t0, total, lay.bar, style), info)
     return Group(*_header(turn, ss, count), table, *_errors(rows, ss.open_ids), _legend())
