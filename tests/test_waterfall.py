@@ -336,3 +336,25 @@ def test_json_is_stable_for_scripts(capsys: pytest.CaptureFixture[str]) -> None:
     assert all(set(n) == span_keys for _, n, _ in flatten(doc["spans"]))
     assert math.isclose(doc["cost"], sum(n["attributes"].get("claude_code.cost.usd", 0)
                                          for _, n, _ in flatten(doc["spans"])), rel_tol=1e-9)
+
+
+def test_errors_are_red_on_a_terminal() -> None:
+    """What a user's terminal gets: the failed call's name, bar and message in red, the turn's name
+    not dimmed with the tree guides."""
+    import io
+
+    from rich.console import Console
+
+    from ccotel import sessions
+
+    fx = load_fixture("s07_api_errors")
+    opts = Options(roots=(str(fx.config_dir),))
+    ss = sessions.collect_spans(opts, sessions.find_session(fx.session_ids[0], opts.roots))
+    (turn,) = waterfall.turns_of(ss)
+    buf = io.StringIO()
+    console = Console(file=buf, force_terminal=True, color_system="standard", width=100)
+    console.print(waterfall.render_turn(turn, ss, 1, 100))
+    out = buf.getvalue()
+    red, dim = "\x1b[1;31m", "\x1b[2m"
+    assert f"{red}chat\x1b[0m" in out and f"{red}✗ 400: API Error: 400" in out and f"{red}█" in out
+    assert "\x1b[1minvoke_agent claude-code\x1b[0m" in out and f"{dim}└─ \x1b[0m" in out
