@@ -239,6 +239,8 @@ def _panel_json(p: Panel, pid: int, x: int, y: int) -> dict[str, Any]:
                           "tooltip": {"mode": "multi", "sort": "desc"}}
     elif p.kind == "stat":
         defaults["thresholds"] = _thresholds(p.stat_color_from)
+        if p.unit == "short":
+            defaults["decimals"] = 0  # counts: increase() extrapolates to the range's edges (2.03 for 2)
         out["options"] = {"reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
                           "textMode": p.extra.pop("text_mode", "auto"), "colorMode": "value",
                           "graphMode": "none", "justifyMode": "auto"}
@@ -431,13 +433,12 @@ def usage() -> dict[str, Any]:
                                                        ("gen_ai.response.model", LABEL % "model")))
     by_tool = TraceFilter("calls of this tool", (("gen_ai.tool.name", LABEL % "tool"),))
     cost = sel("ccotel_cost_usd_total")
-    reported = sel("ccotel_reported_cost_usd_total")
     panels = [
         row("In the selected time range"),
         stat("Estimated cost", "Cost at list prices (genai-prices, or --prices), of the calls that have a price.",
-             Target(f"sum(increase({cost}[$__range]))"), unit="currencyUSD"),
+             Target(events("ccotel_cost_usd_total", [], range_)), unit="currencyUSD"),
         stat("Claude Code's cost", "Claude Code's own figure (2.1.3xx cost-state lines); includes calls no "
-             "transcript line records (compaction).", Target(f"sum(increase({reported}[$__range]))"),
+             "transcript line records (compaction).", Target(events("ccotel_reported_cost_usd_total", [], range_)),
              unit="currencyUSD"),
         stat("Unpriced calls", "API calls of models without a price: not in the estimate (give them one with "
              "--prices).", Target(events("ccotel_unpriced_calls_total", [], range_)), red_from=1),
@@ -460,10 +461,10 @@ def usage() -> dict[str, Any]:
                    "ccotel's estimate, Claude Code's own figure, and the drift (estimate minus reported) for the "
                    "models both report. A drift that grows means a price table that is off, or calls the "
                    "transcripts do not show (compaction).",
-                   Target(f"sum by (model) (increase({cost}[1h]))", "estimate {{model}}"),
-                   Target(f"sum by (model) (increase({reported}[1h]))", "reported {{model}}"),
-                   Target(f"sum by (model) (increase({cost}[1h])) - sum by (model) (increase({reported}[1h]))",
-                          "drift {{model}}"),
+                   Target(events("ccotel_cost_usd_total", ["model"], "1h"), "estimate {{model}}"),
+                   Target(events("ccotel_reported_cost_usd_total", ["model"], "1h"), "reported {{model}}"),
+                   Target(f'{events("ccotel_cost_usd_total", ["model"], "1h")} - '
+                          f'{events("ccotel_reported_cost_usd_total", ["model"], "1h")}', "drift {{model}}"),
                    unit="currencyUSD", width=12),
         timeseries("Unpriced calls by model (last hour)",
                    "API calls of a model with no price: their cost is missing from the estimate, never counted "
