@@ -252,6 +252,25 @@ def build_parser() -> argparse.ArgumentParser:
     rep = sub.add_parser("report", help="token usage and estimated cost per session")
     common(rep)
     rep.add_argument("--json", action="store_true", help="JSON like `ccusage session --json`")
+
+    from . import doctor, relay, sessions, waterfall  # commands whose options live with them
+
+    trc = sub.add_parser("trace", help="a turn's spans as a waterfall in the terminal (no trace backend needed)")
+    trc.add_argument("--root", action="append", default=None)
+    trc.add_argument("--prices", default=None, metavar="FILE")
+    trc.add_argument("-v", "--verbose", action="store_true")
+    waterfall.add_arguments(trc)
+    ses = sub.add_parser("sessions", help="recent sessions: tokens, cost and state (live, idle, ghost, killed, ...)")
+    common(ses)
+    sessions.add_arguments(ses)
+
+    doc = sub.add_parser("doctor", help="check roots, versions, state, trace backend, metrics port: exit 1 if any fail")
+    common(doc)
+    durable(doc)
+    doctor.add_arguments(doc)
+    rl = sub.add_parser("relay", help="pass `claude -p --output-format stream-json` through and export it live")
+    common(rl)
+    relay.add_arguments(rl)
     return p
 
 
@@ -443,7 +462,12 @@ def _metrics_server(args: argparse.Namespace, metrics: Metrics) -> None:
 def cmd_run(args: argparse.Namespace, stopper: Stopper | None = None) -> int:
     stopper = stopper or Stopper()
     lock = _lock(args)  # noqa: F841  (held until the process ends)
-    metrics = Metrics()
+    from .genai_metrics import GenAIMetrics  # the OpenTelemetry metrics SDK: only for run
+
+    genai = GenAIMetrics.from_env()  # None unless an OTLP metrics endpoint is configured
+    metrics = Metrics(genai=genai)
+    if genai is not None:
+        log.info("GenAI metrics go to %s every %.0f s", genai.describe(), genai.settings.interval_ms / 1000)
     if args.state_dir != "none":  # served from the start, with the totals of the last run
         saved = State(args.state_dir or default_state_dir())
         metrics.restore(saved.counters())
@@ -504,6 +528,8 @@ def cmd_run(args: argparse.Namespace, stopper: Stopper | None = None) -> int:
     abandon(queue, stopper.deadline(0.7))
     pipeline.process_acks()
     written = settle_state(state, stopper.deadline(0.85))
+    if genai is not None:
+        genai.shutdown(timeout_s=max(stopper.deadline(0.95) - time.monotonic(), 0.05))
     return 0 if written else EXIT_ERROR
 
 
@@ -571,4 +597,16 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_report(args)
     if args.command == "check":
         return cmd_check(args)
+    if args.command == "trace":
+        from .waterfall import run as cmd_trace
+        return cmd_trace(args)
+    if args.command == "sessions":
+        from .sessions import run as cmd_sessions
+        return cmd_sessions(args)
+    if args.command == "doctor":
+        from .doctor import run as cmd_doctor
+        return cmd_doctor(args)
+    if args.command == "relay":
+        from .relay import run as cmd_relay
+        return cmd_relay(args)
     return 2

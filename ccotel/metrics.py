@@ -26,6 +26,8 @@ from .records import SpanRecord, StatusCode
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
 
+    from .genai_metrics import GenAIMetrics
+
 __all__ = ["Metrics", "METRICS", "DURATION_BUCKETS", "serve"]
 
 DURATION_BUCKETS = (0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0)
@@ -82,6 +84,24 @@ METRICS: dict[str, Spec] = {
     "ccotel_spans_dropped": Spec("counter", "Spans that will never reach the trace backend: rejected by it "
                                  "(HTTP 400, partial success, too large, ...) or not encodable, by reason.",
                                  ("reason",)),
+    # ccotel relay (relay.py): what the stream-json output of `claude -p` says
+    "ccotel_relay_lines": Spec("counter", "stream-json lines ccotel relay passed through."),
+    "ccotel_relay_bad_lines": Spec("counter", "stream-json lines passed through unchanged but not understood, by "
+                                   "reason (malformed_json, invalid_utf8, not_an_object, truncated, "
+                                   "line_too_long).", ("reason",)),
+    "ccotel_relay_results": Spec("counter", "result records on the stream, by subtype, is_error and "
+                                 "terminal_reason.", ("subtype", "is_error", "terminal_reason")),
+    "ccotel_relay_api_retries": Spec("counter", "system/api_retry events on the stream, by HTTP status and "
+                                     "error.", ("status", "error")),
+    "ccotel_relay_permission_denials": Spec("counter", "Tool calls the permission rules refused "
+                                            "(result.permission_denials), by tool.", ("tool",)),
+    "ccotel_relay_tokens": Spec("counter", "Tokens by model and type from result.modelUsage (Claude Code's own "
+                                "totals: subagents and advisor calls included).", ("model", "type")),
+    "ccotel_relay_cost_usd": Spec("counter", "Claude Code's own cost figure (result.modelUsage costUSD), by "
+                                  "model.", ("model",)),
+    "ccotel_relay_context_switches": Spec("counter", "Cumulative content arrays whose first block changed within "
+                                          "an agent context (processed again from their start)."),
+    "ccotel_relay_repeated_blocks": Spec("counter", "Content blocks a producer emitted again, dropped by id."),
 }
 _TOKEN_ATTRS = (("input", "claude_code.usage.input_tokens"), ("output", "gen_ai.usage.output_tokens"),
                 ("cache_read", "gen_ai.usage.cache_read.input_tokens"),
@@ -122,8 +142,10 @@ class Metrics:
     adds them.
     """
 
-    def __init__(self, gauges: Callable[[], dict[str, float]] | None = None) -> None:
+    def __init__(self, gauges: Callable[[], dict[str, float]] | None = None,
+                 genai: GenAIMetrics | None = None) -> None:
         self._lock = threading.Lock()
+        self.genai = genai  # GenAI semantic-convention metrics over OTLP, counted with these
         # "pending": counted from spans not final yet (exposed, never checkpointed)
         self._channels: dict[str, dict[Key, float]] = {"read": {}, "delivered": {}, "pending": {}}
         self._pending: dict[int, list[tuple[Key, float]]] = {}
@@ -155,19 +177,28 @@ class Metrics:
                 held.extend(incs)
             for k, v in incs:
                 target[k] = target.get(k, 0.0) + v
+        if self.genai is not None:
+            self.genai.observe(s)  # outside our lock: the SDK has its own
 
     def let_go(self, span_keys: Iterable[int]) -> None:
         """These spans will be built again (traces catching up): keep their counts, forget the
         per-span records (memory stays bounded however long the backend is away)."""
+        counted = []
         with self._lock:
             for span_key in span_keys:
-                self._pending.pop(span_key, None)
+                if self._pending.pop(span_key, None) is not None:
+                    counted.append(span_key)
+        if self.genai is not None:
+            self.genai.expect_again(counted)  # built again when the traces catch up: recorded once
 
     def drop_pending(self) -> None:
         """Forget every count not final yet: the lines behind them are about to be read again."""
         with self._lock:
+            held = list(self._pending)
             self._channels["pending"] = {}
             self._pending = {}
+        if self.genai is not None:
+            self.genai.expect_again(held)
 
     def settle(self, span_keys: Iterable[int]) -> None:
         """These spans are final: their held increments move to the checkpointed channel."""

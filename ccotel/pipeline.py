@@ -123,6 +123,7 @@ class Pipeline:
         self._dirty: set[str] = set()  # files read since the last checkpoint
         self._agent_files: set[tuple[str | None, str]] = set()  # (session, agent id) with a transcript
         self._new_marks: list[tuple[str, int]] = []  # (mark, anchor): committed with the next checkpoint
+        self._replays: list[tuple[str, int, str]] = []  # copies seen of what an open owner holds
         self._checkpoints: dict[str, _Checkpoint] = {}
         self._acked_before: set[int] = set()
         self.traces_behind = False  # spans were let go: read again from the trace cursor (runner)
@@ -268,16 +269,14 @@ class Pipeline:
         for path in gone:
             st = self.files.pop(path, None)
             self._partial.discard(path)
+            self._dirty.discard(path)
             self._ghost_candidates.discard(path)
             if st is not None and st.tf.agent_id is not None:
                 self._agent_files.discard((st.tf.session_id, st.tf.agent_id))
         if self.state is None:
             return
         calls, prompts, marks = self.state.held_only_by(gone)
-        with self._ack_lock:
-            keep = {digest64(k) for o in self._owners.values() for k in o.call_keys}
-            keep |= {digest64(o.prompt_uuid) for o in self._owners.values() if isinstance(o, Turn) and o.prompt_uuid}
-        self.assembler.forget_seen(calls, prompts, keep)
+        self.assembler.forget_seen(calls, prompts, keep=self._open_digests())
         self._marks -= marks
         self.state.commit(Commit(forget_files=gone))
 
@@ -368,7 +367,11 @@ class Pipeline:
                     continue
                 del self._owners[token]
                 for path in owner.first_offsets:
-                    self._owners_by_path.get(path, {}).pop(token, None)
+                    blocking = self._owners_by_path.get(path)
+                    if blocking is not None:
+                        blocking.pop(token, None)
+                        if not blocking:
+                            del self._owners_by_path[path]
                 moved.update(owner.first_offsets)
                 commit.done_owners.append(token)
                 anchors = [anchor_of(p) for p in owner.first_offsets] or [PERMANENT]
@@ -379,13 +382,37 @@ class Pipeline:
                     work.append(owner.parent.token)  # a subagent finished: its parent turn may be done
         self._checkpoint_offsets(commit, moved)
         commit.marks, self._new_marks = self._new_marks, []
-        replays, self.assembler.replays = self.assembler.replays, []
-        for kind, digest, path in replays:  # a copy holds them too: kept while either file is there
-            (commit.calls if kind == "call" else commit.prompts).append((digest, anchor_of(path)))
+        self._anchor_replays(commit)
         if self.state is not None and not commit.empty():
             if self.metrics is not None:
                 commit.counters = self.metrics.snapshot("read")
             self.state.commit(commit)
+
+    def _anchor_replays(self, commit: Commit) -> None:
+        """A copy in another file holds the calls and prompts it replays too: they are kept while
+        either file is there. Only for what is committed already: a digest of an owner still open
+        (a file read again from its start) is committed with that owner, and a row for it now
+        would make a restart take the owner's own lines for a copy."""
+        self._replays.extend(self.assembler.replays)
+        self.assembler.replays.clear()
+        if not self._replays:
+            return
+        open_ = self._open_digests()
+        waiting = []
+        for kind, digest, path in self._replays:
+            if digest in open_:
+                waiting.append((kind, digest, path))
+            else:
+                (commit.calls if kind == "call" else commit.prompts).append((digest, anchor_of(path)))
+        self._replays = waiting
+
+    def _open_digests(self) -> set[int]:
+        """Digests of the calls and prompts of owners not done yet (not committed)."""
+        with self._ack_lock:
+            owners = list(self._owners.values())
+        out = {digest64(k) for o in owners for k in o.call_keys}
+        out.update(digest64(o.prompt_uuid) for o in owners if isinstance(o, Turn) and o.prompt_uuid)
+        return out
 
     def _done(self, owner: Owner, depth: int = 0) -> bool:
         if owner.pending > 0 or owner.unsent or owner.waiting or depth > 16:
