@@ -43,7 +43,10 @@ def backfill_sizes(corpus: str) -> dict[str, Any]:
     return {"corpus_mb": corpus_bytes / 1e6, "seconds": seconds, **sizes}
 
 
-def _session_lines(sid: str, day: int, n: int, agents: int) -> tuple[list[dict[str, Any]], dict[str, list[dict[str, Any]]]]:
+Lines = list[dict[str, Any]]
+
+
+def _session_lines(sid: str, day: int, n: int, agents: int) -> tuple[Lines, dict[str, Lines]]:
     """A main file with ``n`` tool turns and ``agents`` subagent files (2.1.x layout)."""
     from tests.test_assemble import one_tool_turn
     from tests.transcript import Transcript
