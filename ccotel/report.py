@@ -713,9 +713,9 @@ def render(report: Report, console: Console, q: Query, breakdown: bool = False) 
                   show_footer=True, header_style="bold", footer_style="bold")
     first = {"daily": "Date", "weekly": "Week of", "monthly": "Month", "session": "Started",
              "project": "Project"}[report.view]
-    table.add_column(first, footer="Total")
+    table.add_column(first, footer="Total", overflow="fold")
     if report.view == "session":
-        table.add_column("Project")
+        table.add_column("Project", overflow="fold")  # a path: folded, never cut
         table.add_column("Session")
     t = report.totals
     table.add_column("Models")
@@ -723,10 +723,11 @@ def render(report: Report, console: Console, q: Query, breakdown: bool = False) 
                         ("Cache read", t.cache_read), ("Total tokens", t.total_tokens)):
         table.add_column(head, justify="right", footer=f"{value:,}")
     table.add_column("Cost $", justify="right", footer=_cost(t))
-    for head, value in (("Calls", t.api_calls), ("Tools", t.tool_calls), ("Tool errors", t.tool_errors),
-                        ("Subagents", t.subagents)):
-        table.add_column(head, justify="right", footer=f"{value:,}")
-    table.add_column("Health", footer=_health(t))
+    table.add_column("Calls", justify="right", footer=f"{t.api_calls:,}")
+    known = report.source != "transcripts"  # tools, subagents and health are in the ledger only
+    for head, value in (("Tools", t.tool_calls), ("Tool errors", t.tool_errors), ("Subagents", t.subagents)):
+        table.add_column(head, justify="right", footer=f"{value:,}" if known else "-")
+    table.add_column("Health", footer=_health(t, known))
     dates = _Dates(q.tz)
     for r in report.rows:
         lead = [_label(r, report.view, dates)]
@@ -734,7 +735,8 @@ def render(report: Report, console: Console, q: Query, breakdown: bool = False) 
             lead += [_place(r), (r.session_id or "")[:8]]
         table.add_row(*lead, ", ".join(_short(m) for m in sorted(r.models)), f"{r.input:,}", f"{r.output:,}",
                       f"{r.cache_write:,}", f"{r.cache_read:,}", f"{r.total_tokens:,}", _cost(r), f"{r.api_calls:,}",
-                      f"{r.tool_calls:,}", f"{r.tool_errors:,}", f"{r.subagents:,}", _health(r))
+                      *((f"{r.tool_calls:,}", f"{r.tool_errors:,}", f"{r.subagents:,}") if known else ("-",) * 3),
+                      _health(r, known))
         if breakdown:
             for model, m in report_models(r):
                 pad = [""] * len(lead)
@@ -746,8 +748,8 @@ def render(report: Report, console: Console, q: Query, breakdown: bool = False) 
         console.print(f"* without the calls of models that have no price: {', '.join(sorted(t.unpriced))} "
                       "(give them one with --prices)")
     if report.source == "transcripts":
-        console.print("Tool calls, subagents and health come from the ledger (ccotel run or backfill writes it);"
-                      " none was used here.", style="dim")
+        console.print("Tool calls, subagents and health come from the ledger, which `ccotel run` and `ccotel "
+                      "backfill` write; none was used here (-).", style="dim")
 
 
 def _label(r: Row, view: str, dates: _Dates) -> str:
@@ -777,7 +779,9 @@ def _cost(r: Row) -> str:
     return f"{r.cost:,.2f}" + ("*" if r.unpriced else "")
 
 
-def _health(r: Row) -> str:
+def _health(r: Row, known: bool = True) -> str:
+    if not known:
+        return f"{r.api_errors} API errors" if r.api_errors else "-"
     parts = [f"{n} {word}{'s' if n != 1 else ''}" for n, word in
              ((r.orphans, "orphan"), (r.kills, "kill"), (r.ghosts, "ghost"), (r.resets, "reset"),
               (r.api_errors, "API error")) if n]

@@ -173,3 +173,102 @@ def test_where_ccusage_is_wrong(ccusage_installed, tmp_path):  # noqa: F811
     assert ours == truth
     # ccusage: the glued and the null lines are gone; of the third it keeps all but the cache writes
     assert theirs == {"inputTokens": 10, "outputTokens": 40, "cacheCreationTokens": 0, "cacheReadTokens": 3000}
+
+
+# -- every view of `ccotel report` against the same view of ccusage ---------------------------------
+
+from datetime import date, datetime, timedelta  # noqa: E402
+from zoneinfo import ZoneInfo  # noqa: E402
+
+from ccotel.ledger import LEDGER_FILE, Ledger  # noqa: E402
+from ccotel.pipeline import Pipeline  # noqa: E402
+from ccotel.report import Data, Query, as_json, gather, summarize  # noqa: E402
+from tests.support.ccusage import (  # noqa: E402
+    VIEW_FIELDS,
+    agent_progress_extras_by_day,
+    run_ccusage_view,
+    view_rows,
+)
+
+TOKENS = ("inputTokens", "outputTokens", "cacheCreationTokens", "cacheReadTokens")
+
+
+def report_sources(config: Path, ledger_path: Path) -> dict[str, Data]:
+    """What a report sums, answered from a ledger the pipeline wrote and from the transcripts."""
+    root = str(config)
+    ledger = Ledger(str(ledger_path), roots=(root,))
+    Pipeline(Options(roots=(root,)), emit=ledger.record, state=None).backfill(close_all=True)
+    from_ledger = gather(Options(roots=(root,)), ledger, workers=1, grace_ns=-(10**18))
+    ledger.close()
+    assert from_ledger.source == "ledger"
+    return {"ledger": from_ledger, "transcripts": gather(Options(roots=(root,)), None, workers=1)}
+
+
+def our_rows(data: Data, view: str, zone: str) -> dict[str, list[int]]:
+    """Rows with tokens (ccusage lists no row without usage), tokens by type."""
+    name, key = VIEW_FIELDS[view]
+    doc = as_json(summarize(data, Query(view=view, tz=ZoneInfo(zone))))
+    return {r[key]: [r[k] for k in TOKENS] for r in doc[name] if r["totalTokens"]}
+
+
+def their_rows(config: Path, view: str, zone: str) -> tuple[dict[str, list[int]], list[int]]:
+    body = run_ccusage_view(config, view, zone)
+    rows = {k: [r[t] for t in TOKENS] for k, r in view_rows(body, view).items()}
+    return rows, [body["totals"][t] for t in TOKENS]
+
+
+@pytest.mark.parametrize("name", list_fixtures())
+def test_fixture_views_equal_ccusage(ccusage_installed, tmp_path, name):  # noqa: F811
+    """daily, weekly, monthly and session of both CLI versions, from the ledger and from the
+    transcripts, each row token for token as ccusage prints it."""
+    config = load_fixture(name).config_dir
+    sources = report_sources(config, tmp_path / LEDGER_FILE)
+    for view in ("daily", "weekly", "monthly", "session"):
+        theirs, _ = their_rows(config, view, "UTC")
+        for source, data in sources.items():
+            assert our_rows(data, view, "UTC") == theirs, (source, view)
+
+
+def _bucket(day: date, view: str) -> str:
+    if view == "daily":
+        return day.isoformat()
+    if view == "monthly":
+        return day.isoformat()[:7]
+    return (day - timedelta(days=(day.weekday() + 1) % 7)).isoformat()  # ccusage's weeks start on Sunday
+
+
+@pytest.mark.parametrize("zone", ["UTC", "Europe/Berlin"])
+def test_realdata_views_equal_ccusage(ccusage_installed, realdata_config_dir, tmp_path, zone):  # noqa: F811
+    """Every view ccusage has, from the ledger and from the transcripts, in two time zones: each
+    row and the totals equal ccusage's, but for two differences where ccusage is wrong, both
+    computed from the files, not from either report:
+    - the advisor session's cache writes (as test_realdata_totals_equal_ccusage), on its one day;
+    - ``ccusage daily`` (only daily) also counts the agent_progress copies of subagent calls whose
+      own file is gone (CCUSAGE_NOTES.md finding 3): its weekly, monthly and session views do
+      not, and neither does ccotel (the subagent's file or nothing, never both)."""
+    config = realdata_config_dir
+    gap = advisor_cache_split_gap(session_files(config)[ADVISOR_SESSION])
+    advisor = view_rows(run_ccusage_view(config, "session", zone), "session")[ADVISOR_SESSION]
+    first, last = (datetime.fromisoformat(advisor[k].replace("Z", "+00:00")).astimezone(ZoneInfo(zone)).date()
+                   for k in ("firstActivity", "lastActivity"))
+    assert first == last  # its calls are on one day, in either zone
+    extras = agent_progress_extras_by_day(config, zone)
+    assert sum(e[0] for e in extras.values()) > 50_000  # the copies are there to find
+    sources = report_sources(config, tmp_path / LEDGER_FILE)
+    for view in ("daily", "weekly", "monthly", "session"):
+        theirs, their_totals = their_rows(config, view, zone)
+        if view == "session":
+            theirs = {sid: [row[k] for k in TOKENS] for sid, row in
+                      _fold_flat_agents({s: dict(zip(TOKENS, r, strict=True)) for s, r in theirs.items()}).items()}
+            their_totals = [sum(r[i] for r in theirs.values()) for i in range(4)]
+        key = ADVISOR_SESSION if view == "session" else _bucket(first, view)
+        theirs[key][2] += gap
+        their_totals[2] += gap
+        if view == "daily":
+            for day, extra in extras.items():
+                theirs[day] = [a - b for a, b in zip(theirs[day], extra, strict=True)]
+                their_totals = [a - b for a, b in zip(their_totals, extra, strict=True)]
+        for source, data in sources.items():
+            ours = our_rows(data, view, zone)
+            assert ours == theirs, (source, view)
+            assert [sum(r[i] for r in ours.values()) for i in range(4)] == their_totals, (source, view)

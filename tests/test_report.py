@@ -156,3 +156,128 @@ def from_spans_since(options: Options) -> dict[str, SessionUsage]:
     totals: dict[str, SessionUsage] = {}
     Pipeline(options, emit=lambda spans: session_usage(spans, totals)).backfill(close_all=True)
     return totals
+
+
+# -- the views (daily, weekly, monthly, session, project) ------------------------------------------
+
+import argparse  # noqa: E402
+import io  # noqa: E402
+from contextlib import redirect_stdout  # noqa: E402
+from datetime import date  # noqa: E402
+from zoneinfo import ZoneInfo  # noqa: E402
+
+import orjson  # noqa: E402
+
+from ccotel.ledger import LEDGER_FILE, Ledger  # noqa: E402
+from ccotel.report import Query, add_arguments, as_json, gather, parse_day, run, summarize  # noqa: E402
+
+
+def _late_call(root: Path) -> str:
+    """A session whose one call is at 23:30 UTC on 2025-06-01 (01:30 on 2025-06-02 in Berlin)."""
+    return _write(root, [_user("p1", None, "2025-06-01T23:29:50.000Z"),
+                         _asst("a1", "p1", "2025-06-01T23:30:00.000Z", "msg_1", "req_1", 100)])
+
+
+def _ledger_of(root: str, path: Path) -> Ledger:
+    ledger = Ledger(str(path), roots=(root,))
+    Pipeline(Options(roots=(root,)), emit=ledger.record, state=None).backfill(close_all=True)
+    return ledger
+
+
+@pytest.mark.parametrize("source", ["ledger", "transcripts"])
+def test_daily_buckets_respect_the_timezone(tmp_path, source):
+    root = _late_call(tmp_path / "claude")
+    ledger = _ledger_of(root, tmp_path / LEDGER_FILE) if source == "ledger" else None
+    data = gather(Options(roots=(root,)), ledger, workers=1, grace_ns=-(10**18))
+    assert data.source == source
+    for zone, day, week, month in (("UTC", "2025-06-01", "2025-06-01", "2025-06"),
+                                   ("Europe/Berlin", "2025-06-02", "2025-06-01", "2025-06"),
+                                   ("America/New_York", "2025-06-01", "2025-06-01", "2025-06")):
+        tz = ZoneInfo(zone)
+        assert [r.key for r in summarize(data, Query(view="daily", tz=tz)).rows] == [day], zone
+        assert [r.key for r in summarize(data, Query(view="weekly", tz=tz)).rows] == [week], zone  # a Sunday
+        assert [r.key for r in summarize(data, Query(view="monthly", tz=tz)).rows] == [month], zone
+    monday = summarize(data, Query(view="weekly", tz=ZoneInfo("Europe/Berlin"), start_of_week=0))
+    assert [r.key for r in monday.rows] == ["2025-06-02"]
+    berlin = Query(view="daily", tz=ZoneInfo("Europe/Berlin"), since=date(2025, 6, 2), until=date(2025, 6, 2))
+    assert summarize(data, berlin).totals.output == 100
+    utc = Query(view="daily", tz=ZoneInfo("UTC"), since=date(2025, 6, 2))
+    assert summarize(data, utc).rows == []
+
+
+def test_since_and_until_take_both_date_forms():
+    assert parse_day("20250601") == parse_day("2025-06-01") == date(2025, 6, 1)
+    with pytest.raises(argparse.ArgumentTypeError):
+        parse_day("June 1st")
+
+
+def _periods_equal_days(data, tz) -> None:
+    days = summarize(data, Query(view="daily", tz=tz))
+    for view, cut in (("weekly", None), ("monthly", 7)):
+        rows = summarize(data, Query(view=view, tz=tz)).rows
+        sums: dict[str, list[float]] = {}
+        for d in days.rows:
+            key = d.key[:cut] if cut else _week_of(d.key)
+            s = sums.setdefault(key, [0] * 9)
+            for i, v in enumerate((d.input, d.output, d.cache_write, d.cache_read, d.api_calls, d.tool_calls,
+                                   d.tool_errors, d.subagents, d.orphans)):
+                s[i] += v
+        assert {r.key: [r.input, r.output, r.cache_write, r.cache_read, r.api_calls, r.tool_calls, r.tool_errors,
+                         r.subagents, r.orphans] for r in rows} == sums, view
+        assert round(sum(r.cost for r in rows), 6) == round(days.totals.cost, 6)
+
+
+def _week_of(day: str) -> str:
+    from datetime import timedelta
+
+    d = date.fromisoformat(day)
+    return (d - timedelta(days=(d.weekday() + 1) % 7)).isoformat()  # back to Sunday
+
+
+def test_weekly_and_monthly_sum_the_days_on_realdata(tmp_path, realdata_config_dir):  # noqa: F811
+    root = str(realdata_config_dir)
+    ledger = _ledger_of(root, tmp_path / LEDGER_FILE)
+    data = gather(Options(roots=(root,)), ledger, workers=1, grace_ns=-(10**18))
+    assert data.source == "ledger" and len(data.calls) > 1000
+    for zone in ("UTC", "Europe/Berlin", "Pacific/Auckland"):
+        _periods_equal_days(data, ZoneInfo(zone))
+    # the same on what the transcripts alone say
+    _periods_equal_days(gather(Options(roots=(root,)), None, workers=1), ZoneInfo("UTC"))
+
+
+def _run(*argv: str) -> str:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--root", action="append")
+    parser.add_argument("--state-dir")
+    add_arguments(parser)
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert run(parser.parse_args(list(argv))) == 0
+    return out.getvalue()
+
+
+def test_run_prints_each_view_as_json_and_as_a_table(tmp_path):
+    """Through add_arguments/run, as cli.py will call them: the default view is session (as the old
+    `ccotel report --json`), rows show the project and start time, --breakdown a line per model."""
+    from tests.harness.fixtures import load_fixture
+
+    root = str(load_fixture("2.1.330-s13_advisor").config_dir)
+    state = tmp_path / "state"
+    _ledger_of(root, state / LEDGER_FILE).close()
+    common = ("--root", root, "--state-dir", str(state), "--timezone", "UTC")
+    doc = orjson.loads(_run(*common, "--json"))
+    assert doc["source"] in ("ledger", "ledger+transcripts")
+    session = doc["sessions"][0]
+    assert session["projectPath"].endswith("-proj") and session["cwd"].endswith("/proj")
+    assert session["firstActivity"].endswith("Z") and doc["totals"]["apiCalls"] > 0
+    assert {m["modelName"] for m in session["modelBreakdowns"]} == set(session["modelsUsed"])
+    assert len(session["modelsUsed"]) == 2  # the advisor is a model of its own
+    for view, name in (("daily", "daily"), ("weekly", "weekly"), ("monthly", "monthly"), ("project", "projects")):
+        rows = orjson.loads(_run(view, *common, "--json"))[name]
+        assert sum(r["totalTokens"] for r in rows) == doc["totals"]["totalTokens"], view
+    table = _run(*common, "--breakdown")
+    assert "/proj" in table and session["firstActivity"][:10] in table and "└" in table
+    assert session["sessionId"][:8] in table and "Health" in table
+    no_ledger = orjson.loads(_run(*common, "--json", "--no-ledger"))
+    assert no_ledger["source"] == "transcripts" and no_ledger["totals"]["totalTokens"] == doc["totals"]["totalTokens"]
+    assert as_json  # the same function the command prints with

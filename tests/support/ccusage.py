@@ -307,11 +307,15 @@ def view_rows(body: Mapping[str, Any], view: str) -> dict[str, dict[str, Any]]:
     return {row[key]: row for row in body.get(name, [])}
 
 
-def agent_progress_extras_by_day(config_dir: Path) -> dict[str, tuple[int, int, int, int]]:
-    """What ``ccusage claude daily`` adds per UTC day by reading agent_progress copies
-    (CCUSAGE_NOTES.md finding 3): the assistant messages nested in ``progress`` lines whose
+def agent_progress_extras_by_day(config_dir: Path, timezone: str = "UTC") -> dict[str, tuple[int, int, int, int]]:
+    """What ``ccusage claude daily`` adds per day (in ``timezone``) by reading agent_progress
+    copies (CCUSAGE_NOTES.md finding 3): the assistant messages nested in ``progress`` lines whose
     (message.id, requestId) no assistant line of any file holds, once per key (largest
     output), by the day of the progress line. (input, output, cache creation, cache read)."""
+    from datetime import datetime
+    from zoneinfo import ZoneInfo
+
+    zone = ZoneInfo(timezone)
     have: set[tuple[Any, Any]] = set()
     copies: dict[tuple[Any, Any], tuple[list[int], str]] = {}
     for path in sorted((Path(config_dir) / "projects").rglob("*.jsonl")):
@@ -334,7 +338,8 @@ def agent_progress_extras_by_day(config_dir: Path) -> dict[str, tuple[int, int, 
             key = (msg.get("id"), inner.get("requestId"))
             old = copies.get(key)
             if old is None or row[1] > old[0][1]:
-                copies[key] = (row, str(obj.get("timestamp") or "")[:10])
+                stamp = datetime.fromisoformat(str(obj.get("timestamp")).replace("Z", "+00:00"))
+                copies[key] = (row, stamp.astimezone(zone).date().isoformat())
     out: dict[str, list[int]] = {}
     for key, (row, day) in copies.items():
         if key not in have:
