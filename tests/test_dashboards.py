@@ -590,8 +590,9 @@ def test_every_dashboard_query_has_data_from_a_live_run(claude_cli: Path, tmp_pa
                 (f'ccotel_format_unknown_total{{version="{FUTURE_VERSION}"}}', 1),
             ]:
                 _wait_sum(p, expr, lambda v, w=want: v == w)
-            for expr in ('ccotel_stalled_turns_total{outcome="recovered"}', "ccotel_spans_dropped_total", "ccotel_export_failures_total", "ccotel_api_errors_total",
-                         "ccotel_compactions_total", "ccotel_reported_cost_usd_total", "ccotel_subagents_total"):
+            for expr in ('ccotel_stalled_turns_total{outcome="recovered"}', "ccotel_spans_dropped_total",
+                         "ccotel_export_failures_total", "ccotel_api_errors_total", "ccotel_compactions_total",
+                         "ccotel_reported_cost_usd_total", "ccotel_subagents_total"):
                 _wait_sum(p, expr, lambda v: v > 0)
             # every turn closed (its file silent past the stall timeout) and sent: then the backend rejects
             # the batch of one more run (s01), whose spans are dropped for good
