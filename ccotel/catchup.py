@@ -10,7 +10,7 @@ pipeline starts from those checkpoints: it re-reads only the turns still open, s
 already delivered, and is the one that declares the catch-up complete. A worker that dies
 loses nothing: whatever it did not checkpoint is read again by the caller.
 
-Stopping (SIGINT/SIGTERM to ccotel, cli.Stopper): the caller sends SIGTERM to each worker and
+Stopping (SIGINT/SIGTERM to ccotel, runner.Stopper): the caller sends SIGTERM to each worker and
 waits for them until a deadline, then kills what is left. A worker stops like ccotel does: at
 the next file, after the batch it is sending was acknowledged and committed, without moving any
 offset past lines it read but did not hand to its exporter; its watchdog ends it in any case.
@@ -30,9 +30,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .export import ExportQueue, make_sink
 from .metrics import Metrics
-from .pipeline import Options, Pipeline, discover, session_groups, unread_bytes
+from .pipeline import Options, discover, session_groups, unread_bytes
 from .shard import Group, balance, plan_shards, process_context
 from .state import State
 
@@ -74,7 +73,7 @@ def catch_up_in_parallel(options: Options, state_dir: str, exporter: str, worker
     """Read the unread history in ``workers`` processes. None if it is too small to split (or
     cannot be split: one shard); the caller's pipeline then reads it all, as it always does.
     ``metrics``: the caller keeps metrics (``ccotel run``), so the workers add to its counters.
-    ``stopper`` (cli.Stopper): once it is set the workers are stopped and cli.Interrupted raised;
+    ``stopper`` (runner.Stopper): once it is set the workers are stopped and runner.Interrupted raised;
     any exception (``progress`` may raise one) stops them too before it goes on."""
     if workers < 2 or exporter == "console":  # console: several processes would interleave the output
         return None
@@ -178,18 +177,14 @@ def _receive(reader: Any) -> dict[str, Any] | None:
 
 def _worker(options: Options, state_dir: str, exporter: str, groups: list[Group], close_all: bool,
             count: bool, done: Synchronized[int], writer: Any, parent_pid: int) -> None:
-    from .cli import Interrupted, Stopper, abandon, die, drop_unsent, settle_state
+    from .runner import Interrupted, Stopper, die, settle_state, wire
 
     stopper = Stopper(grace_s=WORKER_STOP_GRACE_S).install()  # hard: raises at once until the first file
     _die_with_parent(parent_pid)
     t0 = time.monotonic()
-    state = State(state_dir, verify=False)
-    metrics = Metrics() if count else None
-    queue = ExportQueue(make_sink(exporter), notify=lambda msg: log.warning("%s", msg),
-                        on_failure=(lambda: metrics.inc("ccotel_export_failures")) if metrics else None)
-    stopper.wakers.append(lambda: drop_unsent(queue))
-    pipeline = Pipeline(options, emit=queue.submit, state=state, metrics=metrics)
-    queue.on_ack = pipeline.acknowledge
+    wired = wire(options, exporter, state_dir, Metrics() if count else None, stopper, verify=False)
+    pipeline, queue, state = wired.pipeline, wired.queue, wired.state
+    assert state is not None
     last = [0]
 
     def progress(n: int, _total: int) -> None:
@@ -205,7 +200,7 @@ def _worker(options: Options, state_dir: str, exporter: str, groups: list[Group]
         try:
             pipeline.backfill(progress, close_all=close_all, groups=groups, final=False)
         except Interrupted:
-            abandon(queue, stopper.deadline(0.8))  # no process_acks: see cli._backfill
+            queue.abandon(stopper.deadline(0.8))  # no process_acks: see runner.read_history
             raise
         stopper.hard = False
         while not queue.flush(timeout_s=0.1):
@@ -217,6 +212,7 @@ def _worker(options: Options, state_dir: str, exporter: str, groups: list[Group]
     pipeline.process_acks()
     settle_state(state, time.monotonic() + 5.0)
     state.close()
+    wired.close()
     ghosts, unseen = pipeline.detector_state()
     writer.send({"ghosts": ghosts, "unseen_agents": unseen, "files": pipeline.stats.files,
                  "lines": pipeline.stats.lines, "exported": queue.exported,

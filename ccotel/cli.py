@@ -1,19 +1,17 @@
-"""Command line: ``ccotel run | backfill | report``."""
+"""Command line: the options of each command, and the commands. The loops that drive the
+pipeline are in runner.py; the commands with options of their own (report, trace, sessions,
+doctor, relay) take them from their modules."""
 
 from __future__ import annotations
 
 import argparse
 import logging
-import os
 import re
-import signal
 import sys
-import threading
 import time
 from collections import Counter
-from collections.abc import Callable
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 import orjson
 
@@ -21,12 +19,24 @@ from . import __version__
 from .assemble import Timeouts
 from .content import DEFAULT_REDACTIONS, ContentPolicy
 from .discover import default_roots
-from .export import ExportQueue, make_sink
 from .metrics import Metrics, serve
 from .orchestrator import DEFAULT_PATTERNS, load_patterns, parse_log_arg
-from .pipeline import Options, Pipeline
+from .pipeline import Options
 from .pricing import DEFAULT_PRICING, Pricing, load_overrides
-from .records import SpanRecord
+from .runner import (
+    EXIT_ERROR,
+    EXIT_LOCKED,
+    STOP_GRACE_S,
+    Interrupted,
+    Stopper,
+    describe,
+    die,
+    follow,
+    read_history,
+    settle_state,
+    wait_for_backend,
+    wire,
+)
 from .shard import default_workers
 from .spans import Conventions
 from .state import State, StateError, StateLock, StateLocked, default_state_dir, lock_state_dir
@@ -35,143 +45,10 @@ from .watch import Watcher
 if TYPE_CHECKING:
     from .catchup import CatchUpResult
 
-__all__ = ["main", "build_parser", "parse_since", "Stopper", "Interrupted", "EXIT_ERROR", "EXIT_LOCKED"]
+__all__ = ["main", "build_parser", "parse_since", "Stopper", "Interrupted", "EXIT_ERROR", "EXIT_LOCKED",
+           "STOP_GRACE_S"]
 
 log = logging.getLogger("ccotel")
-
-# Exit status (README, "Running it"): 0 done (backfill) or stopped by a signal once caught up
-# (run); killed by SIGINT/SIGTERM (130/143 in a shell) when stopped before its work was done;
-# EXIT_ERROR the state cannot be used or a checkpoint could not be written; EXIT_LOCKED
-# another ccotel holds the state dir; 2 usage (argparse) or, for check, refused.
-EXIT_ERROR = 1
-EXIT_LOCKED = 75  # EX_TEMPFAIL: try again once the other one stopped
-
-# After SIGINT/SIGTERM the process is gone within this long, whatever it was doing.
-STOP_GRACE_S = 1.75
-
-
-class Interrupted(Exception):
-    def __init__(self, signum: int) -> None:
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
-
-
-class Stopper:
-    """SIGINT and SIGTERM, honoured in every phase.
-
-    ``hard`` (the default, and while nothing is being checkpointed by this thread: discovery,
-    loading the state, starting workers' reads): the handler raises Interrupted at once.
-    Otherwise it only sets ``event`` and the code stops at its next ``check()`` (between
-    files, every 0.25 s live). Either way each ``wakers`` callable runs (an export queue drops
-    its unsent spans so nothing blocks on it), and a watchdog thread ends the process
-    ``grace_s`` after the signal if it has not ended by then; a second signal ends it at once.
-    The process ends by the signal itself (``die``), so a shell sees 130 / 143 and systemd a
-    clean stop."""
-
-    def __init__(self, grace_s: float = STOP_GRACE_S) -> None:
-        self.grace_s = grace_s
-        self.event = threading.Event()
-        self.signum = 0
-        self.at = 0.0  # monotonic time of the first signal
-        self.hard = True
-        self.wakers: list[Callable[[], None]] = []
-
-    def install(self) -> Stopper:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, self._handle)
-        return self
-
-    def is_set(self) -> bool:
-        return self.event.is_set()
-
-    def deadline(self, share: float = 1.0) -> float:
-        """A monotonic time ``share`` of the grace period after the signal."""
-        return self.at + self.grace_s * share
-
-    def check(self) -> None:
-        if self.event.is_set():
-            raise Interrupted(self.signum)
-
-    def _handle(self, signum: int, _frame: object) -> None:
-        if self.event.is_set():
-            die(signum, f"{signal.Signals(signum).name} again: exiting now; checkpoints are as last written")
-        self.signum, self.at = signum, time.monotonic()
-        self.event.set()
-        threading.Thread(target=self._watchdog, name="ccotel-stop", daemon=True).start()
-        for wake in self.wakers:
-            wake()
-        if self.hard:
-            raise Interrupted(signum)
-
-    def _watchdog(self) -> None:
-        time.sleep(max(self.deadline() - time.monotonic(), 0.0))
-        die(self.signum, f"still stopping {self.grace_s:.2f} s after {signal.Signals(self.signum).name}: exiting "
-            "now; checkpoints are as last written (a restart reads again what they do not cover)")
-
-
-def die(signum: int, message: str | None = None) -> None:
-    """End this process by ``signum`` (its default action), as an unhandled signal would, from
-    any thread; nothing else runs (no atexit, no thread joins). ``message``: a last log line."""
-    try:
-        if message:
-            stamp = time.strftime("%Y-%m-%d %H:%M:%S")
-            os.write(2, f"{stamp} ccotel WARNING {message}\n".encode())
-        for handler in logging.getLogger().handlers:
-            stream = getattr(handler, "stream", None)
-            if stream is not None:
-                stream.flush()
-    except (OSError, ValueError):
-        pass
-    try:
-        if threading.current_thread() is threading.main_thread():
-            signal.signal(signum, signal.SIG_DFL)
-        else:  # signal.signal is for the main thread only; libc's is not
-            import ctypes
-
-            ctypes.CDLL(None).signal(signum, 0)  # SIG_DFL
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signum})
-        os.kill(os.getpid(), signum)
-        time.sleep(1.0)
-    finally:
-        os._exit(128 + signum)
-
-
-def drop_unsent(queue: ExportQueue) -> None:
-    """Forget the spans not sent yet (their lines are not checkpointed: a restart reads them
-    again) and wake whatever waits on the queue. A batch being sent is let finish."""
-    with queue._cv:  # noqa: SLF001  (ExportQueue has no public way to do this; see the final report)
-        queue._q.clear()  # noqa: SLF001
-        queue._cv.notify_all()  # noqa: SLF001
-
-
-def abandon(queue: ExportQueue, until: float) -> bool:
-    """Stop the export thread after the batch it is sending (its acknowledgement is committed
-    by on_ack), dropping what is unsent; wait for that until the monotonic time ``until``.
-    False if the batch was still out then (the backend may take it: a restart may send it again)."""
-    with queue._cv:  # noqa: SLF001
-        queue._q.clear()  # noqa: SLF001
-        queue._stop = True  # noqa: SLF001
-        queue._cv.notify_all()  # noqa: SLF001
-        while queue._inflight:  # noqa: SLF001
-            remaining = until - time.monotonic()
-            if remaining <= 0:
-                return False
-            queue._cv.wait(timeout=min(remaining, 0.05))  # noqa: SLF001
-    queue._thread.join(timeout=max(until - time.monotonic(), 0.0))  # noqa: SLF001
-    return True
-
-
-def settle_state(state: State | None, until: float) -> bool:
-    """Write what failed commits left, retrying until ``until``. True if nothing is left."""
-    if state is None:
-        return True
-    while not state.retry():
-        if time.monotonic() >= until:
-            log.error("%d checkpoint records could not be written (%d attempts); a restart sends the spans "
-                      "delivered since the last write again", state.pending, state.failures)
-            return False
-        time.sleep(0.2)
-    return True
 
 
 def parse_since(value: str, now: float | None = None) -> int:
@@ -249,11 +126,13 @@ def build_parser() -> argparse.ArgumentParser:
     chk.add_argument("--stall-timeout", type=float, default=180.0)
     chk.add_argument("-v", "--verbose", action="store_true")
 
-    rep = sub.add_parser("report", help="token usage and estimated cost per session")
-    common(rep)
-    rep.add_argument("--json", action="store_true", help="JSON like `ccusage session --json`")
+    from . import doctor, relay, report, sessions, waterfall  # commands whose options live with them
 
-    from . import doctor, relay, sessions, waterfall  # commands whose options live with them
+    rep = sub.add_parser("report", help="usage, cost, tool calls and health by day, week, month, session or project")
+    rep.add_argument("--root", action="append", default=None,
+                     help="Claude config dir to read (repeatable; default $CLAUDE_CONFIG_DIR or ~/.claude)")
+    durable(rep)
+    report.add_arguments(rep)
 
     trc = sub.add_parser("trace", help="a turn's spans as a waterfall in the terminal (no trace backend needed)")
     trc.add_argument("--root", action="append", default=None)
@@ -322,61 +201,12 @@ class _Progress:
             sys.stderr.write("\n")
 
 
-def _state(args: argparse.Namespace) -> State | None:
-    if args.state_dir == "none":
-        return None
-    return State(args.state_dir or default_state_dir())
-
-
 def _lock(args: argparse.Namespace) -> StateLock | None:
     """The state dir for this process alone (raises StateLocked / StateUnavailable)."""
     if args.state_dir == "none":
         log.warning("--state-dir none: no checkpoints; every start reads, sends and counts the whole history again")
         return None
     return lock_state_dir(args.state_dir or default_state_dir())
-
-
-def _start(args: argparse.Namespace, metrics: Metrics | None = None,
-           stopper: Stopper | None = None, keep_reading: bool = False) -> tuple[Pipeline, ExportQueue]:
-    """``keep_reading``: a full trace queue does not stop reading and counting (``run``); the
-    spans that did not fit are read again from the trace cursor once the backend caught up."""
-    sink = make_sink(args.traces_exporter)
-    state = _state(args)
-    queue = ExportQueue(sink, notify=lambda msg: log.warning("%s", msg),
-                        on_failure=(lambda: metrics.inc("ccotel_export_failures")) if metrics else None)
-    if stopper is not None:
-        stopper.wakers.append(lambda: drop_unsent(queue))
-    pipeline = Pipeline(_options(args), emit=_emitter(queue, keep_reading), state=state, metrics=metrics)
-    queue.on_ack = pipeline.acknowledge
-    roots = ", ".join(pipeline.options.roots)
-    log.info("ccotel %s reading %s; traces go to %s%s", __version__, roots, sink.describe(),
-             "" if args.traces_exporter != "otlp" else " (kept in order and retried until a backend answers)")
-    return pipeline, queue
-
-
-def _emitter(queue: ExportQueue, keep_reading: bool) -> Callable[[list[SpanRecord]], bool]:
-    if not keep_reading:
-        return queue.submit  # blocks while the queue is full
-    return lambda spans: queue.submit(spans, block_s=0.0)
-
-
-def catch_up_traces(old: Pipeline, queue: ExportQueue, metrics: Metrics | None) -> Pipeline:
-    """The trace queue overflowed while the backend was away, and it has now taken everything
-    queued: read again from the trace cursor (the file checkpoints) with a fresh pipeline on the
-    same state, as a restart would. Spans the backend has are skipped; counts not final yet are
-    dropped and counted again from the lines, so nothing is lost or counted twice; history that
-    was not counted stays uncounted."""
-    old.process_acks()
-    if metrics is not None:
-        metrics.drop_pending()
-    new = Pipeline(old.options, emit=_emitter(queue, True), clock=old.clock, state=old.state, metrics=metrics)
-    new.not_live = set(old.not_live)
-    queue.on_ack = new.acknowledge
-    new.backfill()
-    new.adopt_detector_state(*old.detector_state())
-    log.info("trace backend caught up: read %d files again from the trace cursor, %d spans", new.stats.files,
-             new.stats.spans)
-    return new
 
 
 def _catch_up_in_parallel(args: argparse.Namespace, progress: _Progress, close_all: bool = False,
@@ -400,29 +230,8 @@ def _catch_up_in_parallel(args: argparse.Namespace, progress: _Progress, close_a
     return done
 
 
-def _backfill(pipeline: Pipeline, queue: ExportQueue, progress: _Progress, stopper: Stopper,
-              close_all: bool = False) -> int:
-    """pipeline.backfill, stoppable between files. Interrupted: the export thread is stopped
-    after the batch it sends (acknowledged ids are committed by on_ack) and no further offsets
-    are checkpointed: the session being read was not handed to the exporter yet, so its lines
-    must not be passed over; a restart reads it again and skips the spans already delivered."""
-    stopper.hard = True  # until the first file is read, nothing is checkpointed by this thread
-    try:
-        kept = pipeline.backfill(progress, close_all=close_all)
-    except Interrupted:
-        abandon(queue, stopper.deadline(0.8))
-        raise
-    stopper.hard = False
-    return kept
-
-
-def _wait_for_backend(queue: ExportQueue, stopper: Stopper) -> None:
-    """Until every span is delivered (the backend may be down: then this waits), or a stop."""
-    if queue.pending():
-        log.info("waiting for the trace backend to take %d spans", queue.pending())
-    while not queue.flush(timeout_s=0.1):
-        stopper.check()
-    stopper.check()
+def _state_dir(args: argparse.Namespace) -> str | None:
+    return None if args.state_dir == "none" else (args.state_dir or default_state_dir())
 
 
 def cmd_backfill(args: argparse.Namespace, stopper: Stopper | None = None) -> int:
@@ -431,14 +240,17 @@ def cmd_backfill(args: argparse.Namespace, stopper: Stopper | None = None) -> in
     progress = _Progress(stopper)
     parallel = _catch_up_in_parallel(args, progress, close_all=args.close_all, stopper=stopper)
     stopper.hard = True
-    pipeline, queue = _start(args, stopper=stopper)
-    kept = _backfill(pipeline, queue, progress, stopper, close_all=args.close_all)
+    wired = wire(_options(args), args.traces_exporter, _state_dir(args), stopper=stopper)
+    describe(wired, args.traces_exporter)
+    pipeline, queue = wired.pipeline, wired.queue
+    kept = read_history(wired, progress, stopper, close_all=args.close_all)
     progress.end()
     pipeline.forget_gone()
-    _wait_for_backend(queue, stopper)
+    wait_for_backend(queue, stopper)
     queue.close(timeout_s=None)
     pipeline.process_acks()
-    written = settle_state(pipeline.state, time.monotonic() + 5.0)
+    written = settle_state(wired.state, time.monotonic() + 5.0)
+    wired.close()
     st = pipeline.stats
     lines, exported, errors = st.lines, queue.exported, Counter(st.errors)
     if parallel is not None:  # the files are the same; the lines and spans add up
@@ -468,8 +280,9 @@ def cmd_run(args: argparse.Namespace, stopper: Stopper | None = None) -> int:
     metrics = Metrics(genai=genai)
     if genai is not None:
         log.info("GenAI metrics go to %s every %.0f s", genai.describe(), genai.settings.interval_ms / 1000)
-    if args.state_dir != "none":  # served from the start, with the totals of the last run
-        saved = State(args.state_dir or default_state_dir())
+    state_dir = _state_dir(args)
+    if state_dir is not None:  # served from the start, with the totals of the last run
+        saved = State(state_dir)
         metrics.restore(saved.counters())
         saved.close()
     _metrics_server(args, metrics)
@@ -478,87 +291,21 @@ def cmd_run(args: argparse.Namespace, stopper: Stopper | None = None) -> int:
     progress = _Progress(stopper)
     parallel = _catch_up_in_parallel(args, progress, metrics=True, stopper=stopper)
     stopper.hard = True
-    pipeline, queue = _start(args, metrics, stopper, keep_reading=True)
-    state = pipeline.state
-    if state is not None:
-        state.on_error = lambda reason: metrics.inc("ccotel_checkpoint_errors", reason)
-    current = [pipeline]  # replaced when the traces catch up
-    metrics.gauges = lambda: {**current[0].gauges(), "ccotel_export_queue_spans": float(queue.pending()),
-                              "ccotel_checkpoint_pending": float(state.pending if state is not None else 0)}
-    _backfill(pipeline, queue, progress, stopper)
+    wired = wire(_options(args), args.traces_exporter, state_dir, metrics, stopper, keep_reading=True)
+    describe(wired, args.traces_exporter)
+    pipeline = wired.pipeline
+    read_history(wired, progress, stopper)
     if parallel is not None:
         pipeline.adopt_detector_state(parallel.ghosts, parallel.unseen_agents)
     progress.end()
     pipeline.forget_gone()
     log.info("caught up: %d files, %d spans; following live (%s)", pipeline.stats.files,
              pipeline.stats.spans, watcher.mode)
-    status = sys.stderr.isatty() and not args.no_status
-    last_rescan = last_status = last_retry = time.monotonic()
-    while not stopper.is_set():
-        dirty = watcher.wait(0.25)
-        if dirty:
-            pipeline.poll(sorted(dirty))
-            pipeline.forget_deleted(dirty)
-        pipeline.tick()
-        if pipeline.traces_behind and queue.pending() == 0 and queue.down_since is None:
-            pipeline = catch_up_traces(pipeline, queue, metrics)
-            current[0] = pipeline
-        now = time.monotonic()
-        if state is not None and state.failures and now - last_retry > 1:
-            last_retry = now
-            state.retry()  # a full disk: the next commit may be a while away
-        if now - last_rescan > 120:  # a safety net: inotify reports new files and directories
-            last_rescan = now
-            watcher.ensure_roots()
-            pipeline.rescan()
-        if status and now - last_status > 1:
-            last_status = now
-            st = pipeline.stats
-            down = " backend DOWN, holding" if queue.down_since else ""
-            sys.stderr.write(f"\rlive: {st.files} files, {st.lines} lines, {queue.exported} spans sent,"
-                             f" {queue.pending()} pending{down}   ")
-            sys.stderr.flush()
-    # Stopped: what the backend takes within the first part of the grace period is checkpointed;
-    # the rest is not sent (its lines are read again after a restart). A second signal ends it at once.
-    log.info("%s: stopping", signal.Signals(stopper.signum).name)
-    watcher.stop()
-    if status:
-        sys.stderr.write("\n")
-    queue.flush(timeout_s=max(stopper.deadline(0.45) - time.monotonic(), 0.0))
-    abandon(queue, stopper.deadline(0.7))
-    pipeline.process_acks()
-    written = settle_state(state, stopper.deadline(0.85))
+    status = follow(wired, watcher, stopper, metrics, sys.stderr.isatty() and not args.no_status)
+    wired.close()
     if genai is not None:
         genai.shutdown(timeout_s=max(stopper.deadline(0.95) - time.monotonic(), 0.05))
-    return 0 if written else EXIT_ERROR
-
-
-def cmd_report(args: argparse.Namespace) -> int:
-    from .report import build_report
-
-    report = build_report(_options(args), workers=args.workers, parallel_min_bytes=int(args.parallel_min_mb * 1e6))
-    sessions = sorted(report.values(), key=lambda u: u.last_ns)
-    if args.json:
-        totals = {k: sum(int(cast(int, u.as_dict()[k])) for u in sessions)  # these keys hold ints
-                  for k in ("inputTokens", "outputTokens", "cacheCreationTokens", "cacheReadTokens",
-                            "totalTokens", "apiCalls")}
-        doc = {"sessions": [u.as_dict() for u in sessions],
-               "totals": {**totals, "totalCost": round(sum(u.cost_usd for u in sessions), 6)}}
-        sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
-        return 0
-    w = sys.stdout.write
-    w(f"{'session':<38} {'input':>12} {'output':>12} {'cache write':>13} {'cache read':>14} {'cost $':>10}\n")
-    for u in sessions:
-        mark = "*" if u.unpriced_models else " "
-        w(f"{u.session_id:<38} {u.input_tokens:>12,} {u.output_tokens:>12,} {u.cache_creation_tokens:>13,}"
-          f" {u.cache_read_tokens:>14,} {u.cost_usd:>10.2f}{mark}\n")
-    unpriced = sorted({m for u in sessions for m in u.unpriced_models})
-    w(f"{'total':<38} {sum(u.input_tokens for u in sessions):>12,} {sum(u.output_tokens for u in sessions):>12,}"
-      f" {sum(u.cache_creation_tokens for u in sessions):>13,} {sum(u.cache_read_tokens for u in sessions):>14,}"
-      f" {sum(u.cost_usd for u in sessions):>10.2f}{'*' if unpriced else ' '}\n")
-    if unpriced:
-        w(f"* without the calls of models that have no price: {', '.join(unpriced)} (give them one with --prices)\n")
-    return 0
+    return status
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -594,6 +341,7 @@ def main(argv: list[str] | None = None) -> int:
             log.error("%s", exc)
             return EXIT_ERROR
     if args.command == "report":
+        from .report import run as cmd_report
         return cmd_report(args)
     if args.command == "check":
         return cmd_check(args)

@@ -13,11 +13,17 @@ import functools
 import os
 import stat
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 
+from .parse import parse_timestamp
 from .records import FileKind, TranscriptFile
+from .shard import Group
+from .tail import FileIdentity
 
-__all__ = ["default_roots", "classify", "scan", "within_root"]
+__all__ = ["default_roots", "classify", "scan", "within_root", "find", "unread_bytes", "session_groups",
+           "Checkpoint", "size_of", "mtime_ns"]
+
+Checkpoint = tuple[FileIdentity | None, int, int]  # a file's checkpoint (state.files()): identity, offset, read_to
 
 
 def default_roots(env: dict[str, str] | None = None) -> list[str]:
@@ -97,12 +103,13 @@ def classify(root: str, path: str) -> TranscriptFile | None:
     return None
 
 
-def scan(root: str) -> Iterator[TranscriptFile]:
-    """Every transcript under root/projects, main files before the subagent files of their session."""
+def scan(root: str, on_error: Callable[[OSError], None] | None = None) -> Iterator[TranscriptFile]:
+    """Every transcript under root/projects, main files before the subagent files of their session.
+    ``on_error``: told of each directory that cannot be read (its transcripts are not seen)."""
     projects = os.path.join(root, "projects")
     if not os.path.isdir(projects) or not within_root(root, projects):
         return
-    for dirpath, dirnames, filenames in os.walk(projects, followlinks=False):
+    for dirpath, dirnames, filenames in os.walk(projects, followlinks=False, onerror=on_error):
         dirnames.sort()
         found = []
         for name in sorted(filenames):
@@ -117,3 +124,82 @@ def scan(root: str) -> Iterator[TranscriptFile]:
         # main files first: their Task tool calls are what subagent files hang under
         found.sort(key=lambda t: t.kind is not FileKind.MAIN)
         yield from found
+
+
+def size_of(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
+
+
+def mtime_ns(path: str) -> int:
+    try:
+        return os.stat(path).st_mtime_ns
+    except OSError:
+        return 0
+
+
+def find(roots: tuple[str, ...], since_ns: int | None, checkpoints: Mapping[str, Checkpoint],
+         on_error: Callable[[OSError], None] | None = None) -> list[tuple[str, TranscriptFile]]:
+    """Every transcript under the roots (with ``since_ns``: those written since, or already followed)."""
+    found = []
+    for root in roots:
+        for tf in scan(root, on_error):
+            if since_ns is not None and mtime_ns(tf.path) < since_ns and tf.path not in checkpoints:
+                continue
+            found.append((root, tf))
+    return found
+
+
+def unread_bytes(path: str, checkpoints: Mapping[str, Checkpoint]) -> int:
+    return max(size_of(path) - checkpoints.get(path, (None, 0, 0))[1], 0)
+
+
+def session_groups(files: list[tuple[str, TranscriptFile]],
+                   checkpoints: Mapping[str, Checkpoint] | None = None) -> list[Group]:
+    """Main file + subagent files of one session together; a project with 2.0.x flat agent
+    files is one group (their session is only named inside them). With ``checkpoints``, groups
+    with nothing left to read come first, in no particular order (their files are not opened)."""
+    groups: dict[tuple[str, str, str | None], Group] = {}
+    flat_projects = {(root, tf.project) for root, tf in files if tf.kind is FileKind.FLAT_AGENT}
+    for root, tf in files:
+        key = (root, tf.project, None if (root, tf.project) in flat_projects else tf.session_id)
+        groups.setdefault(key, []).append((root, tf))
+    for group in groups.values():
+        group.sort(key=lambda rt: (rt[1].kind is not FileKind.MAIN, rt[1].path))
+    # Oldest session first: when a session's history was copied into a new session file, the
+    # original (same first line, but it ends earlier) is read first and keeps its traces and
+    # usage; ccotel counts each API call once.
+    def order(group: Group) -> tuple[int, int]:
+        if checkpoints is not None and not any(unread_bytes(tf.path, checkpoints) for _, tf in group):
+            return (0, 0)
+        return _time_span(group[0][1].path)
+
+    return sorted(groups.values(), key=order)
+
+
+def _time_span(path: str) -> tuple[int, int]:
+    """First and last line timestamps of a file, from its first and last 64 KiB."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(1 << 16)
+            size = f.seek(0, os.SEEK_END)
+            f.seek(max(0, size - (1 << 16)))
+            tail = f.read(1 << 16)
+    except OSError:
+        return (0, 0)
+    first_stamps, last_stamps = _timestamps(head), _timestamps(tail)
+    first = first_stamps[0] if first_stamps else 0
+    return (first, last_stamps[-1] if last_stamps else first)
+
+
+def _timestamps(chunk: bytes) -> list[int]:
+    out = []
+    for line in chunk.split(b"\n"):
+        i = line.find(b'"timestamp":"')
+        if i >= 0:
+            ts = parse_timestamp(line[i + 13: i + 53].split(b'"', 1)[0].decode("ascii", "replace"))
+            if ts is not None:
+                out.append(ts)
+    return out

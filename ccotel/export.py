@@ -326,6 +326,29 @@ class ExportQueue:
                 self._cv.wait(timeout=min(remaining, 0.5) if remaining is not None else 0.5)
         return True
 
+    def drop_unsent(self) -> None:
+        """Forget the spans not sent yet (a stop: their lines are not checkpointed, a restart
+        reads them again) and wake whatever waits on the queue. A batch being sent is let finish."""
+        with self._cv:
+            self._q.clear()
+            self._cv.notify_all()
+
+    def abandon(self, until: float) -> bool:
+        """Stop the export thread after the batch it is sending (its acknowledgement reaches
+        on_ack), dropping what is unsent; wait for that until the monotonic time ``until``.
+        False if the batch was still out then (the backend may take it: a restart may send it again)."""
+        with self._cv:
+            self._q.clear()
+            self._stop = True
+            self._cv.notify_all()
+            while self._inflight:
+                remaining = until - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._cv.wait(timeout=min(remaining, 0.05))
+        self._thread.join(timeout=max(until - time.monotonic(), 0.0))
+        return True
+
     def close(self, timeout_s: float | None = 10.0) -> bool:
         ok = self.flush(timeout_s)
         with self._cv:

@@ -81,7 +81,7 @@ def test_a_full_trace_queue_does_not_stop_reading_or_counting(tmp_path):
     (the file checkpoints), round after round: every span delivered exactly once, no counter
     changed by the catch-up. Before: reading stopped at the first full queue, and the metrics
     with it."""
-    from ccotel.cli import _emitter, catch_up_traces
+    from ccotel.runner import _emitter, catch_up_traces
     from ccotel.export import ExportQueue
     from ccotel.memory_sink import MemorySink
     from ccotel.metrics import Metrics

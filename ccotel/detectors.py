@@ -1,0 +1,148 @@
+"""Detectors: one-off events no span stands for, counted once across restarts (state marks).
+
+A ghost session: a main session file with prompts and no assistant record of any kind, idle
+past the stall timeout while no Claude Code process of it runs (rules.is_assistant_record is
+the one ghost rule, shared with ``ccotel check``). A missing subagent transcript: a subagent
+named by its parent (toolUseResult.agentId or meta.json) whose transcript never appeared.
+Events are counted only once ccotel has caught up (``counting``): history read on a first start
+goes to traces only.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable
+
+from .assemble import Assembler
+from .metrics import Metrics
+from .procs import Proc, any_alive, read_session_pids
+from .reader import FileState
+from .records import FileKind
+from .state import PERMANENT, State, anchor_of
+
+__all__ = ["Detectors", "CAUGHT_UP"]
+
+CAUGHT_UP = "caught_up"  # the mark of the first catch-up: from then on, and after any restart, events count
+
+
+class Detectors:
+    def __init__(self, roots: tuple[str, ...], assembler: Assembler, clock: Callable[[], int],
+                 metrics: Metrics | None, state: State | None, stall_ns: int) -> None:
+        self.roots = roots
+        self.assembler = assembler
+        self.clock = clock
+        self.metrics = metrics
+        self.stall_ns = stall_ns
+        self.caught_up = False
+        self.marks: set[str] = state.marks() if state is not None else set()
+        self._new_marks: list[tuple[str, int]] = []  # (mark, anchor): committed with the next checkpoint
+        self._ghost_candidates: set[str] = set()  # main files with prompts and no assistant record yet
+        self._agent_files: set[tuple[str | None, str]] = set()  # (session, agent id) with a transcript
+        self._pids: dict[str, tuple[Proc, ...]] = {}
+        self._pids_read_ns = 0
+
+    def counting(self) -> bool:
+        """Events are counted once ccotel has caught up, or from the start after a restart."""
+        return self.caught_up or CAUGHT_UP in self.marks
+
+    def catch_up_done(self) -> None:
+        self.caught_up = True
+        self._mark(CAUGHT_UP, PERMANENT)
+
+    def take_marks(self) -> list[tuple[str, int]]:
+        marks, self._new_marks = self._new_marks, []
+        return marks
+
+    def _mark(self, mark: str, anchor: int) -> bool:
+        if mark in self.marks:
+            return False
+        self.marks.add(mark)
+        self._new_marks.append((mark, anchor))
+        return True
+
+    # -- what the reader saw -----------------------------------------------------
+
+    def tracked(self, st: FileState) -> None:
+        """A file is followed: a subagent's transcript is there (a meta.json may come first)."""
+        if st.tf.agent_id is not None and os.path.exists(st.tf.path):
+            self._agent_files.add((st.tf.session_id, st.tf.agent_id))
+
+    def read(self, st: FileState) -> None:
+        """A file was read: a main file with prompts and no assistant record may be a ghost."""
+        tf = st.tf
+        if tf.kind is FileKind.MAIN and st.has_user and not st.has_assistant and f"ghost:{tf.path}" not in self.marks:
+            self._ghost_candidates.add(tf.path)
+
+    def forget(self, states: Iterable[FileState], marks: set[str]) -> None:
+        """Files deleted; ``marks`` no file on disk holds any more."""
+        for st in states:
+            self._ghost_candidates.discard(st.tf.path)
+            if st.tf.agent_id is not None:
+                self._agent_files.discard((st.tf.session_id, st.tf.agent_id))
+        self.marks -= marks
+
+    def detector_state(self, files: dict[str, FileState]) -> tuple[list[str], list[tuple[str, str, int]]]:
+        """What the detectors still wait on: main files with prompts and no response yet, and
+        named subagents whose transcript had no line (a catch-up worker hands them over)."""
+        ghosts = [p for p in self._ghost_candidates if p in files and not files[p].has_assistant]
+        return ghosts, self.assembler.unseen_agents()
+
+    def adopt(self, files: dict[str, FileState], ghosts: list[str], agents: list[tuple[str, str, int]]) -> None:
+        """Watch what catch-up workers read but, running no detectors, could not judge."""
+        for path in ghosts:
+            st = files.get(path)
+            if st is not None and not st.has_assistant:
+                st.has_user = True
+                self._ghost_candidates.add(path)
+        self.assembler.expect_agents(agents)
+
+    # -- judging -----------------------------------------------------------------
+
+    def alive(self, session_id: str) -> bool | None:
+        """Is the Claude Code process writing this session still running? (sessions/<pid>.json)"""
+        now = self.clock()
+        if now - self._pids_read_ns > 1_000_000_000:
+            self._pids_read_ns = now
+            self._pids = read_session_pids(self.roots)
+        found = self._pids.get(session_id)
+        if found is None:
+            return None
+        if any_alive(found):
+            return True
+        # Dead per a cached read: a resumed run may have replaced the file since. Act on a fresh one.
+        self._pids = read_session_pids(self.roots)
+        self._pids_read_ns = now
+        found = self._pids.get(session_id)
+        return None if found is None else any_alive(found)
+
+    def detect(self, now: int, files: dict[str, FileState]) -> None:
+        for sid, agent_id in self.assembler.missing_agents(now, self.stall_ns):
+            if (sid, agent_id) in self._agent_files or (None, agent_id) in self._agent_files:
+                continue  # its transcript is there (its lines were read before this session state)
+            if self._mark(f"missing_agent:{sid}:{agent_id}", _anchor_of_session(files, sid)):
+                self._count("ccotel_missing_transcripts", "subagent")
+        for path in list(self._ghost_candidates):
+            st = files.get(path)
+            if st is None or st.has_assistant:
+                self._ghost_candidates.discard(path)
+                continue
+            if f"ghost:{path}" in self.marks or now - st.changed_ns < self.stall_ns:
+                continue
+            if self.alive(st.tf.session_id or "") is True:
+                continue
+            self._ghost_candidates.discard(path)
+            if self._mark(f"ghost:{path}", anchor_of(path)):
+                self._count("ccotel_missing_transcripts", "session")
+                self._count("ccotel_session_resets", "missing_transcript", "transcript")
+
+    def _count(self, name: str, *labels: str) -> None:
+        if self.metrics is not None and self.counting():
+            self.metrics.inc(name, *labels)
+
+
+def _anchor_of_session(files: dict[str, FileState], session_id: str) -> int:
+    """A session's mark goes with its main file."""
+    for path, st in files.items():
+        if st.tf.session_id == session_id and st.tf.kind is FileKind.MAIN:
+            return anchor_of(path)
+    return PERMANENT

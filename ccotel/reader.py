@@ -1,0 +1,306 @@
+"""Read stage: the transcript files followed, each read from its checkpoint into the assembler.
+
+``Reader`` owns the per-file tail state (``FileState``), turns whole lines into entries
+(parse.py) and hands them to the assembler; it counts what it read and what it skipped as bad
+input, notes format drift and Claude Code's own cost lines, and follows the orchestrator logs.
+A line becomes an ``Entry`` in parse.py; the entry goes to ``Assembler.add`` in ``Reader.read``.
+What is delivered, and so where checkpoints may move, is the delivery stage's (delivery.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import orjson
+
+from . import rules
+from .assemble import Assembler
+from .discover import Checkpoint, classify, mtime_ns, size_of, within_root
+from .drift import FormatDrift
+from .metrics import Metrics
+from .orchestrator import OrchestratorLog, Pattern
+from .parse import parse_line
+from .records import Entry, TranscriptFile
+from .tail import Tailer, lines_with
+
+__all__ = ["Reader", "FileState", "ReadStats"]
+
+log = logging.getLogger("ccotel.pipeline")
+
+
+@dataclass
+class ReadStats:
+    files: int = 0
+    lines: int = 0
+    bytes: int = 0
+    entries: int = 0
+    spans: int = 0
+    skipped_before_since: int = 0
+    resent_skipped: int = 0
+    errors: Counter[str] = field(default_factory=Counter)
+    file_resets: int = 0
+
+
+@dataclass
+class FileState:
+    tf: TranscriptFile
+    root: str
+    tailer: Tailer
+    saved_offset: int = -1
+    saved_read_to: int = -1
+    read_to: int = 0  # bytes already counted in the health counters (survives restarts)
+    meta_loaded: bool = False
+    meta_mtime_ns: int = 0
+    partial_since_ns: int | None = None
+    has_user: bool = False
+    has_assistant: bool = False
+    unreadable: bool = False
+    changed_ns: int = 0
+
+
+class Reader:
+    """The files followed and how far each is read. ``counting`` says whether events are counted
+    (the detectors' caught-up mark); ``complete``: the files are known finished (--close-all)."""
+
+    def __init__(self, roots: tuple[str, ...], assembler: Assembler, clock: Callable[[], int],
+                 metrics: Metrics | None, counting: Callable[[], bool], checkpoints: dict[str, Checkpoint],
+                 capture: bool, max_line_bytes: int, stall_ns: int, unterminated_grace_ns: int) -> None:
+        self.roots = roots
+        self.assembler = assembler
+        self.clock = clock
+        self.metrics = metrics
+        self.counting = counting
+        self.checkpoints = checkpoints
+        self.capture = capture
+        self.max_line_bytes = max_line_bytes
+        self.stall_ns = stall_ns
+        self.unterminated_grace_ns = unterminated_grace_ns
+        self.files: dict[str, FileState] = {}
+        self.stats = ReadStats()
+        self.drift = FormatDrift()
+        self.logs: list[OrchestratorLog] = []
+        self.complete = False
+        self.dirty: set[str] = set()  # files read since the last checkpoint
+        self._partial: set[str] = set()  # files whose last line is unterminated
+        self._logged_errors: set[str] = set()
+        self._cost_seen: dict[tuple[str, str], dict[str, float]] = {}  # (session, process) -> model -> USD
+
+    # -- files -------------------------------------------------------------------
+
+    def classify(self, path: str) -> tuple[str, TranscriptFile] | None:
+        for root in self.roots:
+            if within_root(root, path):
+                tf = classify(root, path)
+                if tf is not None:
+                    return root, tf
+        if not any(within_root(r, path) for r in self.roots) and \
+                any(path.startswith(os.path.join(r, "projects")) for r in self.roots):
+            self.error("path_outside_root")  # a symlink under the root that leads out of it
+        return None
+
+    def track(self, root: str, tf: TranscriptFile) -> FileState:
+        state = self.files.get(tf.path)
+        if state is None:
+            ckpt = self.checkpoints.get(tf.path)
+            if ckpt is not None:
+                ident, offset, read_to = ckpt
+                tailer = Tailer(tf.path, offset=offset, identity=ident, max_line_bytes=self.max_line_bytes)
+            else:
+                tailer = Tailer(tf.path, max_line_bytes=self.max_line_bytes)
+                offset = read_to = 0
+            state = FileState(tf, root, tailer, saved_offset=offset if ckpt else -1,
+                              saved_read_to=read_to if ckpt else -1, read_to=read_to, changed_ns=self.clock())
+            self.files[tf.path] = state
+            self.stats.files += 1
+        return state
+
+    def drop(self, path: str) -> FileState | None:
+        """Stop following a file (deleted)."""
+        self._partial.discard(path)
+        self.dirty.discard(path)
+        return self.files.pop(path, None)
+
+    def follow_log(self, path: str, source: str, patterns: tuple[Pattern, ...]) -> None:
+        ckpt = self.checkpoints.get(path)
+        tailer = Tailer(path, offset=ckpt[1], identity=ckpt[0]) if ckpt else Tailer(path)
+        log_ = OrchestratorLog(path, source, tailer, patterns, saved_offset=ckpt[1] if ckpt else -1)
+        if ckpt is None:
+            log_.read(None, count=False)  # what the log held before ccotel followed it is history
+        self.logs.append(log_)
+
+    def read_logs(self) -> None:
+        for log_ in self.logs:
+            log_.read(self.metrics, count=True)
+
+    def meta_changed(self, path: str) -> None:
+        transcript = path[: -len(".meta.json")] + ".jsonl"
+        found = self.classify(transcript)
+        if found is None:
+            return
+        state = self.track(*found)
+        if state.meta_loaded and mtime_ns(path) == state.meta_mtime_ns:
+            return  # a directory walk saw it again: unchanged, already known
+        state.meta_loaded = False
+        self._load_meta(state)
+
+    def _load_meta(self, state: FileState) -> None:
+        tf = state.tf
+        if state.meta_loaded or tf.meta_path is None or tf.session_id is None or tf.agent_id is None:
+            return
+        if not within_root(state.root, tf.meta_path):
+            self.error("path_outside_root")
+            return
+        try:
+            with open(tf.meta_path, "rb") as f:
+                meta = orjson.loads(f.read(1 << 20))
+        except FileNotFoundError:
+            return  # written later, or not by this version; the watcher reports it
+        except (OSError, orjson.JSONDecodeError):
+            self.error("bad_meta_json")
+            return
+        state.meta_loaded = True
+        state.meta_mtime_ns = mtime_ns(tf.meta_path)
+        if isinstance(meta, dict):
+            self.assembler.set_agent_meta(tf.session_id, tf.agent_id, meta, self.clock())
+
+    # -- lines -------------------------------------------------------------------
+
+    def read(self, state: FileState, accept_unterminated: bool, live: bool = True) -> None:
+        """Read new whole lines of a file into the assembler. ``live``: the lines arrive now (their
+        arrival time counts as activity); history read during a catch-up has only its timestamps."""
+        if not within_root(state.root, state.tf.path):
+            self.error("path_outside_root")
+            return
+        now = self.clock()
+        # A last line without its newline is taken, even broken, once its writer is surely gone: the
+        # data is known complete (--close-all), or the file has been silent past the stall timeout.
+        force = accept_unterminated and (self.complete or now - mtime_ns(state.tf.path) >= self.stall_ns)
+        res = state.tailer.read(accept_unterminated=accept_unterminated, force_tail=force)
+        if res.reset:
+            self.stats.file_resets += 1
+            state.read_to = 0
+        for err, end in zip(res.errors, res.error_ends, strict=False):
+            if end < 0:  # the file itself (unreadable): once until it reads again
+                if not state.unreadable:
+                    state.unreadable = True
+                    self.error(err)
+            else:
+                self.error(err, f"{state.tf.path}@{end}", count=end > state.read_to)
+        if "unreadable" in res.errors:
+            return
+        state.unreadable = False
+        if res.lines:
+            self._load_meta(state)  # before its lines: agentType and the spawning tool call
+        new_bytes = new_lines = 0
+        for line in res.lines:
+            self.stats.lines += 1
+            self.stats.bytes += line.end - line.offset
+            fresh = line.end > state.read_to  # not read before a restart
+            if fresh:
+                new_lines += 1
+                new_bytes += line.end - line.offset
+            parsed = parse_line(line.data, line.offset, self.capture)
+            for err in parsed.errors:
+                self.error(err, f"{state.tf.path}@{line.offset}", count=fresh)
+            for entry in parsed.entries:
+                self._entry(state, entry, line.data, fresh, now if live else 0)
+        if res.lines:
+            state.changed_ns = now
+        state.read_to = max(state.read_to, state.tailer.offset)
+        if self.metrics is not None and new_lines:
+            self.metrics.inc("ccotel_lines_read", value=new_lines)
+            self.metrics.inc("ccotel_bytes_read", value=new_bytes)
+        state.partial_since_ns = now if size_of(state.tf.path) > state.tailer.offset else None
+        if state.partial_since_ns is None:
+            self._partial.discard(state.tf.path)
+        else:
+            self._partial.add(state.tf.path)
+        self.dirty.add(state.tf.path)
+
+    def _entry(self, state: FileState, entry: Entry, data: bytes, fresh: bool, arrival_ns: int) -> None:
+        self.stats.entries += 1
+        for drift in self.drift.observe(entry, data):
+            if fresh and self.metrics is not None and self.counting():
+                self.metrics.inc("ccotel_format_unknown", *drift)
+        if entry.type == "cost-state":
+            self._reported_cost(state, entry, fresh)
+        if rules.is_assistant_record(entry):
+            state.has_assistant = True
+        elif entry.type == "user":
+            state.has_user = True
+        self.assembler.add(entry, state.tf, arrival_ns)
+
+    def partials_due(self, now: int) -> list[FileState]:
+        """Files whose unterminated last line stayed so past the grace (its writer is done)."""
+        due = []
+        for path in list(self._partial):
+            state = self.files.get(path)
+            if state is None:
+                self._partial.discard(path)
+            elif state.partial_since_ns is not None and now - state.partial_since_ns >= self.unterminated_grace_ns:
+                due.append(state)
+        return due
+
+    def shift(self, step: int) -> None:
+        """The wall clock stepped: what waits for silence waits from the stepped time."""
+        for st in self.files.values():
+            st.changed_ns += step
+            if st.partial_since_ns is not None:
+                st.partial_since_ns += step
+
+    def _reported_cost(self, state: FileState, e: Entry, fresh: bool) -> None:
+        """Claude Code's own cost (2.1.3xx cost-state lines: a running total per process and model)
+        counted as increments, beside ccotel's estimate. The total before this line is remembered,
+        or after a restart found in the file itself, so a restart never counts a process twice."""
+        if not e.reported_costs or e.process_start is None:
+            return
+        key = (e.session_id or state.tf.session_id or "", e.process_start)
+        prev = self._cost_seen.get(key)
+        if prev is None:
+            prev = _previous_costs(state.tf.path, e.offset, e.process_start, self.max_line_bytes)
+        if len(self._cost_seen) > 10_000:
+            self._cost_seen.clear()
+        self._cost_seen[key] = dict(e.reported_costs)
+        if not fresh or self.metrics is None or not self.counting():
+            return
+        for model, total in e.reported_costs:
+            before = prev.get(model, 0.0)
+            delta = total - before if total >= before else total  # a process that started again from 0
+            if delta > 0:
+                self.metrics.inc("ccotel_reported_cost_usd", model, value=delta)
+
+    def error(self, reason: str, where: str | None = None, count: bool = True) -> None:
+        self.stats.errors[reason] += 1
+        if count and self.metrics is not None:
+            self.metrics.inc("ccotel_parse_errors", reason)
+        if reason not in self._logged_errors:
+            self._logged_errors.add(reason)
+            log.warning("skipped bad input (%s)%s; counted, further ones not logged", reason,
+                        f" at {where}" if where else "")
+
+    def lag_s(self, now: int, since_ns: int) -> float:
+        """Age of the oldest unread bytes written since ``since_ns`` (history waiting for a
+        catch-up is not lag). Safe from another thread: it works on a copy of the file list."""
+        lag = 0.0
+        for st in list(self.files.values()):
+            if st.partial_since_ns is None and size_of(st.tf.path) > st.tailer.offset:
+                written = mtime_ns(st.tf.path)
+                if written >= since_ns:
+                    lag = max(lag, (now - written) / 1e9)
+        return max(lag, 0.0)
+
+
+def _previous_costs(path: str, before: int, process_start: str, max_line_bytes: int) -> dict[str, float]:
+    """The last cost-state of a process before an offset of its file (once per process after a restart)."""
+    found: dict[str, float] = {}
+    for offset, line in lines_with(path, b'"cost-state"', max_line_bytes):
+        if offset >= before:
+            break
+        for e in parse_line(line, offset).entries:
+            if e.type == "cost-state" and e.process_start == process_start:
+                found = dict(e.reported_costs)
+    return found

@@ -1,0 +1,294 @@
+"""Runner: the loops that drive the pipeline, and how they stop.
+
+``wire`` builds one pipeline with its export queue, state and ledger: the same for ``ccotel
+run``, ``ccotel backfill`` and each catch-up worker (catchup.py). ``read_history`` reads what the
+checkpoints leave (stoppable between files), ``follow`` follows the files live until a signal,
+``catch_up_traces`` reads again from the trace cursor once the trace backend has caught up.
+
+Stopping: SIGINT and SIGTERM are honoured in every phase (``Stopper``); the process is gone
+within ``STOP_GRACE_S`` whatever it was doing, checkpoints as last written.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from . import __version__
+from .export import ExportQueue, make_sink
+from .ledger import Ledger, LedgerError
+from .metrics import Metrics
+from .pipeline import Options, Pipeline
+from .records import SpanRecord
+from .state import State
+from .watch import Watcher
+
+__all__ = ["Wired", "wire", "read_history", "wait_for_backend", "catch_up_traces", "follow", "Stopper",
+           "Interrupted", "die", "settle_state", "EXIT_ERROR", "EXIT_LOCKED", "STOP_GRACE_S"]
+
+log = logging.getLogger("ccotel")
+
+# Exit status (README, "Running it"): 0 done (backfill) or stopped by a signal once caught up
+# (run); killed by SIGINT/SIGTERM (130/143 in a shell) when stopped before its work was done;
+# EXIT_ERROR the state cannot be used or a checkpoint could not be written; EXIT_LOCKED
+# another ccotel holds the state dir; 2 usage (argparse) or, for check, refused.
+EXIT_ERROR = 1
+EXIT_LOCKED = 75  # EX_TEMPFAIL: try again once the other one stopped
+
+# After SIGINT/SIGTERM the process is gone within this long, whatever it was doing.
+STOP_GRACE_S = 1.75
+
+
+class Interrupted(Exception):
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+class Stopper:
+    """SIGINT and SIGTERM, honoured in every phase.
+
+    ``hard`` (the default, and while nothing is being checkpointed by this thread: discovery,
+    loading the state, starting workers' reads): the handler raises Interrupted at once.
+    Otherwise it only sets ``event`` and the code stops at its next ``check()`` (between
+    files, every 0.25 s live). Either way each ``wakers`` callable runs (an export queue drops
+    its unsent spans so nothing blocks on it), and a watchdog thread ends the process
+    ``grace_s`` after the signal if it has not ended by then; a second signal ends it at once.
+    The process ends by the signal itself (``die``), so a shell sees 130 / 143 and systemd a
+    clean stop."""
+
+    def __init__(self, grace_s: float = STOP_GRACE_S) -> None:
+        self.grace_s = grace_s
+        self.event = threading.Event()
+        self.signum = 0
+        self.at = 0.0  # monotonic time of the first signal
+        self.hard = True
+        self.wakers: list[Callable[[], None]] = []
+
+    def install(self) -> Stopper:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, self._handle)
+        return self
+
+    def is_set(self) -> bool:
+        return self.event.is_set()
+
+    def deadline(self, share: float = 1.0) -> float:
+        """A monotonic time ``share`` of the grace period after the signal."""
+        return self.at + self.grace_s * share
+
+    def check(self) -> None:
+        if self.event.is_set():
+            raise Interrupted(self.signum)
+
+    def _handle(self, signum: int, _frame: object) -> None:
+        if self.event.is_set():
+            die(signum, f"{signal.Signals(signum).name} again: exiting now; checkpoints are as last written")
+        self.signum, self.at = signum, time.monotonic()
+        self.event.set()
+        threading.Thread(target=self._watchdog, name="ccotel-stop", daemon=True).start()
+        for wake in self.wakers:
+            wake()
+        if self.hard:
+            raise Interrupted(signum)
+
+    def _watchdog(self) -> None:
+        time.sleep(max(self.deadline() - time.monotonic(), 0.0))
+        die(self.signum, f"still stopping {self.grace_s:.2f} s after {signal.Signals(self.signum).name}: exiting "
+            "now; checkpoints are as last written (a restart reads again what they do not cover)")
+
+
+def die(signum: int, message: str | None = None) -> None:
+    """End this process by ``signum`` (its default action), as an unhandled signal would, from
+    any thread; nothing else runs (no atexit, no thread joins). ``message``: a last log line."""
+    try:
+        if message:
+            stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+            os.write(2, f"{stamp} ccotel WARNING {message}\n".encode())
+        for handler in logging.getLogger().handlers:
+            stream = getattr(handler, "stream", None)
+            if stream is not None:
+                stream.flush()
+    except (OSError, ValueError):
+        pass
+    try:
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signum, signal.SIG_DFL)
+        else:  # signal.signal is for the main thread only; libc's is not
+            import ctypes
+
+            ctypes.CDLL(None).signal(signum, 0)  # SIG_DFL
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signum})
+        os.kill(os.getpid(), signum)
+        time.sleep(1.0)
+    finally:
+        os._exit(128 + signum)
+
+
+def settle_state(state: State | None, until: float) -> bool:
+    """Write what failed commits left, retrying until ``until``. True if nothing is left."""
+    if state is None:
+        return True
+    while not state.retry():
+        if time.monotonic() >= until:
+            log.error("%d checkpoint records could not be written (%d attempts); a restart sends the spans "
+                      "delivered since the last write again", state.pending, state.failures)
+            return False
+        time.sleep(0.2)
+    return True
+
+
+# -- wiring -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Wired:
+    pipeline: Pipeline
+    queue: ExportQueue
+    state: State | None
+    ledger: Ledger | None
+
+    def close(self) -> None:
+        if self.ledger is not None:
+            self.ledger.close()
+
+
+def wire(options: Options, exporter: str, state_dir: str | None, metrics: Metrics | None = None,
+         stopper: Stopper | None = None, keep_reading: bool = False, verify: bool = True) -> Wired:
+    """One pipeline: its export queue, its state and usage ledger (both under ``state_dir``;
+    None: neither), acknowledgements wired back. ``keep_reading``: a full trace queue does not
+    stop reading and counting (``run``); the spans that did not fit are read again from the trace
+    cursor once the backend caught up. ``verify``: check the state database at open (a catch-up
+    worker opens one its parent checked)."""
+    sink = make_sink(exporter)
+    state = State(state_dir, verify=verify) if state_dir is not None else None
+    if state is not None and metrics is not None:
+        state.on_error = lambda reason: metrics.inc("ccotel_checkpoint_errors", reason)
+    ledger = _ledger(state_dir, options.roots)
+    queue = ExportQueue(sink, notify=lambda msg: log.warning("%s", msg),
+                        on_failure=(lambda: metrics.inc("ccotel_export_failures")) if metrics else None)
+    if stopper is not None:
+        stopper.wakers.append(queue.drop_unsent)
+    pipeline = Pipeline(options, emit=_emitter(queue, keep_reading), state=state, metrics=metrics, ledger=ledger)
+    queue.on_ack = pipeline.acknowledge
+    return Wired(pipeline, queue, state, ledger)
+
+
+def _ledger(state_dir: str | None, roots: tuple[str, ...]) -> Ledger | None:
+    if state_dir is None:
+        return None
+    try:
+        return Ledger.in_state_dir(state_dir, roots)
+    except LedgerError as exc:
+        log.error("the usage ledger cannot be used (%s); reports will read the transcripts only", exc)
+        return None
+
+
+def _emitter(queue: ExportQueue, keep_reading: bool) -> Callable[[list[SpanRecord]], bool]:
+    if not keep_reading:
+        return queue.submit  # blocks while the queue is full
+    return lambda spans: queue.submit(spans, block_s=0.0)
+
+
+def describe(wired: Wired, exporter: str) -> None:
+    roots = ", ".join(wired.pipeline.options.roots)
+    log.info("ccotel %s reading %s; traces go to %s%s", __version__, roots, wired.queue.sink.describe(),
+             "" if exporter != "otlp" else " (kept in order and retried until a backend answers)")
+
+
+# -- phases -------------------------------------------------------------------------
+
+
+def read_history(wired: Wired, progress: Callable[[int, int], None] | None, stopper: Stopper,
+                 close_all: bool = False) -> int:
+    """pipeline.backfill, stoppable between files. Interrupted: the export thread is stopped
+    after the batch it sends (acknowledged ids are committed by on_ack) and no further offsets
+    are checkpointed: the session being read was not handed to the exporter yet, so its lines
+    must not be passed over; a restart reads it again and skips the spans already delivered."""
+    stopper.hard = True  # until the first file is read, nothing is checkpointed by this thread
+    try:
+        kept = wired.pipeline.backfill(progress, close_all=close_all)
+    except Interrupted:
+        wired.queue.abandon(stopper.deadline(0.8))
+        raise
+    stopper.hard = False
+    return kept
+
+
+def wait_for_backend(queue: ExportQueue, stopper: Stopper) -> None:
+    """Until every span is delivered (the backend may be down: then this waits), or a stop."""
+    if queue.pending():
+        log.info("waiting for the trace backend to take %d spans", queue.pending())
+    while not queue.flush(timeout_s=0.1):
+        stopper.check()
+    stopper.check()
+
+
+def catch_up_traces(old: Pipeline, queue: ExportQueue, metrics: Metrics | None) -> Pipeline:
+    """The trace queue overflowed while the backend was away, and it has now taken everything
+    queued: read again from the trace cursor (the file checkpoints) with a fresh pipeline on the
+    same state, as a restart would. Spans the backend has are skipped; counts not final yet are
+    dropped and counted again from the lines, so nothing is lost or counted twice; history that
+    was not counted stays uncounted."""
+    old.process_acks()
+    if metrics is not None:
+        metrics.drop_pending()
+    new = Pipeline(old.options, emit=_emitter(queue, True), clock=old.clock, state=old.state, metrics=metrics,
+                   ledger=old.ledger)
+    new.not_live = set(old.not_live)
+    queue.on_ack = new.acknowledge
+    new.backfill()
+    new.adopt_detector_state(*old.detector_state())
+    log.info("trace backend caught up: read %d files again from the trace cursor, %d spans", new.stats.files,
+             new.stats.spans)
+    return new
+
+
+def follow(wired: Wired, watcher: Watcher, stopper: Stopper, metrics: Metrics, status: bool) -> int:
+    """Follow the files live until a signal; then let the batch on the wire be acknowledged,
+    checkpoint, and return the exit status."""
+    pipeline, queue, state = wired.pipeline, wired.queue, wired.state
+    current = [pipeline]  # replaced when the traces catch up
+    metrics.gauges = lambda: {**current[0].gauges(), "ccotel_export_queue_spans": float(queue.pending()),
+                              "ccotel_checkpoint_pending": float(state.pending if state is not None else 0)}
+    last_rescan = last_status = last_retry = time.monotonic()
+    while not stopper.is_set():
+        dirty = watcher.wait(0.25)
+        if dirty:
+            pipeline.poll(sorted(dirty))
+            pipeline.forget_deleted(dirty)
+        pipeline.tick()
+        if pipeline.traces_behind and queue.pending() == 0 and queue.down_since is None:
+            pipeline = current[0] = catch_up_traces(pipeline, queue, metrics)
+        now = time.monotonic()
+        if state is not None and state.failures and now - last_retry > 1:
+            last_retry = now
+            state.retry()  # a full disk: the next commit may be a while away
+        if now - last_rescan > 120:  # a safety net: inotify reports new files and directories
+            last_rescan = now
+            watcher.ensure_roots()
+            pipeline.rescan()
+        if status and now - last_status > 1:
+            last_status = now
+            st = pipeline.stats
+            down = " backend DOWN, holding" if queue.down_since else ""
+            sys.stderr.write(f"\rlive: {st.files} files, {st.lines} lines, {queue.exported} spans sent,"
+                             f" {queue.pending()} pending{down}   ")
+            sys.stderr.flush()
+    # Stopped: what the backend takes within the first part of the grace period is checkpointed;
+    # the rest is not sent (its lines are read again after a restart). A second signal ends it at once.
+    log.info("%s: stopping", signal.Signals(stopper.signum).name)
+    watcher.stop()
+    if status:
+        sys.stderr.write("\n")
+    queue.flush(timeout_s=max(stopper.deadline(0.45) - time.monotonic(), 0.0))
+    queue.abandon(stopper.deadline(0.7))
+    pipeline.process_acks()
+    written = settle_state(state, stopper.deadline(0.85))
+    return 0 if written else EXIT_ERROR
