@@ -31,6 +31,7 @@ from .runner import (
     Stopper,
     describe,
     die,
+    fill_ledger,
     follow,
     read_history,
     settle_state,
@@ -237,6 +238,7 @@ def _state_dir(args: argparse.Namespace) -> str | None:
 def cmd_backfill(args: argparse.Namespace, stopper: Stopper | None = None) -> int:
     stopper = stopper or Stopper()
     lock = _lock(args)  # noqa: F841  (held until the process ends)
+    fill_ledger(_options(args), _state_dir(args), stopper)
     progress = _Progress(stopper)
     parallel = _catch_up_in_parallel(args, progress, close_all=args.close_all, stopper=stopper)
     stopper.hard = True
@@ -288,6 +290,7 @@ def cmd_run(args: argparse.Namespace, stopper: Stopper | None = None) -> int:
     _metrics_server(args, metrics)
     watcher = Watcher(_options(args).roots, force_polling=args.poll)
     watcher.start()  # before the catch-up, so nothing written meanwhile is missed
+    fill_ledger(_options(args), state_dir, stopper)
     progress = _Progress(stopper)
     parallel = _catch_up_in_parallel(args, progress, metrics=True, stopper=stopper)
     stopper.hard = True

@@ -29,7 +29,7 @@ from .records import SpanRecord
 from .state import State
 from .watch import Watcher
 
-__all__ = ["Wired", "wire", "read_history", "wait_for_backend", "catch_up_traces", "follow", "Stopper",
+__all__ = ["Wired", "wire", "fill_ledger", "read_history", "wait_for_backend", "catch_up_traces", "follow", "Stopper",
            "Interrupted", "die", "settle_state", "EXIT_ERROR", "EXIT_LOCKED", "STOP_GRACE_S"]
 
 log = logging.getLogger("ccotel")
@@ -188,6 +188,30 @@ def _ledger(state_dir: str | None, roots: tuple[str, ...]) -> Ledger | None:
     except LedgerError as exc:
         log.error("the usage ledger cannot be used (%s); reports will read the transcripts only", exc)
         return None
+
+
+def fill_ledger(options: Options, state_dir: str | None, stopper: Stopper) -> None:
+    """A state written before the usage ledger existed (an upgrade): its checkpoints hold the
+    history, which the pipeline will never build spans for again, so the ledger is filled from
+    the transcripts once, before anything is recorded in it. Stoppable between files (the next
+    start fills it, from an empty ledger, again)."""
+    if state_dir is None or not os.path.exists(os.path.join(state_dir, "state.db")):
+        return
+    state = State(state_dir)
+    checkpoints = state.files()
+    state.close()
+    ledger = _ledger(state_dir, options.roots)
+    if ledger is None:
+        return
+    try:
+        if not checkpoints or ledger.coverage().updated_ns:
+            return
+        log.info("filling the usage ledger from the transcripts (once: this state predates it)")
+        filler = Pipeline(options, emit=lambda _spans: None, state=None, ledger=ledger)
+        filler.backfill(lambda _done, _total: stopper.check(), close_all=True)
+        log.info("usage ledger: %d API calls", ledger.coverage().calls)
+    finally:
+        ledger.close()
 
 
 def _emitter(queue: ExportQueue, keep_reading: bool) -> Callable[[list[SpanRecord]], bool]:

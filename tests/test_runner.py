@@ -1,0 +1,46 @@
+"""The runner's wiring: one wire() for every command, the usage ledger filled once for a state
+that predates it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from ccotel.ledger import Ledger
+from tests.harness.fixtures import FIXTURES_DIR
+
+
+def _root(tmp_path, scenario: str = "s03_parallel_subagents") -> str:
+    src = os.path.join(FIXTURES_DIR, "2.1.330", scenario, "claude")
+    dst = str(tmp_path / "claude")
+    shutil.copytree(src, dst)
+    return dst
+
+
+def main(args: list[str]) -> int:
+    """ccotel in its own process (it holds the state dir's lock until it ends)."""
+    return subprocess.run([sys.executable, "-m", "ccotel", *args], capture_output=True, timeout=120).returncode
+
+
+def _calls(state_dir: str) -> set[str]:
+    ledger = Ledger(os.path.join(state_dir, "ledger.db"))
+    try:
+        return ledger.call_keys()
+    finally:
+        ledger.close()
+
+
+def test_a_state_without_a_ledger_gets_one_filled_from_the_transcripts(tmp_path):
+    root, st = _root(tmp_path), str(tmp_path / "st")
+    args = ["backfill", "--root", root, "--state-dir", st, "--traces-exporter", "none", "--close-all"]
+    assert main(args) == 0
+    made_while_reading = _calls(st)
+    assert made_while_reading  # the ledger is written as spans are built
+    for name in os.listdir(st):  # an older ccotel's state: checkpoints, no ledger
+        if name.startswith("ledger.db"):
+            os.remove(os.path.join(st, name))
+    assert main(args) == 0  # nothing new to read: the checkpoints hold it all
+    assert _calls(st) == made_while_reading
+    assert main(args) == 0  # filled once: a third start reads nothing again
+    assert _calls(st) == made_while_reading
