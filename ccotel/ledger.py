@@ -204,6 +204,8 @@ class Ledger:
             os.makedirs(os.path.dirname(os.path.abspath(path)), mode=0o700, exist_ok=True)
         try:
             self.db = sqlite3.connect(path, timeout=30.0, isolation_level=None, check_same_thread=False)
+            if path != ":memory:":
+                os.chmod(path, 0o600)  # sessions, projects and usage: private like the state
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute("PRAGMA synchronous=NORMAL")
             version = self._meta("schema_version")
