@@ -37,14 +37,13 @@ from types import FrameType
 from . import rules
 from .discover import default_roots, within_root
 from .export import ConsoleSink, ExportQueue, make_sink
-from .metrics import METRICS, Metrics, Spec
+from .metrics import Metrics
 from .parse import parse_line
 from .records import SpanRecord
 from .stream import Counter, StreamAssembler, parse_record
 from .tail import Tailer
 
 __all__ = [
-    "RELAY_METRICS",
     "RelayResult",
     "TranscriptPrompts",
     "add_arguments",
@@ -55,27 +54,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("ccotel.relay")
-
-#: The relay's counters, to be declared in ccotel.metrics.METRICS (names without _total).
-RELAY_METRICS: dict[str, Spec] = {
-    "ccotel_relay_lines": Spec("counter", "stream-json lines ccotel relay passed through."),
-    "ccotel_relay_bad_lines": Spec("counter", "stream-json lines passed through unchanged but not understood, by "
-                                   "reason (malformed_json, invalid_utf8, not_an_object, truncated, "
-                                   "line_too_long).", ("reason",)),
-    "ccotel_relay_results": Spec("counter", "result records on the stream, by subtype, is_error and "
-                                 "terminal_reason.", ("subtype", "is_error", "terminal_reason")),
-    "ccotel_relay_api_retries": Spec("counter", "system/api_retry events on the stream, by HTTP status and "
-                                     "error.", ("status", "error")),
-    "ccotel_relay_permission_denials": Spec("counter", "Tool calls the permission rules refused "
-                                            "(result.permission_denials), by tool.", ("tool",)),
-    "ccotel_relay_tokens": Spec("counter", "Tokens by model and type from result.modelUsage (Claude Code's own "
-                                "totals: subagents and advisor calls included).", ("model", "type")),
-    "ccotel_relay_cost_usd": Spec("counter", "Claude Code's own cost figure (result.modelUsage costUSD), by "
-                                  "model.", ("model",)),
-    "ccotel_relay_context_switches": Spec("counter", "Cumulative content arrays whose first block changed within "
-                                          "an agent context (processed again from their start)."),
-    "ccotel_relay_repeated_blocks": Spec("counter", "Content blocks a producer emitted again, dropped by id."),
-}
 
 MAX_LINE_BYTES = 64 << 20
 _READ_SIZE = 1 << 16
@@ -375,15 +353,10 @@ def _exit_status(child: subprocess.Popen[bytes] | None) -> int:
 
 
 def counter_for(metrics: Metrics) -> Counter:
-    """``count`` for stream.py on ``metrics``. Names not declared in ccotel.metrics.METRICS are
-    not counted (said once): Metrics.inc refuses them, and a relay must never stop over a counter."""
-    missing = sorted(n for n in RELAY_METRICS if n not in METRICS)
-    if missing:
-        log.warning("metrics not declared in ccotel.metrics.METRICS, not counted: %s", ", ".join(missing))
+    """``count`` for stream.py on ``metrics`` (the relay's counters are declared in ccotel.metrics)."""
 
     def count(name: str, labels: tuple[str, ...], value: float) -> None:
-        if name in METRICS:
-            metrics.inc(name, *labels, value=value)
+        metrics.inc(name, *labels, value=value)
 
     return count
 
