@@ -707,45 +707,97 @@ def report_models(r: Row) -> list[tuple[str, ModelTotals]]:
     return sorted(r.by_model.items(), key=lambda mt: -mt[1].cost)
 
 
+@dataclass(frozen=True)
+class _Column:
+    head: str
+    footer: str
+    cell: Callable[[Row], str]
+    model_cell: Callable[[ModelTotals], str] | None = None  # its --breakdown line
+    number: bool = True
+    drop: int = 0  # 0: always shown; else dropped first when the terminal is too narrow (higher first)
+
+
+def _columns(report: Report, known: bool, breakdown: bool) -> list[_Column]:
+    t = report.totals
+
+    def dash(value: str) -> str:
+        return value if known else "-"
+
+    return [
+        _Column("Models", "", lambda r: "\n".join(_short(m) for m in sorted(r.models)), number=False,
+                drop=0 if breakdown else 3),  # the breakdown's lines are named in it
+        _Column("Input", f"{t.input:,}", lambda r: f"{r.input:,}", lambda m: f"{m.input:,}"),
+        _Column("Output", f"{t.output:,}", lambda r: f"{r.output:,}", lambda m: f"{m.output:,}"),
+        _Column("Cache\nwrite", f"{t.cache_write:,}", lambda r: f"{r.cache_write:,}", lambda m: f"{m.cache_write:,}"),
+        _Column("Cache\nread", f"{t.cache_read:,}", lambda r: f"{r.cache_read:,}", lambda m: f"{m.cache_read:,}"),
+        _Column("Total\ntokens", f"{t.total_tokens:,}", lambda r: f"{r.total_tokens:,}",
+                lambda m: f"{m.input + m.output + m.cache_write + m.cache_read:,}", drop=7),
+        _Column("Cost $", _cost(t), _cost, lambda m: f"{m.cost:,.2f}"),
+        _Column("Calls", f"{t.api_calls:,}", lambda r: f"{r.api_calls:,}", lambda m: f"{m.calls:,}", drop=2),
+        _Column("Tools", dash(f"{t.tool_calls:,}"), lambda r: dash(f"{r.tool_calls:,}"), drop=5),
+        _Column("Tool\nerrors", dash(f"{t.tool_errors:,}"), lambda r: dash(f"{r.tool_errors:,}"), drop=4),
+        _Column("Sub-\nagents", dash(f"{t.subagents:,}"), lambda r: dash(f"{r.subagents:,}"), drop=6),
+        _Column("Health", _health(t, known), lambda r: _health(r, known), number=False, drop=1),
+    ]
+
+
+def _fit(columns: list[_Column], rows: list[Row], lead: int, width: int) -> list[_Column]:
+    """The columns that fit ``width`` (``lead``: the label columns' width): numbers are never cut,
+    so the least needed columns give way, highest ``drop`` first."""
+    def need(c: _Column) -> int:
+        cells = [c.footer, *c.head.split("\n"), *(c.cell(r) for r in rows[:200])]
+        widest = max(len(line) for cell in cells for line in cell.split("\n"))
+        return (min(widest, 16) if not c.number else widest) + 3
+
+    kept = list(columns)
+    for c in sorted((c for c in columns if c.drop), key=lambda c: -c.drop):
+        if lead + sum(need(k) for k in kept) + 1 <= width:
+            break
+        kept.remove(c)
+    return kept
+
+
 def render(report: Report, console: Console, q: Query, breakdown: bool = False) -> None:
-    """A rich table: one line per row, per model below it with ``breakdown``, the totals last."""
+    """A rich table: one line per row, per model below it with ``breakdown``, the totals last.
+    On a narrow terminal the least needed columns give way (the omitted ones are named)."""
     table = Table(title=f"ccotel report: {report.view} ({_zone_name(q.tz)}; from the {report.source})",
                   show_footer=True, header_style="bold", footer_style="bold")
     first = {"daily": "Date", "weekly": "Week of", "monthly": "Month", "session": "Started",
              "project": "Project"}[report.view]
-    table.add_column(first, footer="Total", overflow="fold")
-    if report.view == "session":
-        table.add_column("Project", overflow="fold")  # a path: folded, never cut
-        table.add_column("Session")
-    t = report.totals
-    table.add_column("Models")
-    for head, value in (("Input", t.input), ("Output", t.output), ("Cache write", t.cache_write),
-                        ("Cache read", t.cache_read), ("Total tokens", t.total_tokens)):
-        table.add_column(head, justify="right", footer=f"{value:,}")
-    table.add_column("Cost $", justify="right", footer=_cost(t))
-    table.add_column("Calls", justify="right", footer=f"{t.api_calls:,}")
-    known = report.source != "transcripts"  # tools, subagents and health are in the ledger only
-    for head, value in (("Tools", t.tool_calls), ("Tool errors", t.tool_errors), ("Subagents", t.subagents)):
-        table.add_column(head, justify="right", footer=f"{value:,}" if known else "-")
-    table.add_column("Health", footer=_health(t, known))
     dates = _Dates(q.tz)
-    for r in report.rows:
-        lead = [_label(r, report.view, dates)]
+    labels = [_label(r, report.view, dates) for r in report.rows]
+    lead_width = max([len(first), 5, *(len(x) for x in labels)]) + 3
+    table.add_column(first, footer="Total", overflow="fold", no_wrap=report.view != "project",
+                     min_width=min(lead_width - 3, 40))
+    if report.view == "session":
+        table.add_column("Project", overflow="fold", min_width=12)  # a path: folded, never cut
+        table.add_column("Session", no_wrap=True)
+        lead_width += 15 + 11
+    known = report.source != "transcripts"  # tools, subagents and health are in the ledger only
+    columns = _columns(report, known, breakdown)
+    shown = _fit(columns, report.rows, lead_width, console.width)
+    for c in shown:
+        if c.number:
+            table.add_column(c.head, justify="right", footer=c.footer, no_wrap=True, min_width=len(c.footer))
+        else:
+            table.add_column(c.head, footer=c.footer, overflow="fold", min_width=10)
+    for r, label in zip(report.rows, labels, strict=True):
+        lead = [label]
         if report.view == "session":
             lead += [_place(r), (r.session_id or "")[:8]]
-        table.add_row(*lead, ", ".join(_short(m) for m in sorted(r.models)), f"{r.input:,}", f"{r.output:,}",
-                      f"{r.cache_write:,}", f"{r.cache_read:,}", f"{r.total_tokens:,}", _cost(r), f"{r.api_calls:,}",
-                      *((f"{r.tool_calls:,}", f"{r.tool_errors:,}", f"{r.subagents:,}") if known else ("-",) * 3),
-                      _health(r, known))
+        table.add_row(*lead, *(c.cell(r) for c in shown))
         if breakdown:
             for model, m in report_models(r):
-                pad = [""] * len(lead)
-                table.add_row(*pad, f"  └ {_short(model)}", f"{m.input:,}", f"{m.output:,}", f"{m.cache_write:,}",
-                              f"{m.cache_read:,}", f"{m.input + m.output + m.cache_write + m.cache_read:,}",
-                              f"{m.cost:,.2f}", f"{m.calls:,}", "", "", "", "", style="dim")
+                cells = [(c.model_cell(m) if c.model_cell else "") for c in shown]
+                if shown and shown[0].head == "Models":
+                    cells[0] = f"└ {_short(model)}"
+                table.add_row(*([""] * len(lead)), *cells, style="dim")
     console.print(table)
-    if t.unpriced:
-        console.print(f"* without the calls of models that have no price: {', '.join(sorted(t.unpriced))} "
+    left_out = [c.head.replace("-\n", "").replace("\n", " ") for c in columns if c not in shown]
+    if left_out:
+        console.print(f"(not shown at this width: {', '.join(left_out)}; --json has every column)", style="dim")
+    if report.totals.unpriced:
+        console.print(f"* without the calls of models that have no price: {', '.join(sorted(report.totals.unpriced))} "
                       "(give them one with --prices)")
     if report.source == "transcripts":
         console.print("Tool calls, subagents and health come from the ledger, which `ccotel run` and `ccotel "
