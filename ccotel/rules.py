@@ -34,11 +34,25 @@ turn (``claude_code.turn.lost_tools``). A repaired call is no reset: nothing was
 Ghost session: a main transcript with a prompt and no assistant record of any kind. An API
 error line is an assistant record (the CLI reached the API and wrote its answer), so a session
 whose only reply is a failed call is not a ghost.
+
+Resume blockers (``ccotel check``, and the detectors' reasons for an absent transcript): each is a
+``Finding`` with a stable ``FindingCode``. Whether it blocks a resume depends on the version: the
+real CLI 2.1.197 and 2.1.330 resumed minimally edited real transcripts with a dangling parentUuid,
+a dangling ``logicalParentUuid`` or a ``pr-link``/``summary``/``file-history-snapshot`` first line
+and sent the whole history (tests/harness/NOTES.md, "Resume blockers"); 2.1.143 answered "No
+conversation found" to a ``pr-link`` first line (anthropics/claude-code#62851). An absent
+transcript is told apart by its evidence (``absent_reason``): swept by the retention sweep
+(``cleanupPeriodDays``, default 30: older than that), relocated (the file is under another project
+dir), never persisted (``--no-session-persistence``, ``CLAUDE_CODE_SKIP_PROMPT_HISTORY``: the CLI
+writes no transcript at all, only ``sessions/<pid>.json`` and an empty ``session-env/<id>/``), or
+missing (the file existed, or history.jsonl names prompts of it, and it is gone too young).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 
 from .records import AdvisorCall, Entry, Usage
@@ -61,6 +75,22 @@ __all__ = [
     "reported_model",
     "KNOWN_FIELDS",
     "KNOWN_LINE_TYPES",
+    "Absence",
+    "ChainLine",
+    "Finding",
+    "FindingCode",
+    "RETENTION_DAYS",
+    "absent_reason",
+    "broken_chain_blocks",
+    "dangling_logical_parents",
+    "dangling_parents",
+    "first_line_blocks",
+    "is_message_line",
+    "orphan_blocks_resume",
+    "parse_version",
+    "repairs_orphans_on_resume",
+    "resume_chain",
+    "retention_days",
 ]
 
 SYNTHETIC_MODEL = "<synthetic>"
@@ -241,3 +271,168 @@ KNOWN_FIELDS: dict[str, frozenset[str]] = {
                              "totalLinesRemoved", "totalToolDuration", "type"}),
 }
 KNOWN_LINE_TYPES = frozenset(KNOWN_FIELDS)
+
+
+# -- resume blockers and absent transcripts ----------------------------------------------------------
+
+RETENTION_DAYS = 30  # Claude Code's default cleanupPeriodDays
+# The first version seen to write a repair for an orphaned tool_use on --resume: 2.1.330 does (fixture
+# s06), 2.1.197 and the public 2.1.204-2.1.237 transcripts never do. The exact release in between is
+# unknown; "2.1.3xx" is what the README and DESIGN.md 1b say.
+_REPAIR_FROM = (2, 1, 300)
+# The oldest version seen to resume a dangling parentUuid / logicalParentUuid or a non-message first
+# line with its whole history (edited real fixtures, both pinned versions). Older ones are taken at the
+# users' word (anthropics/claude-code#62851, 2.1.143: "No conversation found").
+_TOLERANT_FROM = (2, 1, 197)
+# Lines in the parentUuid tree (FORMAT.md 7); the rest (summary, file-history-*, pr-link, ...) are metadata.
+_CHAIN_TYPES = frozenset({"user", "assistant", "system", "attachment", "progress"})
+# What a -p run writes first (both pinned versions): Claude Code's own first line, resumed fine.
+_FIRST_OK = _CHAIN_TYPES | {"queue-operation"}
+
+
+class FindingCode(str, Enum):
+    """The stable codes of ``ccotel check`` findings (orchestrators match on them)."""
+
+    NO_ASSISTANT_RECORD = "no_assistant_record"
+    TRAILING_ORPHANED_TOOL_USE = "trailing_orphaned_tool_use"
+    STALLED = "stalled"
+    BROKEN_PARENT_CHAIN = "broken_parent_chain"
+    COMPACT_LOGICAL_PARENT_MISSING = "compact_logical_parent_missing"
+    FIRST_LINE_NOT_MESSAGE = "first_line_not_message"
+    CWD_MISSING = "cwd_missing"
+    WORKTREE_MISSING = "worktree_missing"
+    SESSION_LIVE = "session_live"
+    CONCURRENT_WRITERS = "concurrent_writers"
+    TRANSCRIPT_SWEPT = "transcript_swept"
+    TRANSCRIPT_RELOCATED = "transcript_relocated"
+    TRANSCRIPT_NOT_PERSISTED = "transcript_not_persisted"
+    TRANSCRIPT_MISSING = "transcript_missing"
+
+
+@dataclass(frozen=True)
+class Finding:
+    code: FindingCode
+    blocks: bool  # does it block a resume?
+    message: str
+    evidence: tuple[str, ...] = ()
+
+    def as_dict(self) -> dict[str, object]:
+        return {"code": self.code.value, "severity": "blocks_resume" if self.blocks else "warning",
+                "blocks_resume": self.blocks, "message": self.message, "evidence": list(self.evidence)}
+
+
+def parse_version(version: str | None) -> tuple[int, int, int] | None:
+    """``"2.1.330"`` -> (2, 1, 330); None when absent or not numeric."""
+    if not version:
+        return None
+    try:
+        parts = tuple(int(p) for p in version.split(".")[:3])
+    except ValueError:
+        return None
+    return (parts + (0, 0, 0))[:3] if parts else None  # type: ignore[return-value]
+
+
+def repairs_orphans_on_resume(version: str | None) -> bool:
+    """Does ``claude --resume`` of this version write a result for a trailing orphaned tool_use?"""
+    v = parse_version(version)
+    return v is not None and v >= _REPAIR_FROM
+
+
+def orphan_blocks_resume(version: str | None) -> bool:
+    """A trailing orphan blocks a resume on versions that leave it as a dead branch (the lost call)."""
+    return not repairs_orphans_on_resume(version)
+
+
+def _tolerant(version: str | None) -> bool:
+    v = parse_version(version)
+    return v is not None and v >= _TOLERANT_FROM
+
+
+def broken_chain_blocks(version: str | None) -> bool:
+    """A dangling parentUuid/logicalParentUuid on the resumed chain: tolerated from 2.1.197."""
+    return not _tolerant(version)
+
+
+def is_message_line(line_type: str | None) -> bool:
+    return line_type in _CHAIN_TYPES
+
+
+def first_line_blocks(line_type: str | None, version: str | None) -> bool | None:
+    """None: the first line is fine; else whether it blocks a resume on ``version``."""
+    if line_type in _FIRST_OK:
+        return None
+    return not _tolerant(version)
+
+
+@dataclass(frozen=True)
+class ChainLine:
+    """What the parentUuid rules need of a line."""
+
+    type: str
+    uuid: str | None
+    parent_uuid: str | None
+    logical_parent_uuid: str | None = None
+    subtype: str | None = None
+
+
+def dangling_parents(lines: Sequence[ChainLine]) -> list[tuple[str, str]]:
+    """(uuid, parentUuid) of chain lines whose parent is not in the file."""
+    known = {ln.uuid for ln in lines if ln.uuid}
+    return [(ln.uuid or "", ln.parent_uuid) for ln in lines
+            if ln.type in _CHAIN_TYPES and ln.parent_uuid and ln.parent_uuid not in known]
+
+
+def dangling_logical_parents(lines: Sequence[ChainLine]) -> list[tuple[str, str]]:
+    """(uuid, logicalParentUuid) of compact_boundary lines whose logical parent is not in the file."""
+    known = {ln.uuid for ln in lines if ln.uuid}
+    return [(ln.uuid or "", ln.logical_parent_uuid) for ln in lines
+            if ln.subtype == "compact_boundary" and ln.logical_parent_uuid and ln.logical_parent_uuid not in known]
+
+
+def resume_chain(lines: Sequence[ChainLine]) -> set[str]:
+    """The uuids a resume loads: from the last chain line back by parentUuid, across a
+    compact_boundary by logicalParentUuid. Bounded by the number of lines (a cycle ends it)."""
+    by_uuid = {ln.uuid: ln for ln in lines if ln.uuid}
+    leaf = next((ln for ln in reversed(lines) if ln.type in _CHAIN_TYPES and ln.uuid), None)
+    seen: set[str] = set()
+    cur = leaf
+    while cur is not None and cur.uuid and cur.uuid not in seen:
+        seen.add(cur.uuid)
+        nxt = cur.parent_uuid or (cur.logical_parent_uuid if cur.subtype == "compact_boundary" else None)
+        cur = by_uuid.get(nxt) if nxt else None
+    return seen
+
+
+def retention_days(settings: dict[str, Any] | None) -> int:
+    """``cleanupPeriodDays`` of a settings.json (positive int), else Claude Code's default 30."""
+    v = (settings or {}).get("cleanupPeriodDays")
+    return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else RETENTION_DAYS
+
+
+class Absence(str, Enum):
+    """Why a session known on disk has no transcript (the detectors' reset reasons)."""
+
+    SWEPT = "transcript_swept"
+    RELOCATED = "transcript_relocated"
+    NOT_PERSISTED = "not_persisted"
+    MISSING = "missing_transcript"
+
+
+def absent_reason(*, elsewhere: bool, last_seen_s: float | None, now_s: float, retention: int,
+                  had_transcript: bool) -> Absence:
+    """Classify a known session without its transcript.
+
+    elsewhere: its ``<id>.jsonl`` is under another project dir or root (relocated). last_seen_s: the
+    newest time any evidence of it was written (history.jsonl timestamp, sessions file startedAt or
+    updatedAt, remnant mtime, the transcript's own mtime). had_transcript: the file was seen, or
+    history.jsonl holds prompts of it, or transcript remnants (``<id>/subagents``, ``tool-results``) are
+    left. Without any of that the CLI never wrote one: persistence was off (the sessions file and the
+    empty session-env dir are all a ``--no-session-persistence`` or ``CLAUDE_CODE_SKIP_PROMPT_HISTORY``
+    run leaves)."""
+    if elsewhere:
+        return Absence.RELOCATED
+    if last_seen_s is not None and now_s - last_seen_s > retention * 86400:
+        return Absence.SWEPT
+    if not had_transcript:
+        return Absence.NOT_PERSISTED
+    return Absence.MISSING
