@@ -40,7 +40,7 @@ from .runner import (
 )
 from .shard import default_workers
 from .spans import Conventions
-from .state import State, StateError, StateLock, StateLocked, default_state_dir, lock_state_dir
+from .state import StateError, StateLock, StateLocked, is_url, lock_state, open_state, resolve_state
 from .watch import Watcher
 
 if TYPE_CHECKING:
@@ -97,8 +97,13 @@ def build_parser() -> argparse.ArgumentParser:
                         help="seconds a tool call may go without a result before it counts as orphaned")
 
     def durable(sp: argparse.ArgumentParser) -> None:
-        sp.add_argument("--state-dir", default=None,
-                        help="checkpoints and counter totals (default $XDG_STATE_HOME/ccotel); 'none' keeps nothing")
+        sp.add_argument("--state", default=None, metavar="DIR|URL",
+                        help="checkpoints, counter totals and the usage ledger: a dir (SQLite, one host; default "
+                             "$CCOTEL_STATE or $XDG_STATE_HOME/ccotel), a postgresql:// URL (one state for a fleet; "
+                             "password from PGPASSWORD or ~/.pgpass rather than the URL), or 'none' to keep nothing")
+        sp.add_argument("--state-dir", default=None, help="the same as --state (a dir)")
+        sp.add_argument("--host-id", default=None,
+                        help="this host's name in a shared (PostgreSQL) state (default $CCOTEL_HOST_ID, the host name)")
 
     run = sub.add_parser("run", help="catch up on history, then follow transcripts live")
     common(run)
@@ -203,23 +208,26 @@ class _Progress:
 
 
 def _lock(args: argparse.Namespace) -> StateLock | None:
-    """The state dir for this process alone (raises StateLocked / StateUnavailable)."""
-    if args.state_dir == "none":
-        log.warning("--state-dir none: no checkpoints; every start reads, sends and counts the whole history again")
+    """The state for this process alone: the dir, or this host id in PostgreSQL (raises
+    StateLocked / StateUnavailable)."""
+    location = _state_dir(args)
+    if location is None:
+        log.warning("--state none: no checkpoints; every start reads, sends and counts the whole history again")
         return None
-    return lock_state_dir(args.state_dir or default_state_dir())
+    return lock_state(location, args.host_id)
 
 
 def _catch_up_in_parallel(args: argparse.Namespace, progress: _Progress, close_all: bool = False,
                           metrics: bool = False, stopper: Stopper | None = None) -> CatchUpResult | None:
     """A large history is first read by several processes (catchup.py); the pipeline then reads
     only what they left open."""
-    if args.state_dir == "none":
-        return None  # without checkpoints the pipeline would read it all again
+    location = _state_dir(args)
+    if location is None or is_url(location):
+        return None  # without checkpoints the pipeline would read it all again; PostgreSQL: one reader per host
     from .catchup import catch_up_in_parallel  # multiprocessing and ctypes: only when needed
 
     workers = default_workers() if args.workers is None else args.workers
-    done = catch_up_in_parallel(_options(args), args.state_dir or default_state_dir(), args.traces_exporter,
+    done = catch_up_in_parallel(_options(args), location, args.traces_exporter,
                                 workers, progress, close_all=close_all, min_bytes=int(args.parallel_min_mb * 1e6),
                                 metrics=metrics, stopper=stopper)
     if done is not None:
@@ -232,7 +240,8 @@ def _catch_up_in_parallel(args: argparse.Namespace, progress: _Progress, close_a
 
 
 def _state_dir(args: argparse.Namespace) -> str | None:
-    return None if args.state_dir == "none" else (args.state_dir or default_state_dir())
+    """--state, --state-dir, $CCOTEL_STATE or the default dir; None for 'none'."""
+    return resolve_state(getattr(args, "state", None), args.state_dir)
 
 
 def cmd_backfill(args: argparse.Namespace, stopper: Stopper | None = None) -> int:
@@ -242,7 +251,7 @@ def cmd_backfill(args: argparse.Namespace, stopper: Stopper | None = None) -> in
     progress = _Progress(stopper)
     parallel = _catch_up_in_parallel(args, progress, close_all=args.close_all, stopper=stopper)
     stopper.hard = True
-    wired = wire(_options(args), args.traces_exporter, _state_dir(args), stopper=stopper)
+    wired = wire(_options(args), args.traces_exporter, _state_dir(args), stopper=stopper, host=args.host_id)
     describe(wired, args.traces_exporter)
     pipeline, queue = wired.pipeline, wired.queue
     kept = read_history(wired, progress, stopper, close_all=args.close_all)
@@ -284,7 +293,7 @@ def cmd_run(args: argparse.Namespace, stopper: Stopper | None = None) -> int:
         log.info("GenAI metrics go to %s every %.0f s", genai.describe(), genai.settings.interval_ms / 1000)
     state_dir = _state_dir(args)
     if state_dir is not None:  # served from the start, with the totals of the last run
-        saved = State(state_dir)
+        saved = open_state(state_dir, args.host_id)
         metrics.restore(saved.counters())
         saved.close()
     _metrics_server(args, metrics)
@@ -294,7 +303,8 @@ def cmd_run(args: argparse.Namespace, stopper: Stopper | None = None) -> int:
     progress = _Progress(stopper)
     parallel = _catch_up_in_parallel(args, progress, metrics=True, stopper=stopper)
     stopper.hard = True
-    wired = wire(_options(args), args.traces_exporter, state_dir, metrics, stopper, keep_reading=True)
+    wired = wire(_options(args), args.traces_exporter, state_dir, metrics, stopper, keep_reading=True,
+                 host=args.host_id)
     describe(wired, args.traces_exporter)
     pipeline = wired.pipeline
     read_history(wired, progress, stopper)

@@ -2,7 +2,8 @@
 
 Checkpoint rule: a file's offset moves past a line only when every span built from it was
 acknowledged (or dropped for good). Lines of a turn still open (or not yet delivered) are
-re-read after a restart; spans of it already delivered are not sent again (state.acked).
+re-read after a restart; spans of it already delivered are not sent again (state.acked). In a
+fleet sharing one state, a span goes out from the one host whose claim on its id won (``take``).
 ``acknowledge`` runs on the export thread; everything else on the pipeline's thread; the lock
 keeps the two apart.
 """
@@ -51,20 +52,32 @@ class Delivery:
                 self._owners_by_path.setdefault(path, {})[owner.token] = off
             self._maybe_done.add(owner.token)
 
-    def take(self, owner: Owner, spans: Iterable[SpanRecord]) -> list[SpanRecord]:
+    def take(self, owner: Owner, spans: Sequence[SpanRecord]) -> list[SpanRecord]:
         """The spans of an owner about to be sent: those not delivered before a restart, now in
         flight, and counted at once (metrics never wait for the trace backend)."""
         out = []
+        mine = self._claimed(owner, spans)
         with self.lock:
             for span in spans:
                 if span.span_id in self.acked_before:
                     continue  # delivered before a restart
+                if span.span_id not in mine:
+                    continue  # another host of the fleet sends and counts it (a synced copy of its file)
                 owner.pending += 1
                 self._inflight[span.span_id] = (owner, owner.live)
                 out.append(span)
                 if self.metrics is not None and owner.live:
                     self.metrics.observe_span(span, span.span_id)  # counted now, not on delivery
         return out
+
+    def _claimed(self, owner: Owner, spans: Iterable[SpanRecord]) -> set[int]:
+        """The span ids this process may send: a shared state (PostgreSQL) gives each to the
+        first host that claims it; one on this host alone (SQLite, or none) gives them all."""
+        ids = [s.span_id for s in spans if s.span_id not in self.acked_before]
+        if self.state is None or not ids:
+            return set(ids)
+        path = next(iter(owner.first_offsets), None)
+        return self.state.claim(ids, anchor_of(path) if path is not None else PERMANENT)
 
     def acknowledge(self, spans: Sequence[SpanRecord], result: ExportResult | None = None) -> None:
         """These spans are final (called from the export thread): the backend took them, or

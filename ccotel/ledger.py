@@ -34,8 +34,8 @@ from typing import Any, NamedTuple
 from . import rules
 from .records import SpanRecord, StatusCode
 
-__all__ = ["LEDGER_FILE", "SCHEMA_VERSION", "CallRow", "Ledger", "LedgerError", "ToolRow", "TurnRow", "AgentRow",
-           "project_dir_of"]
+__all__ = ["LEDGER_FILE", "SCHEMA_VERSION", "CallRow", "Ledger", "LedgerError", "LedgerWriteError", "ToolRow",
+           "TurnRow", "AgentRow", "project_dir_of", "rows_of", "Rows", "UPSERT_CALL_SET"]
 
 LEDGER_FILE = "ledger.db"
 SCHEMA_VERSION = 1
@@ -106,10 +106,8 @@ CREATE TABLE IF NOT EXISTS turns (
 
 # A later snapshot of a call replaces the row (larger output, then larger total: rules.snapshot_rank);
 # the session, start and project stay those of the first record.
-_UPSERT_CALL = """
-INSERT INTO calls VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)
-ON CONFLICT (key) DO UPDATE SET
-    time_ns = max(calls.time_ns, excluded.time_ns), model = coalesce(excluded.model, calls.model),
+UPSERT_CALL_SET = """
+    model = coalesce(excluded.model, calls.model),
     api_error = excluded.api_error, input = excluded.input, output = excluded.output,
     cache_read = excluded.cache_read, cache_write = excluded.cache_write,
     cache_write_5m = excluded.cache_write_5m, cache_write_1h = excluded.cache_write_1h,
@@ -117,6 +115,10 @@ ON CONFLICT (key) DO UPDATE SET
 WHERE (excluded.output, excluded.input + excluded.output + excluded.cache_read + excluded.cache_write)
     > (calls.output, calls.input + calls.output + calls.cache_read + calls.cache_write)
 """
+_UPSERT_CALL = """
+INSERT INTO calls VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)
+ON CONFLICT (key) DO UPDATE SET
+    time_ns = max(calls.time_ns, excluded.time_ns),""" + UPSERT_CALL_SET
 # Tools, agents and turns: the latest span is the fullest view (a result that came after a restart).
 _UPSERT_TOOL = "INSERT OR REPLACE INTO tools VALUES (?,?,?,?,?,?,?,?)"
 _UPSERT_AGENT = "INSERT OR REPLACE INTO agents VALUES (?,?,?,?,?,?,?)"
@@ -127,6 +129,11 @@ _NOT_ALNUM = re.compile(r"[^A-Za-z0-9]")
 
 class LedgerError(RuntimeError):
     """The ledger cannot be used (another schema version, not a database)."""
+
+
+class LedgerWriteError(sqlite3.OperationalError):
+    """A write to a ledger on another backend failed (PostgreSQL away): an sqlite3.Error, so the
+    pipeline counts it as it counts a failed SQLite write (its rows are kept and written again)."""
 
 
 class CallRow(NamedTuple):
@@ -231,28 +238,12 @@ class Ledger:
     def record(self, spans: Sequence[SpanRecord]) -> None:
         """Add what these spans say (chat, execute_tool, invoke_agent and turn spans as spans.py
         builds them; anything else is ignored). Recording the same spans again changes nothing."""
-        calls: list[tuple[Any, ...]] = []
-        tools: list[tuple[Any, ...]] = []
-        agents: list[tuple[Any, ...]] = []
-        turns: list[tuple[Any, ...]] = []
-        chat_keys: dict[int, str] = {}  # chat span id -> call key (advisor spans follow their chat span)
-        advisors_seen: dict[int, int] = {}
-        for s in spans:
-            a = s.attributes
-            op = a.get("gen_ai.operation.name")
-            if op == "chat":
-                key = _chat_key(s, chat_keys, advisors_seen)
-                if key is not None:
-                    calls.append(_call_values(key, s))
-            elif op == "execute_tool":
-                tools.append(_tool_values(s))
-            elif op == "invoke_agent" and a.get("gen_ai.agent.name") == "claude-code" \
-                    and "claude_code.turn.outcome" in a:
-                turns.append(_turn_values(s))
-            elif op == "invoke_agent":
-                agents.append(_agent_values(s))
-        if not (calls or tools or agents or turns):
-            return
+        rows = rows_of(spans)
+        if any(rows):
+            self._write(rows)
+
+    def _write(self, rows: Rows) -> None:
+        calls, tools, agents, turns = rows
         with self._transaction():
             self.db.executemany(_UPSERT_CALL, calls)
             self.db.executemany(_UPSERT_TOOL, tools)
@@ -267,8 +258,8 @@ class Ledger:
 
     def coverage(self) -> Coverage:
         roots = self._meta("roots")
-        row = self.db.execute("SELECT count(*) FROM calls").fetchone()
-        return Coverage(int(self._meta("updated_ns") or 0), int(row[0]),
+        count = next(iter(self._rows("SELECT count(*) FROM calls", [])))[0]
+        return Coverage(int(self._meta("updated_ns") or 0), int(count),
                         frozenset(roots.split("\n")) if roots else frozenset())
 
     def calls(self, after_ns: int | None = None, before_ns: int | None = None) -> Iterator[CallRow]:
@@ -276,34 +267,37 @@ class Ledger:
         sql, args = _window("SELECT key, session_id, time_ns, model, agent_id, project, cwd, api_error, input, output, "
                             "cache_read, cache_write, cache_write_5m, cache_write_1h, reasoning, cost FROM calls",
                             after_ns, before_ns)
-        for r in self.db.execute(sql + " ORDER BY time_ns", args):
+        for r in self._rows(sql + " ORDER BY time_ns", args):
             yield CallRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6], bool(r[7]), tuple(r[8:15]), r[15])
 
     def call_keys(self) -> set[str]:
-        return {r[0] for r in self.db.execute("SELECT key FROM calls")}
+        return {r[0] for r in self._rows("SELECT key FROM calls", [])}
 
     def tools(self, after_ns: int | None = None, before_ns: int | None = None) -> Iterator[ToolRow]:
         sql, args = _window("SELECT session_id, tool_use_id, time_ns, name, agent_id, error_type, repaired FROM tools",
                             after_ns, before_ns)
-        for r in self.db.execute(sql, args):
+        for r in self._rows(sql, args):
             yield ToolRow(r[0], r[1], r[2], r[3], r[4], r[5], bool(r[6]))
 
     def agents(self, after_ns: int | None = None, before_ns: int | None = None) -> Iterator[AgentRow]:
         sql, args = _window("SELECT session_id, agent_key, time_ns, agent_type, background, interrupted FROM agents",
                             after_ns, before_ns)
-        for r in self.db.execute(sql, args):
+        for r in self._rows(sql, args):
             yield AgentRow(r[0], r[1], r[2], r[3], bool(r[4]), bool(r[5]))
 
     def turns(self, after_ns: int | None = None, before_ns: int | None = None) -> Iterator[TurnRow]:
         sql, args = _window("SELECT session_id, span_id, time_ns, end_ns, cwd, project, outcome, api_calls, "
                             "orphaned_tools, lost_tools FROM turns", after_ns, before_ns)
-        for r in self.db.execute(sql, args):
+        for r in self._rows(sql, args):
             yield TurnRow(*r)
 
     def sessions_with_calls(self) -> set[str]:
-        return {r[0] for r in self.db.execute("SELECT DISTINCT session_id FROM calls")}
+        return {r[0] for r in self._rows("SELECT DISTINCT session_id FROM calls", [])}
 
-    # -- internals -----------------------------------------------------------------
+    # -- internals (state_pg.PgLedger: the same over PostgreSQL) ------------------
+
+    def _rows(self, sql: str, args: Sequence[Any]) -> Iterator[Sequence[Any]]:
+        return iter(self.db.execute(sql, args))
 
     def _meta(self, key: str) -> str | None:
         try:
@@ -339,6 +333,34 @@ def _window(sql: str, after_ns: int | None, before_ns: int | None) -> tuple[str,
         where.append("time_ns < ?")
         args.append(before_ns)
     return (sql + (" WHERE " + " AND ".join(where) if where else ""), args)
+
+
+Rows = tuple[list[tuple[Any, ...]], list[tuple[Any, ...]], list[tuple[Any, ...]], list[tuple[Any, ...]]]
+
+
+def rows_of(spans: Sequence[SpanRecord]) -> Rows:
+    """The ledger rows (calls, tools, agents, turns) these spans say, as the upserts take them."""
+    calls: list[tuple[Any, ...]] = []
+    tools: list[tuple[Any, ...]] = []
+    agents: list[tuple[Any, ...]] = []
+    turns: list[tuple[Any, ...]] = []
+    chat_keys: dict[int, str] = {}  # chat span id -> call key (advisor spans follow their chat span)
+    advisors_seen: dict[int, int] = {}
+    for s in spans:
+        a = s.attributes
+        op = a.get("gen_ai.operation.name")
+        if op == "chat":
+            key = _chat_key(s, chat_keys, advisors_seen)
+            if key is not None:
+                calls.append(_call_values(key, s))
+        elif op == "execute_tool":
+            tools.append(_tool_values(s))
+        elif op == "invoke_agent" and a.get("gen_ai.agent.name") == "claude-code" \
+                and "claude_code.turn.outcome" in a:
+            turns.append(_turn_values(s))
+        elif op == "invoke_agent":
+            agents.append(_agent_values(s))
+    return calls, tools, agents, turns
 
 
 def _chat_key(s: SpanRecord, chat_keys: dict[int, str], advisors_seen: dict[int, int]) -> str | None:

@@ -26,7 +26,7 @@ from .ledger import Ledger, LedgerError
 from .metrics import Metrics
 from .pipeline import Options, Pipeline
 from .records import SpanRecord
-from .state import State
+from .state import State, host_id, is_url, open_state
 from .watch import Watcher
 
 __all__ = ["Wired", "wire", "fill_ledger", "read_history", "wait_for_backend", "catch_up_traces", "follow", "Stopper",
@@ -160,17 +160,19 @@ class Wired:
 
 
 def wire(options: Options, exporter: str, state_dir: str | None, metrics: Metrics | None = None,
-         stopper: Stopper | None = None, keep_reading: bool = False, verify: bool = True) -> Wired:
-    """One pipeline: its export queue, its state and usage ledger (both under ``state_dir``;
-    None: neither), acknowledgements wired back. ``keep_reading``: a full trace queue does not
+         stopper: Stopper | None = None, keep_reading: bool = False, verify: bool = True,
+         host: str | None = None) -> Wired:
+    """One pipeline: its export queue, its state and usage ledger (both under ``state_dir``, a
+    dir or a ``postgresql://`` URL shared by a fleet, where ``host`` is this host's id; None:
+    neither), acknowledgements wired back. ``keep_reading``: a full trace queue does not
     stop reading and counting (``run``); the spans that did not fit are read again from the trace
     cursor once the backend caught up. ``verify``: check the state database at open (a catch-up
     worker opens one its parent checked)."""
     sink = make_sink(exporter)
-    state = State(state_dir, verify=verify) if state_dir is not None else None
+    state = open_state(state_dir, host, verify=verify) if state_dir is not None else None
     if state is not None and metrics is not None:
         state.on_error = lambda reason: metrics.inc("ccotel_checkpoint_errors", reason)
-    ledger = _ledger(state_dir, options.roots)
+    ledger = _ledger(state_dir, options.roots, host)
     queue = ExportQueue(sink, notify=lambda msg: log.warning("%s", msg),
                         on_failure=(lambda: metrics.inc("ccotel_export_failures")) if metrics else None)
     if stopper is not None:
@@ -180,10 +182,14 @@ def wire(options: Options, exporter: str, state_dir: str | None, metrics: Metric
     return Wired(pipeline, queue, state, ledger)
 
 
-def _ledger(state_dir: str | None, roots: tuple[str, ...]) -> Ledger | None:
+def _ledger(state_dir: str | None, roots: tuple[str, ...], host: str | None = None) -> Ledger | None:
     if state_dir is None:
         return None
     try:
+        if is_url(state_dir):
+            from .state_pg import PgLedger
+
+            return PgLedger(state_dir, host_id(host), roots)
         return Ledger.in_state_dir(state_dir, roots)
     except LedgerError as exc:
         log.error("the usage ledger cannot be used (%s); reports will read the transcripts only", exc)
@@ -195,8 +201,8 @@ def fill_ledger(options: Options, state_dir: str | None, stopper: Stopper) -> No
     history, which the pipeline will never build spans for again, so the ledger is filled from
     the transcripts once, before anything is recorded in it. Stoppable between files (the next
     start fills it, from an empty ledger, again)."""
-    if state_dir is None or not os.path.exists(os.path.join(state_dir, "state.db")):
-        return
+    if state_dir is None or is_url(state_dir) or not os.path.exists(os.path.join(state_dir, "state.db")):
+        return  # a PostgreSQL state was never without its ledger
     state = State(state_dir)
     checkpoints = state.files()
     state.close()

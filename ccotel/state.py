@@ -11,7 +11,8 @@ One database, written in one transaction per acknowledged batch:
   replayed into another file after a restart is still counted once;
 - counters: the metric totals, so a restart never makes a counter jump or count twice;
 - marks: one-off events already counted (a ghost session, a missing subagent transcript).
-All SQL lives in this module.
+All SQLite SQL lives in this module; state_pg.py is the same interface over PostgreSQL, for a
+fleet of hosts sharing one state (``open_state`` picks the backend from ``--state``).
 
 Bounded: a digest or a mark is kept for as long as a transcript that holds it is on disk. Each
 row is anchored to the file it was read from (``anchor``: ``digest64(path)``; a replay adds the
@@ -28,6 +29,7 @@ import fcntl
 import hashlib
 import logging
 import os
+import socket
 import sqlite3
 import struct
 import threading
@@ -39,7 +41,7 @@ from .tail import FileIdentity
 
 __all__ = ["State", "Commit", "digest64", "anchor_of", "PERMANENT", "default_state_dir",
            "StateError", "StateUnavailable", "StateLocked",
-           "StateLock", "lock_state_dir"]
+           "StateLock", "lock_state_dir", "is_url", "resolve_state", "host_id", "open_state", "lock_state"]
 
 log = logging.getLogger("ccotel.state")
 
@@ -110,6 +112,44 @@ def default_state_dir(env: dict[str, str] | None = None) -> str:
     return os.path.join(base, "ccotel")
 
 
+def is_url(location: str | None) -> bool:
+    """A PostgreSQL URL (the fleet backend) rather than a state dir (SQLite)."""
+    return location is not None and location.startswith(("postgresql://", "postgres://"))
+
+
+def resolve_state(state: str | None, state_dir: str | None = None, env: dict[str, str] | None = None) -> str | None:
+    """Where the state is: ``--state`` (a dir or a ``postgresql://`` URL), else its alias
+    ``--state-dir``, else ``$CCOTEL_STATE``, else the default dir. None: ``none`` (no state)."""
+    env = dict(os.environ) if env is None else env
+    location = state or state_dir or env.get("CCOTEL_STATE") or default_state_dir(env)
+    return None if location == "none" else location
+
+
+def host_id(explicit: str | None = None, env: dict[str, str] | None = None) -> str:
+    """This host's name in a shared state: ``--host-id``, ``$CCOTEL_HOST_ID``, or the host name.
+    Checkpoints, acknowledged ids and counters are kept per host id; two hosts need two ids."""
+    env = dict(os.environ) if env is None else env
+    return explicit or env.get("CCOTEL_HOST_ID") or socket.gethostname()
+
+
+def open_state(location: str, host: str | None = None, verify: bool = True) -> State:
+    """The state at ``location``: SQLite in a dir, or PostgreSQL at a URL (``host``: this host's id)."""
+    if is_url(location):
+        from .state_pg import PgState  # psycopg: only for a fleet (the ``fleet`` extra)
+
+        return PgState(location, host_id(host))
+    return State(location, verify=verify)
+
+
+def lock_state(location: str, host: str | None = None) -> StateLock:
+    """The state for this process: the dir's flock, or this host id's lock in PostgreSQL."""
+    if is_url(location):
+        from .state_pg import lock_host
+
+        return lock_host(location, host_id(host))
+    return lock_state_dir(location)
+
+
 class StateError(RuntimeError):
     """The state cannot be used; the message says why, for the operator."""
 
@@ -145,9 +185,10 @@ def _prepare_dir(state_dir: str) -> None:
 
 class StateLock:
     """An exclusive flock on ``<state dir>/ccotel.lock``, held for the life of the process (and of
-    catch-up workers forked from it): one ccotel writes a state at a time. Released on exit."""
+    catch-up workers forked from it): one ccotel writes a state at a time. Released on exit.
+    (state_pg.HostLock: the same for one host id in PostgreSQL.)"""
 
-    def __init__(self, path: str, fd: int) -> None:
+    def __init__(self, path: str, fd: int | None) -> None:
         self.path = path
         self._fd: int | None = fd
 
@@ -358,6 +399,21 @@ class State:
                     f" (SELECT 1 FROM {table} b WHERE b.{column} = a.{column} AND b.anchor NOT IN ({marks}))",
                     chunk + chunk))
         return out
+
+    def claim(self, span_ids: list[int], anchor: int) -> set[int]:
+        """Of these spans (built from the file of ``anchor``), the ones this process sends and
+        counts. One writer per SQLite state: all of them. (PostgreSQL: the ones no other host
+        claimed first; see state_pg.py.)"""
+        return set(span_ids)
+
+    def claim_mark(self, mark: str, anchor: int) -> bool:
+        """Does this process count the one-off event ``mark``? One writer per SQLite state: the
+        caller's own set of marks decides (True). (PostgreSQL: the first host to insert it.)"""
+        return True
+
+    def describe(self) -> str:
+        """Where the state is, for logs (never a password)."""
+        return self.path
 
     def sizes(self) -> dict[str, int]:
         """Rows per table, and the database's bytes on disk (with its WAL): what bounded state is measured by."""
