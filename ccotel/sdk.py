@@ -240,6 +240,7 @@ class Observer:
         self.retry_step_s = retry_step_s
         self._sleep = sleep if sleep is not None else anyio.sleep
         self._waited_in_vain = False  # a full wait found no transcript at all (not persisted)
+        self._one_at_a_time = anyio.Lock()  # two queries wrapped by one observer in parallel tasks
         self._told_frozen = False
         self.spans: LiveSpans | None = None
         self._closed = False
@@ -264,12 +265,20 @@ class Observer:
         if sid is not None and self.matcher.watch(sid) and self.spans is not None:
             self.spans.watch(sid)
         wanted = wanted_of(message)
-        raw = None if wanted is None else await self._find(wanted)
+        raw = None
+        if wanted is not None:
+            async with self._one_at_a_time:
+                raw = await self._find(wanted)
         self._set_raw(message, raw)
         return raw
 
+    async def _refresh(self) -> None:
+        # in a worker thread: a long transcript read from its start must not hold up the event
+        # loop (the matcher is used by one call at a time: _find runs under a lock)
+        await anyio.to_thread.run_sync(self.matcher.refresh)
+
     async def _find(self, wanted: Wanted) -> RawEntry | None:
-        self.matcher.refresh()
+        await self._refresh()
         raw = self.matcher.take(wanted)
         if raw is not None:
             return raw
@@ -280,7 +289,7 @@ class Observer:
         while raw is None:
             final = time.monotonic() + self.retry_step_s >= deadline
             await self._sleep(self.retry_step_s)
-            self.matcher.refresh()
+            await self._refresh()
             raw = self.matcher.take(wanted, final=final)
             if final:
                 break

@@ -71,9 +71,11 @@ def _text_signature(kind: str, text: str) -> str:
 def block_signature(kind: str, block_id: str | None, text: str | None) -> str | None:
     """The signature of one content block given its type, id (tool_use id, or the tool_use_id a
     result answers) and text (text or thinking)."""
-    if kind in ("tool_use", "server_tool_use") and block_id:
+    # server tools too: server_tool_use, and results such as advisor_tool_result or
+    # web_search_tool_result (the SDK has one ServerToolResultBlock for all of them)
+    if kind.endswith("tool_use") and block_id:
         return f"tool_use:{block_id}"
-    if kind in ("tool_result", "server_tool_result") and block_id:
+    if kind.endswith("_result") and block_id:
         return f"tool_result:{block_id}"
     if kind in ("text", "thinking") and text is not None:
         return _text_signature(kind, text)
@@ -89,6 +91,8 @@ def content_signature(content: Any) -> str | None:
     block = content[0]
     kind = str(block.get("type"))
     block_id = block.get("id") if kind.endswith("tool_use") else block.get("tool_use_id")
+    if isinstance(block.get("tool_use_id"), str) and not kind.endswith("_result"):
+        kind = "tool_result"  # a result block of a type not seen yet: its id still says what it answers
     text = block.get("thinking") if kind == "thinking" else block.get("text")
     return block_signature(kind, block_id if isinstance(block_id, str) else None,
                            text if isinstance(text, str) else None)
