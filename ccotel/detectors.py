@@ -6,6 +6,14 @@ the one ghost rule, shared with ``ccotel check``). A missing subagent transcript
 named by its parent (toolUseResult.agentId or meta.json) whose transcript never appeared.
 Events are counted only once ccotel has caught up (``counting``): history read on a first start
 goes to traces only.
+
+An absent transcript is classified by the same rule ``ccotel check`` reports with
+(``rules.absent_reason`` over ``evidence.py``): a followed main transcript that is deleted, and a
+session known on disk (sessions/<pid>.json, history.jsonl, transcript remnants) with no transcript,
+once no process of it runs and its evidence is older than the stall timeout. Only a real loss counts
+as a missing transcript; a retention sweep (``transcript_swept``), a move to another project dir
+(``transcript_relocated``) and a run without persistence (``not_persisted``) are reset reasons of
+their own.
 """
 
 from __future__ import annotations
@@ -13,6 +21,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable
 
+from . import evidence, rules
 from .assemble import Assembler
 from .metrics import Metrics
 from .procs import Proc, any_alive, read_session_pids
@@ -23,6 +32,7 @@ from .state import PERMANENT, State, anchor_of
 __all__ = ["Detectors", "CAUGHT_UP"]
 
 CAUGHT_UP = "caught_up"  # the mark of the first catch-up: from then on, and after any restart, events count
+_SCAN_NS = 60 * 10 ** 9  # at most one scan of the evidence a minute (it lists every project dir)
 
 
 class Detectors:
@@ -40,6 +50,11 @@ class Detectors:
         self._agent_files: set[tuple[str | None, str]] = set()  # (session, agent id) with a transcript
         self._pids: dict[str, tuple[Proc, ...]] = {}
         self._pids_read_ns = 0
+        self._mtimes: dict[str, float] = {}  # main transcript -> mtime when last read (the sweep goes by it)
+        self._gone: list[tuple[str, str, float | None]] = []  # deleted main transcripts: (session, path, mtime)
+        self._gone_counted: set[str] = set()
+        self._histories: dict[str, evidence.HistoryIndex] = {}
+        self._scanned_ns: int | None = None
 
     def counting(self) -> bool:
         """Events are counted once ccotel has caught up, or from the start after a restart."""
@@ -72,11 +87,18 @@ class Detectors:
         tf = st.tf
         if tf.kind is FileKind.MAIN and st.has_user and not st.has_assistant and f"ghost:{tf.path}" not in self.marks:
             self._ghost_candidates.add(tf.path)
+        if tf.kind is FileKind.MAIN:
+            try:
+                self._mtimes[tf.path] = os.stat(tf.path).st_mtime
+            except OSError:
+                pass
 
     def forget(self, states: Iterable[FileState], marks: set[str]) -> None:
         """Files deleted; ``marks`` no file on disk holds any more."""
         for st in states:
             self._ghost_candidates.discard(st.tf.path)
+            if st.tf.kind is FileKind.MAIN and st.tf.session_id and st.tf.path not in self._gone_counted:
+                self._gone.append((st.tf.session_id, st.tf.path, self._mtimes.pop(st.tf.path, None)))
             if st.tf.agent_id is not None:
                 self._agent_files.discard((st.tf.session_id, st.tf.agent_id))
         self.marks -= marks
@@ -132,8 +154,52 @@ class Detectors:
                 continue
             self._ghost_candidates.discard(path)
             if self._mark(f"ghost:{path}", anchor_of(path)):
-                self._count("ccotel_missing_transcripts", "session")
-                self._count("ccotel_session_resets", "missing_transcript", "transcript")
+                self._count_absence(rules.Absence.MISSING)
+        self._judge_gone(now, files)
+        if self._scanned_ns is None or now - self._scanned_ns >= min(self.stall_ns, _SCAN_NS):
+            self._scanned_ns = now
+            self._judge_known(now, files)
+
+    def _retention(self) -> int:
+        return min((evidence.retention_of(r) for r in self.roots), default=rules.RETENTION_DAYS)
+
+    def _judge_gone(self, now: int, files: dict[str, FileState]) -> None:
+        """Followed main transcripts that were deleted: swept, relocated or lost (once each)."""
+        gone, self._gone = self._gone, []
+        for sid, path, mtime in gone:
+            if path in self._gone_counted or os.path.exists(path):
+                continue
+            self._gone_counted.add(path)
+            # A mark commits the count with the totals (one row per deleted transcript: no file holds it).
+            if not self._mark(f"gone:{path}", PERMANENT):
+                continue
+            elsewhere = any(st.tf.session_id == sid and st.tf.kind is FileKind.MAIN for st in files.values()) \
+                or bool(evidence.transcripts_of(self.roots, sid))
+            self._count_absence(rules.absent_reason(elsewhere=elsewhere, last_seen_s=mtime, now_s=now / 1e9,
+                                                    retention=self._retention(), had_transcript=True))
+
+    def _judge_known(self, now: int, files: dict[str, FileState]) -> None:
+        """Sessions known on disk with no transcript: counted once their processes are gone and their
+        evidence is older than the stall timeout (a live or fresh session may still write one)."""
+        followed = {st.tf.session_id for st in files.values() if st.tf.kind is FileKind.MAIN}
+        for sid, ev in evidence.known_sessions(self.roots, self._histories).items():
+            if sid in followed or f"absent:{sid}" in self.marks:
+                continue
+            if ev.last_seen_s is not None and now - ev.last_seen_s * 1e9 < self.stall_ns:
+                continue
+            if ev.pids and any_alive(tuple(ev.pids)):
+                continue
+            if evidence.transcripts_of(self.roots, sid):
+                continue
+            if self._mark(f"absent:{sid}", PERMANENT):
+                self._count_absence(rules.absent_reason(elsewhere=False, last_seen_s=ev.last_seen_s, now_s=now / 1e9,
+                                                        retention=self._retention(), had_transcript=ev.had_transcript))
+
+    def _count_absence(self, reason: rules.Absence) -> None:
+        """A lost transcript is a missing transcript; what is legitimately absent has its own reason."""
+        if reason is rules.Absence.MISSING:
+            self._count("ccotel_missing_transcripts", "session")
+        self._count("ccotel_session_resets", reason.value, "transcript")
 
     def _count(self, name: str, *labels: str) -> None:
         if self.metrics is not None and self.counting():

@@ -135,11 +135,15 @@ def known_sessions(roots: tuple[str, ...], histories: dict[str, HistoryIndex] | 
             e.had_transcript = True
         projects = os.path.join(root, "projects")
         for d in _listdir(projects):
-            for name in _listdir(os.path.join(projects, d)):
-                remnant = os.path.join(projects, d, name)
-                if is_session_id(name) and os.path.isdir(remnant) and not os.path.exists(remnant + ".jsonl"):
-                    e = ev(name)
-                    e.saw(_newest_mtime(remnant), f"{remnant}/: transcript remnants without {name}.jsonl")
+            try:
+                entries = list(os.scandir(os.path.join(projects, d)))
+            except OSError:
+                continue
+            names = {x.name for x in entries}
+            for x in entries:  # scandir: no stat per entry (10,000 sessions are scanned every few minutes)
+                if is_session_id(x.name) and x.name + ".jsonl" not in names and x.is_dir(follow_symlinks=False):
+                    e = ev(x.name)
+                    e.saw(_newest_mtime(x.path), f"{x.path}/: transcript remnants without {x.name}.jsonl")
                     e.had_transcript = True
         env_dir = os.path.join(root, "session-env")
         for name in _listdir(env_dir):

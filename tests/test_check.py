@@ -6,6 +6,7 @@ import json
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -15,6 +16,22 @@ from tests.harness.fixtures import load_fixture
 
 def run_check(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "ccotel", "check", *args], capture_output=True, text=True, timeout=60)
+
+
+def real_copy(scenario: str, tmp_path: Path, version: str | None = None, snapshot: str | None = None,
+              cwd: bool = True) -> tuple[Path, str, Path]:
+    """A writable copy of a real-CLI fixture's config dir (or a snapshot of it): (root, session id,
+    main transcript). ``cwd``: the recorded cwd (a sandbox long gone) is rewritten to one that exists."""
+    fx = load_fixture(scenario, version=version)
+    root = tmp_path / "claude"
+    shutil.copytree(fx.snapshots[snapshot] if snapshot else fx.config_dir, root)
+    sid = fx.session_ids[0]
+    main = next(root.glob(f"projects/*/{sid}.jsonl"))
+    if cwd:
+        (tmp_path / "proj").mkdir(exist_ok=True)
+        old, new = json.dumps(fx.meta["cwd"])[1:-1], json.dumps(str(tmp_path / "proj"))[1:-1]
+        main.write_text(main.read_text().replace(f'"cwd":"{old}"', f'"cwd":"{new}"'))
+    return root, sid, main
 
 
 def test_killed_session_ends_in_an_orphan_and_exits_1(tmp_path):
@@ -32,11 +49,12 @@ def test_killed_session_ends_in_an_orphan_and_exits_1(tmp_path):
     assert human.returncode == 1 and "do NOT resume" in human.stdout
 
 
-def test_finished_session_is_resumable():
-    fx = load_fixture("s01_bash_tool")
-    proc = run_check(fx.session_ids[0], "--root", str(fx.config_dir), "--json")
+def test_finished_session_is_resumable(tmp_path):
+    root, sid, _ = real_copy("s01_bash_tool", tmp_path)  # its cwd made to exist: nothing else edited
+    proc = run_check(sid, "--root", str(root), "--json")
     assert proc.returncode == 0, proc.stdout
-    assert json.loads(proc.stdout)["resumable"] is True
+    doc = json.loads(proc.stdout)
+    assert doc["resumable"] is True and doc["findings"] == [] and doc["probes"] == 1
 
 
 def test_ghost_session_is_not_resumable(tmp_path):
@@ -142,3 +160,242 @@ def test_a_stale_sessions_file_beside_the_live_one_is_not_death(tmp_path):
     assert len(procs[sid]) == 2 and any_alive(procs[sid])
     (d / f"{os.getpid()}.json").unlink()
     assert not any_alive(read_session_pids((str(tmp_path / "claude"),))[sid])
+
+
+# -- findings: each code on real fixture data, minimally edited in a tmp copy ------------------------
+
+DANGLING = "00000000-dead-4bad-8bad-000000000000"
+
+
+def lines_of(path: Path) -> list[dict]:
+    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+
+
+def write_lines(path: Path, lines: list[dict]) -> None:
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+
+
+def codes(h) -> dict[str, bool]:
+    return {f.code.value: f.blocks for f in h.findings}
+
+
+def set_version(lines: list[dict], version: str) -> list[dict]:
+    return [{**x, "version": version} if "version" in x else x for x in lines]
+
+
+def test_the_fixture_as_recorded_has_lost_its_cwd(tmp_path):
+    root, sid, _ = real_copy("s01_bash_tool", tmp_path, cwd=False)  # the sandbox it ran in is gone
+    h = check_session(sid, (str(root),))
+    assert codes(h) == {"cwd_missing": True} and not h.resumable
+    assert "no such directory" in h.findings[0].evidence[0]
+
+
+@pytest.mark.parametrize("version,blocks", [("2.1.197", True), ("2.1.330", False)])
+def test_trailing_orphan_blocks_only_where_resume_does_not_repair_it(tmp_path, version, blocks):
+    """2.1.197 leaves the orphan as a dead branch; 2.1.330's resume writes its result (harness s06)."""
+    root, sid, _ = real_copy("s06_kill_orphan_resume", tmp_path, version=version, snapshot="after_kill")
+    h = check_session(sid, (str(root),))
+    assert codes(h) == {"trailing_orphaned_tool_use": blocks} and h.resumable is not blocks
+    assert h.ends_in_orphaned_tool_use and h.process == "gone" and h.version == version
+
+
+@pytest.mark.parametrize("version", ["2.1.197", "2.1.330"])
+def test_broken_parent_chain(tmp_path, version):
+    """The last assistant line's parent removed: both pinned CLIs resumed such a file with its whole
+    history (NOTES: resume blockers), so it warns; on a version before 2.1.197 it blocks."""
+    root, sid, main = real_copy("s01_bash_tool", tmp_path, version=version)
+    lines = lines_of(main)
+    last = max(i for i, x in enumerate(lines) if x["type"] == "assistant")
+    lines[last]["parentUuid"] = DANGLING
+    write_lines(main, lines)
+    h = check_session(sid, (str(root),))
+    assert codes(h) == {"broken_parent_chain": False} and h.resumable
+    assert f"line {lines[last]['uuid']} -> parent {DANGLING}" in h.findings[0].evidence
+    write_lines(main, set_version(lines, "2.1.143"))
+    assert codes(check_session(sid, (str(root),))) == {"broken_parent_chain": True}
+
+
+@pytest.mark.parametrize("version", ["2.1.197", "2.1.330"])
+def test_compact_boundary_with_a_missing_logical_parent(tmp_path, version):
+    root, sid, main = real_copy("s10_compact", tmp_path, version=version)
+    assert codes(check_session(sid, (str(root),))) == {}  # as recorded: the logical parent is there
+    lines = lines_of(main)
+    for x in lines:
+        if x.get("subtype") == "compact_boundary":
+            x["logicalParentUuid"] = DANGLING
+    write_lines(main, lines)
+    assert codes(check_session(sid, (str(root),))) == {"compact_logical_parent_missing": False}
+    write_lines(main, set_version(lines, "2.1.143"))
+    assert codes(check_session(sid, (str(root),))) == {"compact_logical_parent_missing": True}
+
+
+def test_first_line_not_a_message(tmp_path):
+    """A -p transcript starts with queue-operation (fine); a pr-link first line made 2.1.143 answer
+    "No conversation found" (anthropics/claude-code#62851); 2.1.330 resumes it."""
+    root, sid, main = real_copy("s01_bash_tool", tmp_path, version="2.1.330")
+    lines = lines_of(main)
+    assert lines[0]["type"] == "queue-operation"
+    pr = {"type": "pr-link", "sessionId": sid, "prNumber": 7, "prUrl": "https://github.com/o/r/pull/7",
+          "prRepository": "o/r", "timestamp": lines[0]["timestamp"]}
+    write_lines(main, [pr, *lines])
+    h = check_session(sid, (str(root),))
+    assert codes(h) == {"first_line_not_message": False} and "'pr-link'" in h.findings[0].message
+    write_lines(main, [pr, *set_version(lines, "2.1.143")])
+    assert codes(check_session(sid, (str(root),))) == {"first_line_not_message": True}
+
+
+def test_worktree_gone_and_relocated(tmp_path):
+    """worktree-state and relocated lines as a real 2.1.x transcript writes them (realdata, wakil)."""
+    root, sid, main = real_copy("s01_bash_tool", tmp_path, version="2.1.330")
+    tree = tmp_path / "proj" / ".claude" / "worktrees" / "fix"
+    ws = {"type": "worktree-state", "sessionId": sid, "worktreeSession": {
+        "originalCwd": str(tmp_path / "proj"), "worktreePath": str(tree), "worktreeName": "fix"}}
+    write_lines(main, [*lines_of(main), ws])
+    h = check_session(sid, (str(root),))
+    assert codes(h) == {"worktree_missing": True}
+    assert h.findings[0].evidence == (f"worktree-state.worktreeSession.worktreePath {tree}: no such directory",)
+    tree.mkdir(parents=True)
+    write_lines(main, [*lines_of(main), {"type": "relocated", "sessionId": sid, "relocatedCwd": str(tree)}])
+    h = check_session(sid, (str(root),))
+    assert codes(h) == {"transcript_relocated": False} and h.resumable
+
+
+def _proc_start(pid: int) -> str:
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[19]
+
+
+def test_live_process_and_two_writers(tmp_path):
+    """sessions/<pid>.json as 2.1.330 wrote it (s06 after_kill), pointed at live processes."""
+    import os
+
+    root, sid, _ = real_copy("s06_kill_orphan_resume", tmp_path, version="2.1.330", snapshot="after_kill")
+    sessions = root / "sessions"
+    recorded = json.loads(next(sessions.glob("*.json")).read_text())
+    for f in sessions.iterdir():
+        f.unlink()
+    me = os.getpid()
+    (sessions / f"{me}.json").write_text(json.dumps({**recorded, "pid": me, "procStart": _proc_start(me)}))
+    h = check_session(sid, (str(root),))
+    assert codes(h) == {"session_live": True} and h.process == "running"
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        (sessions / f"{other.pid}.json").write_text(json.dumps({**recorded, "pid": other.pid,
+                                                                 "procStart": _proc_start(other.pid)}))
+        h = check_session(sid, (str(root),))
+        assert codes(h) == {"concurrent_writers": True} and len(h.findings[0].evidence) == 2
+    finally:
+        other.kill()
+        other.wait(timeout=10)
+    assert codes(check_session(sid, (str(root),))) == {"session_live": True}  # the other one is gone
+
+
+# -- the flush race -----------------------------------------------------------------------------------
+
+def _cut_before_first_answer(main: Path) -> bytes:
+    """Truncate a real transcript before its first assistant line; return the bytes cut."""
+    data = main.read_bytes()
+    lines = data.splitlines(keepends=True)
+    first = next(i for i, x in enumerate(lines) if json.loads(x)["type"] == "assistant")
+    main.write_bytes(b"".join(lines[:first]))
+    return b"".join(lines[first:])
+
+
+def test_probe_times_are_0_50_150_ms(tmp_path):
+    root, sid, main = real_copy("s01_bash_tool", tmp_path)
+    _cut_before_first_answer(main)
+    t = [100.0]
+    reads: list[float] = []
+
+    def sleep(s: float) -> None:
+        t[0] += s
+        reads.append(round(t[0] - 100.0, 3))
+
+    h = check_session(sid, (str(root),), sleep=sleep, clock=lambda: t[0])
+    assert reads == [0.0, 0.05, 0.15] and h.probes == 3
+    assert codes(h)["no_assistant_record"] is True  # (and stalled: the prompt is days old)
+    assert h.findings[0].evidence[0].endswith("after 3 reads at 0, 50, 150 ms")
+
+
+def test_a_line_written_100ms_after_check_starts_is_found(tmp_path):
+    import threading
+    import time
+
+    root, sid, main = real_copy("s01_bash_tool", tmp_path)
+    rest = _cut_before_first_answer(main)
+    start = time.monotonic()
+
+    def append() -> None:
+        time.sleep(max(start + 0.1 - time.monotonic(), 0))
+        with open(main, "ab") as f:
+            f.write(rest)
+
+    writer = threading.Thread(target=append)
+    writer.start()
+    h = check_session(sid, (str(root),), clock=lambda: start)  # probes measured from the same start
+    writer.join()
+    took = time.monotonic() - start
+    assert h.has_assistant_record and h.resumable and h.probes == 3, (h.probes, took)
+    assert 0.15 <= took < 2.0
+
+
+def test_nothing_within_150ms_is_a_finding(tmp_path):
+    import time
+
+    root, sid, main = real_copy("s01_bash_tool", tmp_path)
+    _cut_before_first_answer(main)
+    start = time.monotonic()
+    h = check_session(sid, (str(root),))
+    assert 0.15 <= time.monotonic() - start < 2.0
+    assert codes(h)["no_assistant_record"] is True and h.probes == 3
+
+
+# -- a session known on disk without its transcript ----------------------------------------------------
+
+def absent_root(tmp_path: Path, kind: str) -> tuple[Path, str, int]:
+    """(root, session id, now_ns) of real leftovers without the transcript. not_persisted: what a killed
+    --no-session-persistence run leaves (NOTES: a sessions/<pid>.json, an empty session-env/<id>/; the
+    s06 kill's real sessions file, its transcript removed). swept: the same, 40 days later. missing: a
+    session with subagents whose main file is gone the same day (s03: <id>/subagents remains)."""
+    import os
+
+    if kind == "missing":
+        root, sid, main = real_copy("s03_parallel_subagents", tmp_path, version="2.1.330", cwd=False)
+        main.unlink()
+        when = max(p.stat().st_mtime for p in root.rglob("*.jsonl"))
+        return root, sid, int((when + 3600) * 1e9)
+    root, sid, main = real_copy("s06_kill_orphan_resume", tmp_path, version="2.1.330", snapshot="after_kill",
+                                cwd=False)
+    main.unlink()
+    (root / "session-env" / sid).mkdir(parents=True)
+    doc = json.loads(next((root / "sessions").glob("*.json")).read_text())
+    seen = max(doc["startedAt"], doc["updatedAt"]) / 1000
+    os.utime(root / "session-env" / sid, (seen, seen))
+    days = 40 if kind == "swept" else 0.01
+    return root, sid, int((seen + days * 86400) * 1e9)
+
+
+@pytest.mark.parametrize("kind,code", [("not_persisted", "transcript_not_persisted"),
+                                       ("swept", "transcript_swept"), ("missing", "transcript_missing")])
+def test_absent_transcript_says_why(tmp_path, kind, code):
+    root, sid, now_ns = absent_root(tmp_path, kind)
+    h = check_session(sid, (str(root),), now_ns=now_ns)
+    assert codes(h) == {code: True} and h.path == "" and not h.resumable
+    assert any("cleanupPeriodDays 30" == e for e in h.findings[0].evidence)
+    assert any(str(root) in e for e in h.findings[0].evidence)  # the files it went by
+
+
+def test_unknown_session_is_still_refused(tmp_path):
+    root, _, _ = real_copy("s01_bash_tool", tmp_path)
+    assert run_check("abcdefab-1111-4222-8333-444444444444", "--root", str(root)).returncode == 2
+
+
+def test_cli_json_keeps_the_old_fields_and_adds_findings(tmp_path):
+    root, sid, _ = real_copy("s06_kill_orphan_resume", tmp_path, snapshot="after_kill")
+    doc = json.loads(run_check(sid, "--root", str(root), "--json").stdout)
+    for key in ("session_id", "path", "lines", "has_assistant_record", "ends_in_orphaned_tool_use",
+                "orphaned_tool_use_ids", "stalled", "process", "idle_seconds", "bad_lines", "problems", "resumable"):
+        assert key in doc
+    f = doc["findings"][0]
+    assert f["code"] == "trailing_orphaned_tool_use" and f["severity"] == "blocks_resume" and f["blocks_resume"]
+    assert doc["problems"] == [f["message"]]

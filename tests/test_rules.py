@@ -89,3 +89,34 @@ def test_non_anthropic_backend_calls_are_counted_and_traced(tmp_path):
     report = build_report(Options(roots=(str(root),)))[SID]
     assert (report.api_calls, report.input_tokens, report.output_tokens) == (2, 201, 40)
     assert report.unpriced_models == {"glm-4.7"} and report.cost_usd == 0
+
+
+def test_resume_rules_by_version():
+    assert rules.orphan_blocks_resume("2.1.197") and not rules.orphan_blocks_resume("2.1.330")
+    assert rules.orphan_blocks_resume(None)  # unknown version: assume no repair
+    assert rules.broken_chain_blocks("2.1.143") and not rules.broken_chain_blocks("2.1.197")
+    assert rules.first_line_blocks("queue-operation", "2.1.143") is None
+    assert rules.first_line_blocks("pr-link", "2.1.143") is True
+    assert rules.first_line_blocks("pr-link", "2.1.330") is False
+
+
+def test_resume_chain_crosses_a_compact_boundary_and_ends_at_a_cycle():
+    c = rules.ChainLine
+    lines = [c("user", "a", None), c("assistant", "b", "a"), c("system", "cb", None, "b", "compact_boundary"),
+             c("user", "s", "cb"), c("assistant", "x", "zz"), c("user", "y", "x")]
+    assert rules.resume_chain(lines) == {"y", "x"}
+    assert rules.resume_chain(lines[:4]) == {"s", "cb", "b", "a"}
+    assert rules.dangling_parents(lines) == [("x", "zz")]
+    assert rules.resume_chain([c("user", "p", "q"), c("user", "q", "p")]) == {"p", "q"}
+
+
+def test_absent_reason():
+    day = 86400.0
+    kw = {"now_s": 100 * day, "retention": 30}
+    assert rules.absent_reason(elsewhere=True, last_seen_s=0, had_transcript=True, **kw) is rules.Absence.RELOCATED
+    assert rules.absent_reason(elsewhere=False, last_seen_s=60 * day, had_transcript=True, **kw) is rules.Absence.SWEPT
+    assert rules.absent_reason(elsewhere=False, last_seen_s=80 * day, had_transcript=False,
+                               **kw) is rules.Absence.NOT_PERSISTED
+    missing = rules.absent_reason(elsewhere=False, last_seen_s=80 * day, had_transcript=True, **kw)
+    assert missing is rules.Absence.MISSING
+    assert rules.retention_days({"cleanupPeriodDays": 7}) == 7 and rules.retention_days({"cleanupPeriodDays": 0}) == 30
