@@ -39,10 +39,17 @@ from typing import Any
 
 import orjson
 
-__all__ = ["GENERATOR_VERSION", "generate", "parse_size", "load_expected", "LiveAppender", "iso"]
+__all__ = ["GENERATOR_VERSION", "SHAPES", "generate", "parse_size", "load_expected", "LiveAppender", "iso"]
 
 GENERATOR_VERSION = 4
 CC_VERSION = "2.1.39"
+# shape="2.1.330": the lines Claude Code 2.1.330 writes (tests/fixtures/2.1.330): attachments in the
+# chain between a prompt and its first response (environment, skill_listing, prompt_snapshot of
+# 4-60 KB, ...), an api-request-shape line (~40 KB, the system prompt and tools) at the start of
+# every file, an api-request-blob and an api-request line before each response (named by the
+# assistant lines' requestRef), tools-used, atis-latch and cost-state lines; and many small
+# subagent files (more turns spawn, more agents each, short subagents).
+SHAPES = ("2.1.39", "2.1.330")
 BASE_MS = 1_748_736_000_000  # 2025-06-01T00:00:00Z: old enough that every turn is finished
 
 MODELS = ("claude-opus-4-6", "claude-opus-4-6", "claude-opus-4-6", "claude-sonnet-4-5-20250929")
@@ -148,6 +155,8 @@ class _Thread:
         self.last: str | None = None
         self.ctx = gen.rng.randint(6_000, 20_000)  # cached context: grows along the conversation
         self.prev_of_last: str | None = None  # parent of the last assistant line written
+        self.new_shape = gen.corpus.shape == "2.1.330"
+        self.shape_written = False  # 2.1.330: an api-request-shape line opens each file
 
     def stamp(self, lo: int = 20, hi: int = 1500) -> str:
         self.t += self.gen.rng.randint(lo, hi)
@@ -157,7 +166,7 @@ class _Thread:
         g = self.gen
         d: dict[str, Any] = {
             "parentUuid": parent, "isSidechain": self.agent_id is not None, "userType": "external",
-            "cwd": g.cwd, "sessionId": g.sid, "version": CC_VERSION, "gitBranch": g.branch, "slug": g.slug,
+            "cwd": g.cwd, "sessionId": g.sid, "version": g.version, "gitBranch": g.branch, "slug": g.slug,
         }
         if self.agent_id is not None:
             d["agentId"] = self.agent_id
@@ -179,7 +188,77 @@ class _Thread:
         d["message"] = {"role": "user", "content": text}
         if self.agent_id is None:
             d["permissionMode"] = "default"
-        return self.write(d, 500, 30_000)
+        uuid = self.write(d, 500, 30_000)
+        if self.new_shape:
+            self.attachments()
+        return uuid
+
+    # -- 2.1.330 lines -------------------------------------------------------------
+
+    def _plain(self, d: dict[str, Any]) -> None:
+        """A line outside the conversation tree (no uuid), stamped now."""
+        d["sessionId"] = self.gen.sid
+        if self.agent_id is not None:
+            d["agentId"] = self.agent_id
+        self.file.write(d)
+
+    def attachments(self) -> None:
+        """What 2.1.330 writes between a prompt and the first response, in the parentUuid chain."""
+        g, rng = self.gen, self.gen.rng
+        first = not self.shape_written
+        kinds: list[tuple[str, int]] = [("environment", 1_300), ("model", 650)]
+        if first:
+            kinds += [("deferred_tools_delta", 1_100), ("agent_listing_delta", 3_700), ("skill_listing", 13_500),
+                      ("session_context", 250), ("remote_session_change", 1_100)]
+        kinds += [("date", 350), ("prompt_snapshot", min(60_000, int(3_500 * (1.0 - rng.random()) ** -0.8)))]
+        for kind, size in kinds:
+            d = self.envelope(self.last, "attachment")
+            body: dict[str, Any] = {"type": kind, "content": g.prose(size)}
+            d["attachment"] = body
+            if kind != "prompt_snapshot":
+                d["rendered"] = [{"content": "<system-reminder>\n" + g.prose(min(size, 200)) + "\n</system-reminder>"}]
+                d["renderedRole"] = "system"
+            self.write(d, 1, 5)
+
+    def api_request(self) -> str:
+        """The request lines before a response: the shape (once a file), a blob, the api-request."""
+        g, rng = self.gen, self.gen.rng
+        shape_hash = f"{rng.getrandbits(256):064x}"
+        if not self.shape_written:
+            self.shape_written = True
+            self._plain({"type": "api-request-shape", "shapeHash": shape_hash, "timestamp": iso(self.t),
+                         "version": g.version, "shape": {"system": [g.prose(rng.randint(20_000, 34_000))],
+                                                         "tools": [{"name": t, "description": g.prose(900)}
+                                                                   for t in TOOLS]}})
+        blob = f"{rng.getrandbits(256):064x}"
+        self._plain({"type": "api-request-blob", "hash": blob, "message": {
+            "role": "user", "content": [{"type": "text", "text": g.prose(min(11_000, int(
+                250 * (1.0 - rng.random()) ** -0.7)))}]}})
+        req_id = self.gen.uuid()
+        self.t += rng.randint(300, 9000)
+        self._plain({"type": "api-request", "id": req_id, "timestamp": iso(self.t), "version": g.version,
+                     "querySource": "repl_main_thread" if self.agent_id is None else "agent:custom",
+                     "shapeHash": shape_hash, "params": {"model": self.model, "max_tokens": 32_000,
+                                                         "betas": ["claude-code-20250219"]},
+                     "keep": 0, "tail": [blob], "requestDigest": f"{rng.getrandbits(256):064x}"})
+        if rng.random() < 0.3:
+            self._plain({"type": "tools-used", "tools": [rng.choice(TOOLS)]})
+            self._plain({"type": "atis-latch", "atis": ""})
+        return req_id
+
+    def cost_state(self) -> None:
+        """Claude Code's running cost of this process, after a turn (cumulative per model)."""
+        g = self.gen
+        g.cost_usd += g.rng.random() * 0.5
+        self._plain({"type": "cost-state", "totalCostUSD": g.cost_usd, "totalAPIDuration": self.t - g.start_ms,
+                     "totalToolDuration": 0, "totalLinesAdded": 0, "totalLinesRemoved": 0,
+                     "totalDuration": self.t - g.start_ms, "startTime": g.start_ms,
+                     "modelUsage": {self.model: {"inputTokens": g.totals.input_tokens,
+                                                 "outputTokens": g.totals.output_tokens,
+                                                 "cacheReadInputTokens": g.totals.cache_read_tokens,
+                                                 "cacheCreationInputTokens": g.totals.cache_creation_tokens,
+                                                 "costUSD": g.cost_usd}},
+                     "hasUnknownModelCost": False})
 
     def meta_reminder(self) -> str:
         d = self.envelope(self.last, "user")
@@ -210,6 +289,7 @@ class _Thread:
         totals.cache_creation_tokens += creation
         totals.cache_read_tokens += read
         pending: list[tuple[str, str, str, Any]] = []
+        request_ref = self.api_request() if self.new_shape else None
         parent = self.last
         n = len(blocks)
         for i, (kind, arg) in enumerate(blocks):
@@ -238,6 +318,12 @@ class _Thread:
                             "content": [block], "stop_reason": final_stop if last else None,
                             "stop_sequence": None, "usage": usage}
             d["requestId"] = req_id
+            if request_ref is not None:
+                usage["output_tokens_details"] = {"thinking_tokens": 0}
+                usage["iterations"] = []
+                usage["speed"] = "standard"
+                d.update({"apiBlockIndex": i, "requestRef": request_ref, "requestedModel": self.model,
+                          "effort": "medium", "madeBy": "model"})
             self.prev_of_last = parent
             line = self.write(d, 300 if i == 0 else 50, 9000 if i == 0 else 900)
             parent = line
@@ -333,6 +419,8 @@ class _SessionGen:
         self.branch = self.rng.choice(("main", "main", "feature/otel", "fix/tail"))
         self.slug = "-".join(self.rng.choice(_WORDS[:40]) for _ in range(3))
         self.totals = SessionTotals(self.project)
+        self.version = CC_VERSION if corpus.shape == "2.1.39" else "2.1.330"
+        self.cost_usd = 0.0
         self.budget = budget
         # A small session (the 10,000-file idle root): short turns, small results.
         self.result_cap = RESULT_CAP if budget >= 50_000 else max(budget // 8, RESULT_MIN)
@@ -424,11 +512,11 @@ class _SessionGen:
             main.meta_reminder()
         start = main.t
         n_calls = 1 + min(int(rng.expovariate(1 / self.mean_calls)), 40)
-        spawn_at = rng.randrange(n_calls) if rng.random() < P_SPAWN else -1
+        spawn_at = rng.randrange(n_calls) if rng.random() < self.corpus.p_spawn else -1
         killed = rng.random() < P_KILL
         for i in range(n_calls):
             if i == spawn_at:
-                self.spawn(main, rng.randint(1, 3))
+                self.spawn(main, rng.randint(1, self.corpus.max_agents))
             else:
                 main.api_call(self.tool_blocks(rng.choice((1, 1, 1, 1, 2, 2, 3))), "tool_use")
         if killed:
@@ -440,6 +528,8 @@ class _SessionGen:
             return resume
         main.api_call(self.final_blocks(), "end_turn")
         main.system_turn_duration(main.t - start)
+        if main.new_shape:
+            main.cost_state()
         return None
 
     def spawn(self, parent: _Thread, n: int) -> None:
@@ -477,7 +567,7 @@ class _SessionGen:
             th.prompt(tool_input["prompt"], None)
             uses = 0
             nested_at = rng.randrange(6) if depth == 1 and rng.random() < P_NESTED else -1
-            for i in range(rng.randint(1, 6)):
+            for i in range(rng.randint(1, self.corpus.max_sub_calls)):
                 if i == nested_at:
                     self.spawn(th, 1)
                     uses += 1
@@ -503,8 +593,15 @@ class _SessionGen:
 
 class _Corpus:
     def __init__(self, out: str, size: int | None, sessions: int | None, seed: int, session_mean: int,
-                 projects: int) -> None:
+                 projects: int, shape: str = "2.1.39") -> None:
+        if shape not in SHAPES:
+            raise ValueError(f"shape {shape!r}: one of {SHAPES}")
         self.out = out
+        self.shape = shape
+        small_agents = shape == "2.1.330"  # many small subagent files
+        self.p_spawn = 0.35 if small_agents else P_SPAWN
+        self.max_agents = 5 if small_agents else 3
+        self.max_sub_calls = 3 if small_agents else 6
         self.size = size
         self.sessions_wanted = sessions
         self.rng = random.Random(seed)
@@ -575,7 +672,7 @@ def _make_pools(rng: random.Random) -> tuple[str, str]:
 
 
 def generate(out: str, size: int | None = None, sessions: int | None = None, seed: int = 1,
-             session_mean: int = 4_000_000, projects: int = 8) -> dict[str, Any]:
+             session_mean: int = 4_000_000, projects: int = 8, shape: str = "2.1.39") -> dict[str, Any]:
     """Write the corpus under ``out`` (which must not hold a projects/ dir yet) and
     ``out/expected.json``; returns the expected document."""
     if size is None and sessions is None:
@@ -584,8 +681,8 @@ def generate(out: str, size: int | None = None, sessions: int | None = None, see
         raise FileExistsError(f"{out}/projects exists; pick an empty dir")
     os.makedirs(out, exist_ok=True)
     t0 = time.monotonic()
-    doc = _Corpus(out, size, sessions, seed, session_mean, projects).run()
-    doc.update({
+    doc = _Corpus(out, size, sessions, seed, session_mean, projects, shape).run()
+    doc.update({"shape": shape,
         "generator": GENERATOR_VERSION, "seed": seed, "size_target": size, "sessions_target": sessions,
         "session_mean": session_mean, "projects": projects, "generate_seconds": round(time.monotonic() - t0, 3),
     })
@@ -603,18 +700,18 @@ def load_expected(out: str) -> dict[str, Any] | None:
 
 
 def ensure(out: str, size: int | None = None, sessions: int | None = None, seed: int = 1,
-           session_mean: int = 4_000_000, projects: int = 8) -> dict[str, Any]:
+           session_mean: int = 4_000_000, projects: int = 8, shape: str = "2.1.39") -> dict[str, Any]:
     """The corpus at ``out`` made with these parameters: reused if complete, else (re)generated."""
     doc = load_expected(out)
     want = {"generator": GENERATOR_VERSION, "seed": seed, "size_target": size, "sessions_target": sessions,
-            "session_mean": session_mean, "projects": projects}
-    if doc is not None and all(doc.get(k) == v for k, v in want.items()):
+            "session_mean": session_mean, "projects": projects, "shape": shape}
+    if doc is not None and all(doc.get(k, "2.1.39" if k == "shape" else None) == v for k, v in want.items()):
         return doc
     if os.path.isdir(out):
         import shutil
 
         shutil.rmtree(out)
-    return generate(out, size, sessions, seed, session_mean, projects)
+    return generate(out, size, sessions, seed, session_mean, projects, shape)
 
 
 class LiveAppender:
@@ -670,10 +767,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--session-size", type=parse_size, default=4_000_000, help="mean session size (4MB)")
     ap.add_argument("--projects", type=int, default=8)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--shape", choices=SHAPES, default="2.1.39",
+                    help="the Claude Code version whose lines are written (2.1.330: many small subagent files)")
     args = ap.parse_args(argv)
     if args.size is None and args.sessions is None:
         ap.error("give --size or --sessions")
-    doc = generate(args.out, args.size, args.sessions, args.seed, args.session_size, args.projects)
+    doc = generate(args.out, args.size, args.sessions, args.seed, args.session_size, args.projects, args.shape)
     t = doc["totals"]
     print(f"{t['bytes'] / 1e6:,.1f} MB in {t['files']} files ({t['sessions']} sessions, {t['subagents']} subagents),"
           f" {t['lines']:,} lines, {t['spans']:,} spans expected; {doc['generate_seconds']:.1f} s -> "

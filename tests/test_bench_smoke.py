@@ -11,6 +11,7 @@ from collections import Counter
 from pathlib import Path
 
 import orjson
+import pytest
 
 from bench import corpus
 from ccotel.pipeline import Options, Pipeline
@@ -37,9 +38,11 @@ def _digest(root: Path) -> str:
     return h.hexdigest()
 
 
-def test_generator_totals_are_what_ccotel_exports(tmp_path):
+@pytest.mark.parametrize("shape", corpus.SHAPES)
+def test_generator_totals_are_what_ccotel_exports(tmp_path, shape):
     root = tmp_path / "claude"
-    exp = corpus.generate(str(root), size=1_500_000, seed=5, session_mean=150_000)
+    exp = corpus.generate(str(root), size=1_500_000 if shape == "2.1.39" else 3_000_000, seed=5,
+                          session_mean=150_000, shape=shape)
     t = exp["totals"]
     # the corpus has every shape the benchmarks rely on
     assert t["sessions"] >= 5 and t["subagents"] >= 1 and t["orphaned_tools"] >= 1 and t["error_tools"] >= 1
@@ -49,6 +52,8 @@ def test_generator_totals_are_what_ccotel_exports(tmp_path):
     meta = orjson.loads(metas[0].read_bytes())
     assert set(meta) == {"agentType", "description", "toolUseId", "spawnDepth"}
     assert all(len(m.name) == len("agent-") + 17 + len(".meta.json") for m in metas)
+    if shape == "2.1.330":
+        _assert_new_shape(root, t)
 
     spans: list[SpanRecord] = []
     pipeline = Pipeline(Options(roots=(str(root),)), emit=spans.extend)
@@ -72,6 +77,30 @@ def test_generator_totals_are_what_ccotel_exports(tmp_path):
         want[sid] = {k: e[k] for k in got[sid]}
         assert u.api_calls == e["api_calls"]
     assert got == want
+
+
+def _assert_new_shape(root: Path, totals: dict[str, int]) -> None:
+    """2.1.330's lines: a ~20-40 KB api-request-shape opening every file, an api-request named by
+    the assistant lines' requestRef, attachments in the chain, cost-state; many subagent files."""
+    types: Counter[str] = Counter()
+    refs, requests, shape_sizes = set(), set(), []
+    for f in root.glob("projects/**/*.jsonl"):
+        first_shape = None
+        for line in f.read_bytes().splitlines():
+            d = orjson.loads(line)
+            types[d["type"]] += 1
+            if d["type"] == "api-request-shape":
+                shape_sizes.append(len(line))
+                first_shape = first_shape or len(line)
+            elif d["type"] == "api-request":
+                requests.add(d["id"])
+            elif d["type"] == "assistant":
+                refs.add(d["requestRef"])
+        assert first_shape is not None
+    assert refs == requests and len(requests) == totals["api_calls"]
+    assert types["api-request-shape"] == totals["files"] and 20_000 < min(shape_sizes) and max(shape_sizes) < 80_000
+    assert types["attachment"] > types["user"] and types["cost-state"] > 0 and types["api-request-blob"] > 0
+    assert totals["subagents"] > totals["sessions"]
 
 
 def test_generator_is_deterministic(tmp_path):
