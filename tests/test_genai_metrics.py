@@ -248,29 +248,17 @@ def test_spans_built_again_are_recorded_once():
         s.attributes["gen_ai.usage.input_tokens"] for s in chats)
 
 
-class HookedMetrics(Metrics):
-    """ccotel's Prometheus counters with the GenAI metrics hooked in as the report asks
-    (Metrics.observe_span and Metrics.let_go), to check that both count the same events."""
-
-    def __init__(self, genai: GenAIMetrics) -> None:
-        super().__init__()
-        self.genai = genai
-
-    def observe_span(self, s: SpanRecord, span_key: int | None = None) -> None:
-        super().observe_span(s, span_key)
-        self.genai.observe(s)
-
-
 def test_counts_what_prometheus_counts_live_not_history(tmp_path):
-    """Hooked where the Prometheus counters are counted: history read before ccotel caught up
-    is not recorded; a fixture appearing live is, and its tokens equal ccotel_tokens_total."""
+    """Counted where the Prometheus counters are (Metrics.observe_span with ``genai``, as
+    ``ccotel run`` wires it): history read before ccotel caught up is not recorded; a fixture
+    appearing live is, and its tokens equal ccotel_tokens_total."""
     root = tmp_path / "claude"
     shutil.copytree(load_fixture("s01_bash_tool").config_dir / "projects", root / "projects")  # history
     now = [time.time_ns()]
     with MetricsReceiver() as receiver:
         gm = GenAIMetrics.from_env({"OTEL_EXPORTER_OTLP_METRICS_ENDPOINT": receiver.endpoint})
         assert gm is not None
-        metrics = HookedMetrics(gm)
+        metrics = Metrics(genai=gm)
         holder: list[Pipeline] = []
         p = Pipeline(Options(roots=(str(root),)), emit=lambda spans: holder[0].acknowledge(spans),
                      clock=lambda: now[0], state=State(str(tmp_path / "st")), metrics=metrics)
