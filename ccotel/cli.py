@@ -13,8 +13,6 @@ from collections import Counter
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
-import orjson
-
 from . import __version__
 from .assemble import Timeouts
 from .content import DEFAULT_REDACTIONS, ContentPolicy
@@ -125,12 +123,12 @@ def build_parser() -> argparse.ArgumentParser:
     bf.add_argument("--close-all", action="store_true",
                     help="close every open turn, even ones whose session may still be running")
 
+    from . import check
+
     chk = sub.add_parser("check", help="health of one session: exit 1 if it should not be resumed")
-    chk.add_argument("session", help="a session id, or the path of its transcript (under a root)")
     chk.add_argument("--root", action="append", default=None)
-    chk.add_argument("--json", action="store_true")
-    chk.add_argument("--stall-timeout", type=float, default=180.0)
     chk.add_argument("-v", "--verbose", action="store_true")
+    check.add_arguments(chk)
 
     from . import doctor, relay, report, sessions, waterfall  # commands whose options live with them
 
@@ -321,20 +319,6 @@ def cmd_run(args: argparse.Namespace, stopper: Stopper | None = None) -> int:
     return status
 
 
-def cmd_check(args: argparse.Namespace) -> int:
-    from .check import CheckError, check_session, render
-
-    roots = tuple(args.root or default_roots())
-    try:
-        health = check_session(args.session, roots, stall_s=args.stall_timeout)
-    except CheckError as exc:
-        sys.stderr.write(f"ccotel check: {exc}\n")
-        return 2
-    out = orjson.dumps(health.as_dict(), option=orjson.OPT_INDENT_2).decode() if args.json else render(health)
-    sys.stdout.write(out + "\n")
-    return 0 if health.resumable else 1
-
-
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
@@ -357,6 +341,7 @@ def main(argv: list[str] | None = None) -> int:
         from .report import run as cmd_report
         return cmd_report(args)
     if args.command == "check":
+        from .check import run as cmd_check
         return cmd_check(args)
     if args.command == "trace":
         from .waterfall import run as cmd_trace
