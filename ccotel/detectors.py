@@ -52,7 +52,6 @@ class Detectors:
         self._pids_read_ns = 0
         self._mtimes: dict[str, float] = {}  # main transcript -> mtime when last read (the sweep goes by it)
         self._gone: list[tuple[str, str, float | None]] = []  # deleted main transcripts: (session, path, mtime)
-        self._gone_counted: set[str] = set()
         self._histories: dict[str, evidence.HistoryIndex] = {}
         self._scanned_ns: int | None = None
 
@@ -97,7 +96,7 @@ class Detectors:
         """Files deleted; ``marks`` no file on disk holds any more."""
         for st in states:
             self._ghost_candidates.discard(st.tf.path)
-            if st.tf.kind is FileKind.MAIN and st.tf.session_id and st.tf.path not in self._gone_counted:
+            if st.tf.kind is FileKind.MAIN and st.tf.session_id and f"absent:{st.tf.session_id}" not in self.marks:
                 self._gone.append((st.tf.session_id, st.tf.path, self._mtimes.pop(st.tf.path, None)))
             if st.tf.agent_id is not None:
                 self._agent_files.discard((st.tf.session_id, st.tf.agent_id))
@@ -167,11 +166,13 @@ class Detectors:
         """Followed main transcripts that were deleted: swept, relocated or lost (once each)."""
         gone, self._gone = self._gone, []
         for sid, path, mtime in gone:
-            if path in self._gone_counted or os.path.exists(path):
+            if os.path.exists(path):
                 continue
-            self._gone_counted.add(path)
-            # A mark commits the count with the totals (one row per deleted transcript: no file holds it).
-            if not self._mark(f"gone:{path}", PERMANENT):
+            # One mark per session whose transcript is absent, shared with _judge_known: the deletion and
+            # the session the config dir still knows of (sessions/<pid>.json, history.jsonl) are one event.
+            # No file holds it any more: PERMANENT, so state grows with the sessions Claude Code keeps
+            # naming (its history.jsonl is never swept), not with what ccotel read.
+            if not self._mark(f"absent:{sid}", PERMANENT):
                 continue
             elsewhere = any(st.tf.session_id == sid and st.tf.kind is FileKind.MAIN for st in files.values()) \
                 or bool(evidence.transcripts_of(self.roots, sid))

@@ -103,3 +103,22 @@ def test_a_followed_transcript_moved_to_another_project_dir_is_relocated(tmp_pat
 
     m = run_once(root, tmp_path / "state", now_ns, before_tick=move)
     assert resets(m) == {"transcript_relocated": 1} and m.value("ccotel_missing_transcripts", "session") == 0
+
+
+def test_a_deleted_transcript_the_config_dir_still_knows_of_is_counted_once(tmp_path):
+    """Swept while followed, and its session still named by a sessions/<pid>.json (a process killed):
+    the deletion and the session known on disk are one event, counted once, also after a restart."""
+    root, sid, main = real_copy("s06_kill_orphan_resume", tmp_path, version="2.1.330", snapshot="after_kill")
+    assert list((root / "sessions").glob("*.json"))  # the config dir names the session besides its transcript
+    old = main.stat().st_mtime - 40 * 86400
+    for p in [main, *(root / "sessions").glob("*.json")]:
+        os.utime(p, (old, old))
+    now_ns = int((old + 40.01 * 86400) * 1e9)
+
+    def delete(p: Pipeline) -> None:
+        main.unlink()
+        p.forget_deleted([str(main)])
+
+    m = run_once(root, tmp_path / "state", now_ns, before_tick=delete)
+    assert resets(m) == {"transcript_swept": 1}
+    assert resets(run_once(root, tmp_path / "state", now_ns + 10 ** 9)) == {"transcript_swept": 1}
