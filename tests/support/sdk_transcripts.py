@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["DelayedMirror", "copy_projects", "line_index", "sdk_messages"]
+__all__ = ["DelayedMirror", "LiveSidecar", "copy_projects", "line_index", "sdk_messages"]
 
 
 def sdk_messages(records: Iterable[dict[str, Any]]) -> list[Any]:
@@ -141,3 +141,52 @@ def copy_projects(src_config: Path | str, dest_config: Path | str, project_dir: 
         shutil.copy2(path, target)
         out.append(target)
     return out
+
+
+class LiveSidecar:
+    """``ccotel run`` as users run it, on one config dir, sending spans to an OTLP receiver on
+    127.0.0.1: what the sidecar exports live, to compare the SDK observer's spans with. Started
+    before the CLI writes anything, so every line is read live (not in a catch-up)."""
+
+    def __init__(self, root: Path | str, state_dir: Path | str, endpoint: str) -> None:
+        import socket
+        import subprocess
+        import sys
+        import urllib.request
+
+        # watched from the start only if it exists (a projects/ made later waits for the rescan)
+        Path(root, "projects").mkdir(parents=True, exist_ok=True)
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            self.port = sock.getsockname()[1]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+        env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] = endpoint
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "ccotel", "run", "--root", str(root), "--state-dir", str(state_dir),
+             "--metrics-addr", f"127.0.0.1:{self.port}", "--no-status"],
+            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"ccotel run ended: {self.proc.stderr.read() if self.proc.stderr else ''}")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=2) as resp:
+                    if b"ccotel_" in resp.read():
+                        return
+            except OSError:
+                time.sleep(0.1)
+        self.stop()
+        raise RuntimeError("ccotel run did not serve its metrics within 30 s")
+
+    def stop(self) -> str:
+        """SIGTERM (it delivers what it holds, then exits); its stderr."""
+        import subprocess
+
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=5)
+        return self.proc.stderr.read() if self.proc.stderr else ""
