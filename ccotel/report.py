@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -848,13 +849,18 @@ def _zone_name(tz: tzinfo | None) -> str:
 
 
 def parse_day(value: str) -> date:
-    """YYYYMMDD (as ccusage) or YYYY-MM-DD."""
+    """YYYYMMDD (as ccusage), YYYY-MM-DD, or a duration back from today (7d, 2w, 12h: the day it
+    falls on, as the other commands' --since takes it)."""
+    m = re.fullmatch(r"(\d+)([hdw])", value.strip())
+    if m:
+        hours = int(m.group(1)) * {"h": 1, "d": 24, "w": 168}[m.group(2)]
+        return (datetime.now().astimezone() - timedelta(hours=hours)).date()
     for fmt in ("%Y%m%d", "%Y-%m-%d"):
         try:
             return datetime.strptime(value.strip(), fmt).date()
         except ValueError:
             continue
-    raise argparse.ArgumentTypeError(f"not a date (YYYYMMDD or YYYY-MM-DD): {value!r}")
+    raise argparse.ArgumentTypeError(f"not a date (YYYYMMDD, YYYY-MM-DD or a duration: 7d): {value!r}")
 
 
 def parse_zone(value: str) -> tzinfo:

@@ -281,3 +281,13 @@ def test_run_prints_each_view_as_json_and_as_a_table(tmp_path):
     no_ledger = orjson.loads(_run(*common, "--json", "--no-ledger"))
     assert no_ledger["source"] == "transcripts" and no_ledger["totals"]["totalTokens"] == doc["totals"]["totalTokens"]
     assert as_json  # the same function the command prints with
+
+
+def test_since_takes_a_duration_as_the_other_commands_do():
+    from datetime import datetime, timedelta
+
+    from ccotel.report import parse_day
+
+    assert parse_day("7d") == (datetime.now().astimezone() - timedelta(days=7)).date()
+    assert parse_day("2w") == (datetime.now().astimezone() - timedelta(days=14)).date()
+    assert str(parse_day("20260105")) == "2026-01-05" == str(parse_day("2026-01-05"))
