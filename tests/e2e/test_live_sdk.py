@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.to_thread
 import pytest
 
 from ccotel import sdk as ccotel_sdk
@@ -80,8 +81,8 @@ async def _collect(messages: AsyncIterator[Any]) -> list[Any]:
 
 
 def _hex(spans: Any) -> set[tuple[str, str, str | None, str]]:
-    return {(f"{s.trace_id:032x}", f"{s.span_id:016x}", None if s.parent_span_id is None else f"{s.parent_span_id:016x}",
-             s.name) for s in spans}
+    return {(f"{s.trace_id:032x}", f"{s.span_id:016x}",
+             None if s.parent_span_id is None else f"{s.parent_span_id:016x}", s.name) for s in spans}
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -158,10 +159,14 @@ async def _client_turn(options: Any, prompt: str, obs: Observer, sink: MemorySin
     async with claude_agent_sdk.ClaudeSDKClient(options) as client:
         await client.query(prompt)
         got = [m async for m in obs.wrap(client.receive_response())]
-        deadline = time.monotonic() + 10
-        while not any(s.parent_span_id is None for s in sink.spans) and time.monotonic() < deadline:
-            await anyio.sleep(0.05)
+        await anyio.to_thread.run_sync(_wait_for_turn_span, sink)
         return got, len(sink.spans)
+
+
+def _wait_for_turn_span(sink: MemorySink, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not any(s.parent_span_id is None for s in sink.spans) and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 async def _strip_uuids(messages: AsyncIterator[Any]) -> AsyncIterator[Any]:
