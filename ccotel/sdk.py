@@ -227,6 +227,7 @@ class Observer:
     def __init__(self, options: object = None, *, roots: Sequence[str] | None = None,
                  traces: str | SpanSink | None = "otlp", raw_timeout_s: float = RAW_TIMEOUT_S,
                  retry_step_s: float = RETRY_STEP_S, max_unmatched: int = 4096,
+                 max_unmatched_bytes: int = 64 << 20,
                  poll_interval_s: float = POLL_INTERVAL_S,
                  sleep: Callable[[float], Awaitable[None]] | None = None,
                  clock: Callable[[], int] = time.time_ns) -> None:
@@ -235,7 +236,8 @@ class Observer:
             default_roots({**os.environ, **(env if isinstance(env, dict) else {})}))
         self.start_ns = clock()
         resumed = [r for r in (getattr(options, "resume", None),) if isinstance(r, str)]
-        self.matcher = Matcher(self.roots, self.start_ns, resumed, max_unmatched)
+        self.matcher = Matcher(self.roots, self.start_ns, resumed, max_unmatched,
+                               max_unmatched_bytes=max_unmatched_bytes)
         self.raw_timeout_s = raw_timeout_s
         self.retry_step_s = retry_step_s
         self._sleep = sleep if sleep is not None else anyio.sleep

@@ -14,7 +14,7 @@ usage, toolUseResult). Each stream message is matched to its transcript line:
 Only lines written after the observer started can match: a resumed session's earlier lines, or a
 synced copy of them read from offset 0, are history (before the file's size at the start, or
 older than the start), never taken for a new message. Lines read but not claimed yet wait in a
-bounded queue (most never are: attachments, subagent text the SDK does not forward); the oldest
+queue bounded by count and bytes (most never are: attachments, subagent text the SDK does not forward); the oldest
 are let go when it is full, and counted. The wait for a line not flushed yet is the caller's
 (sdk.py retries ``take`` for a bounded time).
 """
@@ -128,6 +128,7 @@ class _Held:
     kind: str
     agent_id: str | None  # None: the main conversation
     signature: str | None
+    size: int  # bytes of its line: a tool result can hold megabytes
 
 
 class SessionFiles:
@@ -202,15 +203,18 @@ class Matcher:
 
     ``start_ns``: lines older than this are history. ``resumed``: sessions known before the
     start (``resume=``): their files' sizes now are history too, whatever their timestamps say
-    (a synced copy written on a machine whose clock was ahead). ``max_unmatched``: how many
-    unclaimed lines wait at most.
+    (a synced copy written on a machine whose clock was ahead). ``max_unmatched`` and
+    ``max_unmatched_bytes``: how many unclaimed lines, and how many bytes of them, wait at most.
     """
 
     def __init__(self, roots: Sequence[str], start_ns: int, resumed: Iterable[str] = (),
-                 max_unmatched: int = 4096, max_line_bytes: int = 64 << 20) -> None:
+                 max_unmatched: int = 4096, max_line_bytes: int = 64 << 20,
+                 max_unmatched_bytes: int = 64 << 20) -> None:
         self.roots = tuple(roots)
         self.start_ns = start_ns
         self.max_unmatched = max_unmatched
+        self.max_unmatched_bytes = max_unmatched_bytes
+        self._held_bytes = 0
         self.max_line_bytes = max_line_bytes
         self.stats = MatchStats()
         self._sessions: dict[str, _Session] = {}
@@ -287,9 +291,9 @@ class Matcher:
                 if obj is None:
                     self.stats.bad_lines += 1
                     continue
-                self._add(sess, obj, followed.agent_id, raw.offset < followed.history_end)
+                self._add(sess, obj, followed.agent_id, raw.offset < followed.history_end, len(raw.data))
 
-    def _add(self, sess: _Session, obj: RawEntry, agent_id: str | None, before_start: bool) -> None:
+    def _add(self, sess: _Session, obj: RawEntry, agent_id: str | None, before_start: bool, size: int) -> None:
         kind = obj.get("type")
         self._note_agent(sess, obj)
         uuid = obj.get("uuid")
@@ -304,11 +308,14 @@ class Matcher:
         message = obj.get("message")
         signature = content_signature(message.get("content")) if isinstance(message, dict) else None
         line_agent = obj.get("agentId") if obj.get("isSidechain") else None
-        held = _Held(obj, str(kind), agent_id or (line_agent if isinstance(line_agent, str) else None), signature)
+        held = _Held(obj, str(kind), agent_id or (line_agent if isinstance(line_agent, str) else None), signature,
+                     size)
         self._held[uuid] = held
+        self._held_bytes += size
         if signature is not None:
             self._by_signature.setdefault((held.kind, signature), []).append(uuid)
-        while len(self._held) > self.max_unmatched:
+        while len(self._held) > self.max_unmatched or (self._held_bytes > self.max_unmatched_bytes and
+                                                       len(self._held) > 1):
             old_uuid, old = self._held.popitem(last=False)
             self._unindex(old_uuid, old)
             self.stats.evicted += 1
@@ -368,6 +375,8 @@ class Matcher:
         return next((u for u in candidates if self._held[u].agent_id is not None), None)
 
     def _unindex(self, uuid: str, held: _Held) -> None:
+        """``held`` left the queue (claimed or let go): out of the signature index too."""
+        self._held_bytes -= held.size
         if held.signature is not None:
             key = (held.kind, held.signature)
             uuids = self._by_signature.get(key)

@@ -277,6 +277,25 @@ def test_unclaimed_lines_wait_in_a_bounded_queue() -> None:
     assert matcher.take(Wanted(first["type"], first["uuid"], None, None), final=True) is None  # let go
 
 
+def test_unclaimed_lines_are_bounded_in_bytes_too() -> None:
+    """Lines can be large (s09: thinking and a big tool output, up to 57 KB a line): the queue is
+    bounded in bytes as well; a line larger than the bound alone stays only while it is the newest."""
+    fx = load_fixture("s09_thinking_big_output", version="2.1.330")
+    bound = 32 << 10
+    matcher = Matcher([str(fx.config_dir)], 0, max_unmatched_bytes=bound)
+    matcher.watch(fx.session_ids[0])
+    matcher.refresh()
+    lines = [ln for p in fx.transcripts for ln in p.read_bytes().splitlines()]
+    conversation = [json.loads(ln) for ln in lines if json.loads(ln).get("type") in ("user", "assistant", "system")]
+    big = [o for o, ln in zip(conversation, [ln for ln in lines if json.loads(ln).get("type") in
+                                             ("user", "assistant", "system")], strict=True) if len(ln) > bound]
+    assert big and matcher.stats.evicted >= len(big) - 1 and matcher.stats.queued > 0
+    assert matcher._held_bytes <= bound or matcher.stats.queued == 1
+    for o in big:
+        if o is not conversation[-1]:
+            assert matcher.take(Wanted(o["type"], o["uuid"], None, None), final=True) is None
+
+
 def test_signature_rules() -> None:
     assert normalise("  a\n\tb  c ") == "a b c"
     long_a, long_b = "x" * 200 + "tail one", "x" * 200 + "tail two"
