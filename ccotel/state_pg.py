@@ -46,7 +46,7 @@ from .ledger import UPSERT_CALL_SET, Ledger, LedgerError, LedgerWriteError, Rows
 from .state import Commit, State, StateError, StateLock, StateLocked, StateUnavailable, anchor_of, digest64
 from .tail import FileIdentity
 
-__all__ = ["PgState", "PgLedger", "HostLock", "lock_host", "masked", "SCHEMA_VERSION", "connect"]
+__all__ = ["PgState", "PgLedger", "HostLock", "lock_host", "masked", "SCHEMA_VERSION", "connect", "open_report_ledger"]
 
 log = logging.getLogger("ccotel.state")
 
@@ -76,6 +76,8 @@ CREATE INDEX prompts_anchor ON ccotel.prompts (anchor);
 CREATE INDEX prompts_hid ON ccotel.prompts (hid);
 CREATE TABLE ccotel.marks (key text NOT NULL, anchor bigint NOT NULL, hid int NOT NULL, PRIMARY KEY (key, anchor));
 CREATE INDEX marks_anchor ON ccotel.marks (anchor);
+CREATE INDEX marks_key ON ccotel.marks (key);
+CREATE TABLE ccotel.mark_claims (key text PRIMARY KEY, hid int NOT NULL);
 CREATE TABLE ccotel.host_marks (hid int NOT NULL, key text NOT NULL, PRIMARY KEY (hid, key));
 CREATE TABLE ccotel.counters (hid int NOT NULL, key text NOT NULL, value double precision NOT NULL,
     PRIMARY KEY (hid, key));
@@ -149,6 +151,12 @@ def migrate(conn: psycopg.Connection[Any], where: str) -> None:
             log.info("state %s: schema %d -> %d", where, step, step + 1)
         conn.execute("INSERT INTO ccotel.meta VALUES ('schema', %s) ON CONFLICT (key) DO UPDATE SET value = "
                      "excluded.value", (str(SCHEMA_VERSION),))
+
+
+def _refused(exc: psycopg.OperationalError) -> bool:
+    """The server answered no (a wrong or missing password, no such database or role)."""
+    text = str(exc).lower()
+    return (exc.sqlstate or "")[:2] in ("28", "3D") or "password" in text or "does not exist" in text
 
 
 def _signed(span_id: int) -> int:
@@ -247,7 +255,8 @@ class PgState(State):
                 with self._lock:
                     return self._link.run(fn)
             except psycopg.OperationalError as exc:
-                if time.monotonic() >= deadline:
+                # refused (a wrong password, no such database): waiting does not help
+                if time.monotonic() >= deadline or _refused(exc):
                     raise StateUnavailable(f"the state {self.path} cannot be reached ({self._link.error(exc)})") \
                         from None
                 time.sleep(0.5)
@@ -311,7 +320,8 @@ class PgState(State):
     def sizes(self) -> dict[str, int]:
         def query(c: psycopg.Connection[Any]) -> dict[str, int]:
             out = {t: int(c.execute(f"SELECT count(*) FROM ccotel.{t}").fetchone()[0])  # type: ignore[index]  # noqa: S608
-                   for t in ("files", "acked_ids", "claims", "calls", "prompts", "counters", "marks", "host_marks")}
+                   for t in ("files", "acked_ids", "claims", "calls", "prompts", "counters", "marks", "mark_claims",
+                                 "host_marks")}
             out["acked"] = out["legacy_files"] = 0
             out["bytes"] = int(c.execute(
                 "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c JOIN pg_namespace n ON "
@@ -354,12 +364,13 @@ class PgState(State):
             return True
 
         def insert(c: psycopg.Connection[Any]) -> bool:
-            row = c.execute("INSERT INTO ccotel.marks VALUES (%s, %s, %s) ON CONFLICT DO NOTHING RETURNING key",
-                            (mark, self._anchor(anchor), self._hid)).fetchone()
-            if row is not None:
-                return True
-            # already there: counted by whoever inserted it first (this host, before a restart, too)
-            return False
+            with c.transaction():
+                c.execute("INSERT INTO ccotel.marks VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
+                          (mark, self._anchor(anchor), self._hid))
+                # the unique key decides which host counts it (this host before a restart too)
+                won = c.execute("INSERT INTO ccotel.mark_claims VALUES (%s, %s) ON CONFLICT DO NOTHING "
+                                "RETURNING key", (mark, self._hid)).fetchone()
+            return won is not None
 
         return self._until_written(insert)
 
@@ -460,6 +471,9 @@ class PgState(State):
                 cur.execute("DELETE FROM ccotel.files WHERE hid = %s AND path = ANY(%s)", (hid, c.forget_files))
                 for table in ("calls", "prompts", "marks", "claims"):
                     cur.execute(f"DELETE FROM ccotel.{table} WHERE anchor = ANY(%s)", (anchors,))  # noqa: S608
+                # a mark no file holds any more was counted for the last time
+                cur.execute("DELETE FROM ccotel.mark_claims m WHERE m.hid = %s AND NOT EXISTS "
+                            "(SELECT 1 FROM ccotel.marks k WHERE k.key = m.key)", (hid,))
             by_owner: dict[str, list[int]] = {}
             for span_id, owner in c.acked:
                 by_owner.setdefault(owner, []).append(span_id)
@@ -642,3 +656,21 @@ _PG_UPSERT_AGENT = _replace("agents", ("session_id", "agent_key", "time_ns", "en
 _PG_UPSERT_TURN = _replace("turns", ("session_id", "span_id", "time_ns", "end_ns", "cwd", "project", "version",
                                      "outcome", "api_calls", "tool_calls", "api_errors", "orphaned_tools",
                                      "lost_tools", "stalled"), ("session_id", "span_id"))
+
+
+def open_report_ledger(url: str, host: str, roots: Sequence[str]) -> PgLedger | None:
+    """The shared ledger for ``ccotel report`` on this host: if this host's ccotel recorded
+    exactly these roots (as report.open_ledger asks of a ledger.db), else None (the report then
+    reads the transcripts). Its rows are the whole fleet's: a session that moved between hosts
+    is reported whole on either."""
+    import os
+
+    try:
+        ledger = PgLedger(url, host)
+    except LedgerError as exc:
+        log.warning("ledger not used: %s", exc)
+        return None
+    if ledger.coverage().roots != frozenset(os.path.realpath(r) for r in roots):
+        ledger.close()
+        return None
+    return ledger
