@@ -197,6 +197,10 @@ class LiveSpans:
         self._stop.set()
         if thread is not None:
             thread.join(timeout=max(timeout_s, 1.0))
+            if thread.is_alive():  # stuck in a read: the pipeline is not this thread's to use
+                log.warning("ccotel.sdk: the span thread did not stop; the last spans are not exported")
+                self.queue.close(timeout_s=0)
+                return False
         try:
             group = [(root, tf) for root in self.roots for path in self._paths()
                      if (tf := classify(root, path)) is not None]
