@@ -81,10 +81,10 @@ def test_a_full_trace_queue_does_not_stop_reading_or_counting(tmp_path):
     (the file checkpoints), round after round: every span delivered exactly once, no counter
     changed by the catch-up. Before: reading stopped at the first full queue, and the metrics
     with it."""
-    from ccotel.runner import _emitter, catch_up_traces
     from ccotel.export import ExportQueue
     from ccotel.memory_sink import MemorySink
     from ccotel.metrics import Metrics
+    from ccotel.runner import _emitter, catch_up_traces
     from ccotel.state import State
 
     rng = random.Random(11)

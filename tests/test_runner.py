@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+
 from ccotel.ledger import Ledger
 from tests.harness.fixtures import FIXTURES_DIR
 
