@@ -47,7 +47,8 @@ from .records import SpanKind, SpanRecord, StatusCode
 from .state import anchor_of
 
 __all__ = ["Registry", "AgentEntry", "FrontMatter", "Outcome", "SessionLink", "parse_active_pids",
-           "parse_front_matter", "proc_start", "first_turn", "add_arguments", "ACTIVE_PIDS", "RESPONSES", "METRIC_NAMES"]
+           "parse_front_matter", "proc_start", "first_turn", "add_arguments", "ACTIVE_PIDS", "RESPONSES",
+           "METRIC_NAMES"]
 
 log = logging.getLogger("ccotel.registry")
 
@@ -374,7 +375,7 @@ class Registry:
         self._new_marks: list[tuple[str, int]] = []
         self._gone: list[str] = []
         self._in_flight: dict[int, str] = {}  # span id -> agent id
-        self._lock = threading.Lock()  # acknowledge runs on the export thread
+        self._lock = threading.RLock()  # acknowledge runs on the export thread (and marks)
         self._checked_ns = 0
         self._forget_marks_of_deleted_files()
 
@@ -526,7 +527,7 @@ class Registry:
         files: list[tuple[str, dict[str, Any]]] | None = None
         for agent in self.agents.values():
             entry, front = agent.entry, agent.front
-            if agent.judged is not None or entry is None or entry.pid is None or front is None:
+            if self._settled(agent) or agent.in_flight or entry is None or entry.pid is None or front is None:
                 continue
             if front.status != "in-progress":
                 continue
