@@ -46,7 +46,7 @@ SPECS = {
     AGENT_SECONDS: Spec("counter", "Run time of the registry's agents that ended (Started to Ended; a killed one "
                         "to its output's last change), by type, outcome and depth.", ("type", "status", "depth")),
     KILLED: Spec("counter", "Registry agents whose process died (or whose pid another process took) while "
-                 "their Status still said in-progress, by type.", ("type",)),
+                 "their Status still said in-progress (by type: ccotel_registry_agents_total{status=\"killed\"})."),
     BAD_INPUT: Spec("counter", "Registry files read mid-write or not understood, by reason (malformed_json, "
                     "partial_front_matter, no_front_matter, bad_entry, bad_pid, unknown_status, ...).", ("reason",)),
 }
@@ -258,8 +258,8 @@ def test_live_process_is_not_killed_dead_one_is(tmp_path: Path) -> None:
     (span,) = spans
     assert span.attributes["claude_code.registry.outcome"] == "killed" and span.status is StatusCode.ERROR
     assert span.parent_span_id == ids.span_id("registry", "live") and span.trace_id == ids.trace_id("registry", "live")
-    assert metrics.value(KILLED, "helper") == 1 and metrics.value(AGENTS, "helper", "killed", "1") == 1
-    assert metrics.value(KILLED, "worker") == 0
+    assert metrics.value(KILLED) == 1 and metrics.value(AGENTS, "helper", "killed", "1") == 1
+    assert metrics.value(AGENTS, "worker", "killed", "0") == 0
 
 
 def test_status_written_within_the_grace_is_not_a_kill(tmp_path: Path) -> None:
@@ -275,7 +275,7 @@ def test_status_written_within_the_grace_is_not_a_kill(tmp_path: Path) -> None:
     write_md(tmp_path, "a", md_text("done", clock.now - S, ended=clock.now))
     (span,) = polls(reg, clock, clock.now + 10 * S)
     assert span.attributes["claude_code.registry.outcome"] == "done"
-    assert metrics.value(KILLED, "worker") == 0 and metrics.value(AGENTS, "worker", "done", "0") == 1
+    assert metrics.value(KILLED) == 0 and metrics.value(AGENTS, "worker", "done", "0") == 1
 
 
 def test_reused_pid_is_a_killed_agent(tmp_path: Path) -> None:
@@ -294,7 +294,7 @@ def test_reused_pid_is_a_killed_agent(tmp_path: Path) -> None:
         kill(other)
     (span,) = spans
     assert span.attributes["claude_code.registry.outcome"] == "killed"
-    assert metrics.value(KILLED, "builder") == 1
+    assert metrics.value(KILLED) == 1 and metrics.value(AGENTS, "builder", "killed", "0") == 1
 
 
 def test_null_pid_in_progress_is_never_judged(tmp_path: Path) -> None:
@@ -329,7 +329,7 @@ def test_killed_counted_exactly_once_across_restarts(tmp_path: Path, delivered: 
     polls(reg, clock, clock.now + 2 * S)
     kill(proc)
     spans = polls(reg, clock, clock.now + 8 * S)
-    assert len(spans) == 1 and metrics.value(KILLED, "coder") == 1
+    assert len(spans) == 1 and metrics.value(KILLED) == 1
     if delivered:
         reg.acknowledge(spans)
     commit(state, reg, metrics)
@@ -339,7 +339,7 @@ def test_killed_counted_exactly_once_across_restarts(tmp_path: Path, delivered: 
         metrics.restore(state.counters())
         reg = registry(reg_dir, clock, metrics, state.marks())
         again = polls(reg, clock, clock.now + 10 * S)
-        assert metrics.value(KILLED, "coder") == 1 and metrics.value(AGENTS, "coder", "killed", "0") == 1
+        assert metrics.value(KILLED) == 1 and metrics.value(AGENTS, "coder", "killed", "0") == 1
         if delivered:
             assert again == []
         else:  # not delivered before the restart: sent again (same ids), not counted again
@@ -405,7 +405,7 @@ def test_history_is_traced_not_counted(tmp_path: Path) -> None:
     assert outcomes == {"old": "done", "crashed": "killed", "now": "failed"}
     crashed = next(s for s in spans if s.attributes["claude_code.registry.agent_id"] == "crashed")
     assert crashed.end_ns == clock.now - 600 * S - 11 * S  # its output's last change, not when ccotel noticed
-    assert metrics.value(AGENTS, "worker", "done", "0") == 0 and metrics.value(KILLED, "worker") == 0
+    assert metrics.value(AGENTS, "worker", "done", "0") == 0 and metrics.value(KILLED) == 0
     assert metrics.value(AGENTS, "worker", "failed", "0") == 1
 
 
@@ -526,7 +526,7 @@ def test_killed_agent_linked_to_its_real_claude_session(tmp_path: Path, name: st
                    kill_grace_ns=5 * S)
     (span,) = polls(reg, clock, clock.now + 7 * S)
     a = span.attributes
-    assert a["claude_code.registry.outcome"] == "killed" and metrics.value(KILLED, "claude") == 1
+    assert a["claude_code.registry.outcome"] == "killed" and metrics.value(KILLED) == 1
     assert a["session.id"] == a["gen_ai.conversation.id"] == doc["sessionId"] == fx.session_ids[0]
     assert a["claude_code.registry.session_link"] == "left_behind"
     turns = turn_spans(root)
@@ -574,3 +574,30 @@ def test_live_agent_found_through_its_wrapper(tmp_path: Path) -> None:
         os.killpg(wrapper.pid, signal.SIGKILL)
         wrapper.wait(timeout=10)
     assert span.attributes["session.id"] == sid and span.attributes["claude_code.registry.session_link"] == "process"
+
+
+def test_exposition_passes_promtool(tmp_path: Path) -> None:
+    """The series a registry run makes, as Prometheus scrapes them: promtool check metrics."""
+    from prometheus_client import generate_latest
+
+    from ccotel.metrics import registry_for
+    from tests.support.fixtures import missing_component
+    from tests.support.prometheus import missing_reason, promtool_check_metrics
+
+    reason = missing_reason()
+    if reason:
+        missing_component(reason)
+    clock, metrics = Clock(time.time_ns()), Metrics()
+    write_pids(tmp_path, {})
+    reg = first_look(tmp_path, clock, metrics)
+    dead = sleeper()
+    kill(dead)
+    write_pids(tmp_path, {"a": entry(None, 0, None, 'odd "type"\\'), "b": entry(dead.pid, 12, "a")})
+    write_md(tmp_path, "a", md_text("done", clock.now - 5 * S, clock.now))
+    write_md(tmp_path, "b", md_text("in-progress", clock.now - 5 * S, depth=12, parent="a"))
+    write_md(tmp_path, "c", "---\nStatus: done\n")
+    assert len(polls(reg, clock, clock.now + 8 * S)) == 2
+    text = generate_latest(registry_for(metrics)).decode()
+    assert 'ccotel_registry_agents_total{depth="10+",status="killed",type="worker"} 1.0' in text
+    ok, output = promtool_check_metrics(text)
+    assert ok, output
