@@ -372,6 +372,8 @@ class Registry:
         self._pids_sig: tuple[int, int, int] | None = None
         self._pids_retry = False
         self._dir_sig: tuple[int, int] | None = None
+        self._relist = False  # list the directory once more after a change (see _scan_responses)
+        self._present: set[str] = set()  # agent ids with an .md file, as last listed
         self._new_marks: list[tuple[str, int]] = []
         self._gone: list[str] = []
         self._in_flight: dict[int, str] = {}  # span id -> agent id
@@ -386,7 +388,8 @@ class Registry:
         now = self.clock() if now is None else now
         self._read_pids()
         self._scan_responses()
-        for agent in self.agents.values():
+        for agent_id in self._present:
+            agent = self.agents[agent_id]
             if not self._settled(agent):
                 self._read_md(agent)
         if now - self._checked_ns >= _CHECK_EVERY_NS:
@@ -463,16 +466,21 @@ class Registry:
             self._mark(self._seen_mark, self.pids_path)
 
     def _scan_responses(self) -> None:
-        """New .md files (the directory changed), and files that are gone."""
+        """New .md files (the directory changed), and files that are gone. Listed once more at the
+        poll after a change: a file created within the same tick of the file system's clock as the
+        listing leaves the directory's mtime as it was. Only listed files are looked at: the
+        registry keeps entries whose .md is long gone."""
         sig = _dir_sig(self.responses)
-        if sig is None or sig == self._dir_sig:
+        if sig is None or (sig == self._dir_sig and not self._relist):
             return
+        self._relist = sig != self._dir_sig
         self._dir_sig = sig
         try:
             names = os.listdir(self.responses)
         except OSError:
             return
         present = {n[:-3] for n in names if n.endswith(".md") and len(n) > 3}
+        self._present = present
         for agent_id in sorted(present):
             self._agent(agent_id)
         for agent_id, agent in list(self.agents.items()):
@@ -622,7 +630,7 @@ class Registry:
         start, end = self._times(agent, now=self.clock())
         self.metrics.inc(AGENT_SECONDS, type_, outcome, depth, value=max(end - start, 0) / 1e9)
         if outcome == Outcome.KILLED:
-            self.metrics.inc(KILLED, type_)
+            self.metrics.inc(KILLED)  # unlabelled: exposed at 0 from the start, for an alert's increase()
 
     def _history(self, agent: _Agent, outcome: str) -> bool:
         """Over before ccotel first watched this registry: gone at the first look at the processes,
@@ -728,6 +736,7 @@ class Registry:
     def _forget(self, agent: _Agent) -> None:
         """Its .md is gone: so are its marks (the state drops them with the file)."""
         del self.agents[agent.agent_id]
+        self._present.discard(agent.agent_id)
         self._gone.append(agent.md_path)
         with self._lock:
             self._marks.discard(f"registry:judged:{agent.md_path}")

@@ -448,10 +448,13 @@ def test_files_rewritten_in_place_mid_read(tmp_path: Path) -> None:
 
 
 def test_a_quiet_registry_opens_no_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Cheap when nothing changed: stat calls only (every agent judged and delivered is not even stat'ed)."""
+    """Cheap when nothing changed: stat calls only (every agent judged and delivered is not even stat'ed,
+    nor an entry without an .md)."""
     clock = Clock(T0 + 100 * S)
     n = 200
-    write_pids(tmp_path, {f"a{i}": entry(None, 1, "a0") for i in range(n)})
+    # the registry is never cleaned up: entries whose .md was deleted long ago are not looked at either
+    write_pids(tmp_path, {**{f"a{i}": entry(None, 1, "a0") for i in range(n)},
+                          **{f"old{i}": entry(10**6 + i) for i in range(n)}})
     for i in range(n):
         write_md(tmp_path, f"a{i}", md_text("done", T0, T0 + S, 1, "a0"))
     write_md(tmp_path, "running", md_text("in-progress", T0))
