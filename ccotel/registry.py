@@ -599,7 +599,7 @@ class Registry:
                 continue
             if agent.judged is None:
                 agent.judged = outcome
-                self._count(agent, outcome)
+                self._count(agent, outcome, now)
             if agent.sent or now < agent.resend_at_ns:
                 continue
             span = self._span(agent, outcome, now)
@@ -619,7 +619,7 @@ class Registry:
             return Outcome.KILLED
         return None
 
-    def _count(self, agent: _Agent, outcome: str) -> None:
+    def _count(self, agent: _Agent, outcome: str, now: int) -> None:
         """Once per agent: the mark is committed with the counters, in one transaction."""
         if not self._mark(f"registry:judged:{agent.md_path}", agent.md_path):
             return  # counted (or seen as history) in an earlier run
@@ -627,7 +627,7 @@ class Registry:
             return  # over before ccotel watched: history, traced but not counted
         type_, depth = self._type(agent), _depth_label(self._depth(agent))
         self.metrics.inc(AGENTS, type_, outcome, depth)
-        start, end = self._times(agent, now=self.clock())
+        start, end = self._times(agent, now)
         self.metrics.inc(AGENT_SECONDS, type_, outcome, depth, value=max(end - start, 0) / 1e9)
         if outcome == Outcome.KILLED:
             self.metrics.inc(KILLED)  # unlabelled: exposed at 0 from the start, for an alert's increase()
