@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import re
 import sys
 import time
@@ -115,6 +116,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="host:port for Prometheus /metrics (loopback by default); 'none' to disable")
     run.add_argument("--poll", action="store_true", help="poll instead of inotify")
     run.add_argument("--no-status", action="store_true", help="no live status line")
+    from . import registry
+    registry.add_arguments(run)
 
     bf = sub.add_parser("backfill", help="export history once, then exit")
     common(bf)
@@ -175,6 +178,8 @@ def _options(args: argparse.Namespace) -> Options:
         content=content,
         conventions=Conventions.from_env(),
         pricing=Pricing(load_overrides(args.prices)) if getattr(args, "prices", None) else DEFAULT_PRICING,
+        registries=tuple(os.path.abspath(d) for d in getattr(args, "registry", [])),
+        registry_kill_grace_ns=int(getattr(args, "registry_kill_grace", 5.0) * 1e9),
     )
 
 

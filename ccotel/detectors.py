@@ -44,6 +44,7 @@ class Detectors:
         self.metrics = metrics
         self.stall_ns = stall_ns
         self.caught_up = False
+        self.state = state
         self.marks: set[str] = state.marks() if state is not None else set()
         self._new_marks: list[tuple[str, int]] = []  # (mark, anchor): committed with the next checkpoint
         self._ghost_candidates: set[str] = set()  # main files with prompts and no assistant record yet
@@ -68,11 +69,13 @@ class Detectors:
         return marks
 
     def _mark(self, mark: str, anchor: int) -> bool:
+        """Record a one-off event; True if this process counts it (a fleet's shared state: the
+        first host to record it)."""
         if mark in self.marks:
             return False
         self.marks.add(mark)
         self._new_marks.append((mark, anchor))
-        return True
+        return self.state is None or self.state.claim_mark(mark, anchor)
 
     # -- what the reader saw -----------------------------------------------------
 

@@ -102,6 +102,18 @@ METRICS: dict[str, Spec] = {
     "ccotel_relay_context_switches": Spec("counter", "Cumulative content arrays whose first block changed within "
                                           "an agent context (processed again from their start)."),
     "ccotel_relay_repeated_blocks": Spec("counter", "Content blocks a producer emitted again, dropped by id."),
+    # --registry DIR (registry.py): an orchestrator's agents
+    "ccotel_registry_agents": Spec("counter", "Agents of an orchestrator's registry (--registry) that ended, by "
+                                   "type, outcome (done, failed, killed) and depth.", ("type", "status", "depth")),
+    "ccotel_registry_agent_seconds": Spec("counter", "Run time of the registry's agents that ended (Started to "
+                                          "Ended; a killed one to its output's last change), by type, outcome "
+                                          "and depth.", ("type", "status", "depth")),
+    "ccotel_registry_killed_agents": Spec("counter", "Registry agents whose process died (or whose pid another "
+                                          "process took) while their Status still said in-progress (by type: "
+                                          "ccotel_registry_agents_total{status=\"killed\"})."),
+    "ccotel_registry_bad_input": Spec("counter", "Registry files read mid-write or not understood, by reason "
+                                      "(malformed_json, partial_front_matter, no_front_matter, bad_entry, bad_pid, "
+                                      "unknown_status, ...).", ("reason",)),
 }
 _TOKEN_ATTRS = (("input", "claude_code.usage.input_tokens"), ("output", "gen_ai.usage.output_tokens"),
                 ("cache_read", "gen_ai.usage.cache_read.input_tokens"),
@@ -279,6 +291,7 @@ class Metrics:
             "ccotel_last_export_success_timestamp_seconds": "Unix time of the last acknowledged export.",
             "ccotel_start_time_seconds": "Unix time this ccotel process started.",
             "ccotel_checkpoint_pending": "Checkpoint writes that failed and are held for retry.",
+            "ccotel_registry_agents_in_progress": "Registry agents whose Status says in-progress.",
         }
         values = {"ccotel_start_time_seconds": self.started, **self.gauges()}
         return {k: (helps.get(k, k), float(v)) for k, v in values.items()}

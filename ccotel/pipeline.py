@@ -34,6 +34,7 @@ from .orchestrator import DEFAULT_PATTERNS, Pattern
 from .pricing import DEFAULT_PRICING, Pricing
 from .reader import FileState, Reader, ReadStats
 from .records import FileKind, SpanRecord, TranscriptFile
+from .registry import Registry
 from .shard import Group
 from .spans import DEFAULT_CONVENTIONS, Conventions, build_spans
 from .state import Commit, State
@@ -60,6 +61,8 @@ class Options:
     orchestrator_patterns: tuple[Pattern, ...] = DEFAULT_PATTERNS
     conventions: Conventions = DEFAULT_CONVENTIONS
     pricing: Pricing = DEFAULT_PRICING
+    registries: tuple[str, ...] = ()  # orchestrator agent registries followed live (registry.py)
+    registry_kill_grace_ns: int = 5_000_000_000
 
 
 class Pipeline:
@@ -85,6 +88,8 @@ class Pipeline:
             self.assembler.preload(state.calls(), state.prompts())
         stall = options.timeouts.stall_ns
         self.detectors = Detectors(options.roots, self.assembler, clock, metrics, state, stall)
+        self.registries = [Registry(d, options.roots, metrics, self.detectors.marks, clock,
+                                    options.registry_kill_grace_ns) for d in options.registries]
         self.checkpoints: dict[str, Checkpoint] = state.files() if state is not None else {}
         self.reader = Reader(options.roots, self.assembler, clock, metrics, self.detectors.counting,
                              self.checkpoints, options.content is not None, options.max_line_bytes, stall,
@@ -130,6 +135,8 @@ class Pipeline:
     def acknowledge(self, spans: Sequence[SpanRecord], result: ExportResult | None = None) -> None:
         """These spans are final (any thread): see Delivery.acknowledge."""
         self.delivery.acknowledge(spans, result)
+        for registry in self.registries:
+            registry.acknowledge(spans)
 
     # -- backfill ----------------------------------------------------------------
 
@@ -215,7 +222,16 @@ class Pipeline:
         self.detectors.detect(now, self.files)
         self.reader.read_logs()
         self._emit()
+        self._poll_registries(now)
         self.process_acks()
+
+    def _poll_registries(self, now: int) -> None:
+        """Registry agents' spans go straight to the export queue: not through the delivery (no
+        transcript offset waits on them) nor metrics.observe_span (the registry counts them itself)."""
+        for registry in self.registries:
+            spans = registry.poll(now)
+            if spans and self.emit(spans) is False:
+                registry.unsent(spans, now)
 
     def _absorb_clock_step(self, now: int) -> None:
         """The wall clock moved forward more than the steady clock since the last tick: a step,
@@ -283,6 +299,10 @@ class Pipeline:
         moved = self.delivery.finish_owners(commit)
         self.delivery.checkpoint_offsets(commit, moved, self.reader)
         commit.marks = self.detectors.take_marks()
+        for registry in self.registries:
+            marks, gone = registry.take_commit()
+            commit.marks += marks
+            commit.forget_files += gone
         replays, self.assembler.replays = self.assembler.replays, []
         self.delivery.anchor_replays(commit, replays)
         self.delivery.write(commit)
@@ -374,6 +394,8 @@ class Pipeline:
             "ccotel_stalled_turns_open": float(self.assembler.stalled_now()),
             "ccotel_last_export_success_timestamp_seconds": self.last_export_ns / 1e9,
             "ccotel_ingest_lag_seconds": self.reader.lag_s(self.clock(), self.started_ns),
+            "ccotel_registry_agents_in_progress": sum(r.gauges()["ccotel_registry_agents_in_progress"]
+                                                      for r in self.registries),
         }
 
 

@@ -41,7 +41,7 @@ from .pipeline import Options, Pipeline, discover, session_groups, unread_bytes
 from .pricing import DEFAULT_PRICING, Pricing, load_overrides
 from .records import SpanRecord, TranscriptFile, Usage
 from .shard import Group, balance, default_workers, plan_shards, process_context
-from .state import default_state_dir
+from .state import host_id, is_url, resolve_state
 from .tail import lines_with
 
 __all__ = ["SessionUsage", "session_usage", "build_report", "report_from_spans", "Query", "Data", "Row", "Report",
@@ -491,10 +491,15 @@ class Report:
 # -- gathering -----------------------------------------------------------------------------------
 
 
-def open_ledger(state_dir: str | None, roots: Sequence[str]) -> Ledger | None:
-    """The ledger in ``state_dir``, if there is one and it was written for exactly these roots."""
+def open_ledger(state_dir: str | None, roots: Sequence[str], host: str | None = None) -> Ledger | None:
+    """The ledger in ``state_dir``, if there is one and it was written for exactly these roots; on
+    a PostgreSQL state (a fleet), the fleet's shared ledger (``host``: this host's id)."""
     if not state_dir or state_dir == "none":
         return None
+    if is_url(state_dir):
+        from .state_pg import open_report_ledger  # psycopg: only for a fleet
+
+        return open_report_ledger(state_dir, host_id(host), roots)
     path = os.path.join(state_dir, LEDGER_FILE)
     if not os.path.exists(path):
         return None
@@ -901,8 +906,8 @@ def run(args: argparse.Namespace) -> int:
     roots = tuple(args.root or default_roots())
     pricing = Pricing(load_overrides(args.prices)) if args.prices else DEFAULT_PRICING
     options = Options(roots=roots, pricing=pricing)
-    state_dir = args.state_dir if args.state_dir is not None else default_state_dir()
-    ledger = None if args.no_ledger else open_ledger(state_dir, roots)
+    state_dir = resolve_state(getattr(args, "state", None), args.state_dir)
+    ledger = None if args.no_ledger else open_ledger(state_dir, roots, getattr(args, "host_id", None))
     try:
         data = gather(options, ledger, workers=args.workers, parallel_min_bytes=int(args.parallel_min_mb * 1e6))
     finally:

@@ -272,6 +272,7 @@ def catch_up_traces(old: Pipeline, queue: ExportQueue, metrics: Metrics | None) 
     new = Pipeline(old.options, emit=_emitter(queue, True), clock=old.clock, state=old.state, metrics=metrics,
                    ledger=old.ledger)
     new.not_live = set(old.not_live)
+    new.registries = old.registries  # what is in flight, and the processes seen running
     queue.on_ack = new.acknowledge
     new.backfill()
     new.adopt_detector_state(*old.detector_state())

@@ -411,6 +411,27 @@ def operations(threshold: float) -> dict[str, Any]:
                    "record of any kind) and subagents named by a result or meta.json.",
                    Target(events("ccotel_missing_transcripts_total", ["kind"], "1h"), "{{kind}}"),
                    links=[NO_RESPONSE]),
+        row("Orchestrator agents (--registry)"),
+        timeseries("Registry agents by outcome (last hour), at work now",
+                   "Agents of an orchestrator's registry (ccotel run --registry DIR) that ended: done, failed, or "
+                   "killed (their process gone, or its pid taken by another, while the Status said in-progress); "
+                   "and the agents whose Status says in-progress now. Trace link: the agents of that outcome.",
+                   Target(events("ccotel_registry_agents_total", ["status"], "1h"), "{{status}}"),
+                   Target(f"sum({sel('ccotel_registry_agents_in_progress')})", "at work now"),
+                   links=[TraceFilter("registry agents of this outcome",
+                                      (("claude_code.registry.outcome", LABEL % "status"),))]),
+        timeseries("Killed registry agents (last hour)",
+                   "Registry agents whose process died while their Status still said in-progress, counted once "
+                   "(also across ccotel restarts). Trace link: the killed agents, each with the Claude Code session "
+                   "it ran when that was found.",
+                   Target(events("ccotel_registry_killed_agents_total", [], "1h"), "killed agents"),
+                   links=[TraceFilter("killed registry agents", (("claude_code.registry.outcome", "killed"),))]),
+        timeseries("Registry agent run time by type (mean over the last hour)",
+                   "Started to Ended of the agents that ended in the hour before each point (a killed one: to its "
+                   "output's last change), by agent type.",
+                   Target(f"sum by (type) (increase({sel('ccotel_registry_agent_seconds_total')}[1h])) / "
+                          f"sum by (type) (increase({sel('ccotel_registry_agents_total')}[1h]))", "{{type}}"),
+                   unit="s"),
         row("Turns"),
         timeseries("Turns by outcome (per minute)",
                    "Turns finished: completed, interrupted, orphaned, killed, incomplete. Trace link: the turns "
@@ -534,6 +555,11 @@ def health() -> dict[str, Any]:
                    "Bad input skipped: malformed_json, invalid_utf8, nul_bytes, line_too_long, bad_field, "
                    "bad_timestamp, not_an_object, unreadable, path_outside_root, bad_meta_json.",
                    Target(events("ccotel_parse_errors_total", ["reason"], "1h"), "{{reason}}")),
+        timeseries("Registry input not understood (last hour)",
+                   "Orchestrator registry files read mid-write or not understood, by reason (malformed_json, "
+                   "partial_front_matter, no_front_matter, bad_entry, bad_pid, unknown_status, ...): each read "
+                   "again at its next change.",
+                   Target(events("ccotel_registry_bad_input_total", ["reason"], "1h"), "{{reason}}")),
         timeseries("Format drift (last hour)",
                    "Lines of unknown types and unknown top-level fields (first sighting per process), by Claude "
                    "Code version: a new release changed the format. Trace link: spans of that version.",
