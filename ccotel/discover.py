@@ -14,13 +14,14 @@ import os
 import stat
 import time
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 
 from .parse import parse_timestamp
 from .records import FileKind, TranscriptFile
 from .shard import Group
 from .tail import FileIdentity
 
-__all__ = ["default_roots", "classify", "scan", "within_root", "find", "unread_bytes", "session_groups",
+__all__ = ["default_roots", "classify", "scan", "ScanCache", "within_root", "find", "unread_bytes", "session_groups",
            "Checkpoint", "size_of", "mtime_ns"]
 
 Checkpoint = tuple[FileIdentity | None, int, int]  # a file's checkpoint (state.files()): identity, offset, read_to
@@ -103,27 +104,104 @@ def classify(root: str, path: str) -> TranscriptFile | None:
     return None
 
 
-def scan(root: str, on_error: Callable[[OSError], None] | None = None) -> Iterator[TranscriptFile]:
+@dataclass(frozen=True)
+class _Listing:
+    """One directory as scan last listed it: its mtime then, when it was listed, its
+    subdirectories (sorted) and the transcripts in it (in scan's order)."""
+
+    ino: int
+    mtime_ns: int
+    listed_ns: int
+    subdirs: tuple[str, ...]
+    found: tuple[TranscriptFile, ...]
+
+
+# A listing is reused only if the directory had been quiet this long when it was listed: an entry
+# added within the same mtime tick as the one before it cannot hide behind an unchanged mtime.
+_SETTLED_NS = 2_000_000_000
+
+
+class ScanCache:
+    """What ``scan`` found in each directory, kept by the directory's inode and mtime: a directory
+    unchanged since it was listed is not listed again, so a scan of a tree that did not change (the
+    periodic safety rescan of ``ccotel run``: 10,000 sessions are ~2,000 directories and ~12,000
+    files) is one stat per directory. Adding, removing or renaming an entry changes the mtime of
+    its directory; a file written to does not, and scan does not look at files' contents."""
+
+    def __init__(self) -> None:
+        self.dirs: dict[str, _Listing] = {}
+
+
+def scan(root: str, on_error: Callable[[OSError], None] | None = None,
+         cache: ScanCache | None = None) -> Iterator[TranscriptFile]:
     """Every transcript under root/projects, main files before the subagent files of their session.
-    ``on_error``: told of each directory that cannot be read (its transcripts are not seen)."""
+    ``on_error``: told of each directory that cannot be read (its transcripts are not seen).
+    ``cache``: directories unchanged since the last scan with this cache are not listed again."""
     projects = os.path.join(root, "projects")
     if not os.path.isdir(projects) or not within_root(root, projects):
         return
-    for dirpath, dirnames, filenames in os.walk(projects, followlinks=False, onerror=on_error):
-        dirnames.sort()
-        found = []
-        for name in sorted(filenames):
-            if not name.endswith(".jsonl"):
-                continue
-            path = os.path.join(dirpath, name)
-            if os.path.islink(path) and not within_root(root, path):
-                continue
-            tf = classify(root, path)
-            if tf is not None:
-                found.append(tf)
-        # main files first: their Task tool calls are what subagent files hang under
-        found.sort(key=lambda t: t.kind is not FileKind.MAIN)
-        yield from found
+    if cache is None:
+        for dirpath, dirnames, filenames in os.walk(projects, followlinks=False, onerror=on_error):
+            dirnames.sort()
+            yield from _transcripts(root, dirpath, filenames)
+        return
+    seen: dict[str, _Listing] = {}
+    stack = [projects]
+    while stack:
+        dirpath = stack.pop()
+        listing = _listing(root, dirpath, cache, on_error)
+        if listing is None:
+            continue
+        seen[dirpath] = listing
+        yield from listing.found
+        stack.extend(os.path.join(dirpath, d) for d in reversed(listing.subdirs))  # os.walk's top-down order
+    cache.dirs = seen  # directories gone (or unreadable now) are forgotten
+
+
+def _transcripts(root: str, dirpath: str, filenames: list[str]) -> list[TranscriptFile]:
+    found = []
+    for name in sorted(filenames):
+        if not name.endswith(".jsonl"):
+            continue
+        path = os.path.join(dirpath, name)
+        if os.path.islink(path) and not within_root(root, path):
+            continue
+        tf = classify(root, path)
+        if tf is not None:
+            found.append(tf)
+    # main files first: their Task tool calls are what subagent files hang under
+    found.sort(key=lambda t: t.kind is not FileKind.MAIN)
+    return found
+
+
+def _listing(root: str, dirpath: str, cache: ScanCache, on_error: Callable[[OSError], None] | None) -> _Listing | None:
+    """A directory's listing: the cached one while the directory is unchanged, else listed now
+    the way os.walk(followlinks=False) lists it (a symlinked directory is not entered)."""
+    try:
+        st = os.stat(dirpath)
+        have = cache.dirs.get(dirpath)
+        if have is not None and have.ino == st.st_ino and have.mtime_ns == st.st_mtime_ns \
+                and have.listed_ns - have.mtime_ns >= _SETTLED_NS:
+            return have
+        listed_ns = time.time_ns()
+        with os.scandir(dirpath) as it:
+            entries = list(it)
+    except OSError as exc:
+        if on_error is not None:
+            on_error(exc)
+        return None
+    subdirs, files = [], []
+    for entry in entries:
+        try:
+            is_dir = entry.is_dir()
+        except OSError:
+            is_dir = False
+        if not is_dir:
+            files.append(entry.name)
+        elif not entry.is_symlink():
+            subdirs.append(entry.name)
+    return _Listing(st.st_ino, st.st_mtime_ns, listed_ns, tuple(sorted(subdirs)),
+                    tuple(_transcripts(root, dirpath, files)))
 
 
 def size_of(path: str) -> int:
@@ -141,11 +219,12 @@ def mtime_ns(path: str) -> int:
 
 
 def find(roots: tuple[str, ...], since_ns: int | None, checkpoints: Mapping[str, Checkpoint],
-         on_error: Callable[[OSError], None] | None = None) -> list[tuple[str, TranscriptFile]]:
+         on_error: Callable[[OSError], None] | None = None,
+         cache: ScanCache | None = None) -> list[tuple[str, TranscriptFile]]:
     """Every transcript under the roots (with ``since_ns``: those written since, or already followed)."""
     found = []
     for root in roots:
-        for tf in scan(root, on_error):
+        for tf in scan(root, on_error, cache):
             if since_ns is not None and mtime_ns(tf.path) < since_ns and tf.path not in checkpoints:
                 continue
             found.append((root, tf))

@@ -26,7 +26,7 @@ from .assemble import AgentRun, Assembler, Finished, Owner, Timeouts, Turn
 from .content import ContentPolicy
 from .delivery import Delivery
 from .detectors import Detectors
-from .discover import Checkpoint, find, scan, session_groups, unread_bytes
+from .discover import Checkpoint, ScanCache, find, scan, session_groups, unread_bytes
 from .export_result import ExportResult
 from .ledger import Ledger
 from .metrics import Metrics
@@ -96,6 +96,7 @@ class Pipeline:
                              options.unterminated_grace_ns)
         self.delivery = Delivery(state, metrics, clock)
         self._unreadable_dirs: set[str] = set()
+        self._scan_cache = ScanCache()  # the safety rescan lists only directories that changed
         for path, source in options.orchestrator_logs:
             self.reader.follow_log(path, source, options.orchestrator_patterns)
         if metrics is not None:
@@ -141,7 +142,7 @@ class Pipeline:
     # -- backfill ----------------------------------------------------------------
 
     def discover(self) -> list[tuple[str, TranscriptFile]]:
-        return discover(self.options, self.checkpoints, self._unreadable_dir)
+        return discover(self.options, self.checkpoints, self._unreadable_dir, self._scan_cache)
 
     def backfill(self, progress: Callable[[int, int], None] | None = None,
                  close_all: bool = False, groups: list[Group] | None = None, final: bool = True) -> int:
@@ -205,12 +206,14 @@ class Pipeline:
 
     def rescan(self) -> None:
         """Pick up files the watcher missed; forget files Claude Code's cleanup deleted."""
+        listed = set()
         for root in self.options.roots:
-            for tf in scan(root, self._unreadable_dir):
+            for tf in scan(root, self._unreadable_dir, self._scan_cache):
+                listed.add(tf.path)
                 if tf.path not in self.files:
                     state = self._track(root, tf)
                     self._read(state, accept_unterminated=False)
-        self.forget([p for p in self.files if not os.path.exists(p)])
+        self.forget([p for p in self.files if p not in listed and not os.path.exists(p)])
         self._emit()
 
     def tick(self) -> None:
@@ -400,9 +403,10 @@ class Pipeline:
 
 
 def discover(options: Options, checkpoints: Mapping[str, Checkpoint],
-             on_error: Callable[[OSError], None] | None = None) -> list[tuple[str, TranscriptFile]]:
+             on_error: Callable[[OSError], None] | None = None,
+             cache: ScanCache | None = None) -> list[tuple[str, TranscriptFile]]:
     """Every transcript under the roots (with --since: those written since, or already followed)."""
-    return find(options.roots, options.since_ns, checkpoints, on_error)
+    return find(options.roots, options.since_ns, checkpoints, on_error, cache)
 
 
 def _declare_series(metrics: Metrics, options: Options) -> None:
