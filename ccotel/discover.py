@@ -83,9 +83,23 @@ def _real_root(root: str) -> str:
     return os.path.realpath(root)
 
 
+@functools.lru_cache(maxsize=64)
+def _projects_prefix(root: str) -> str:
+    """``<root>/projects/`` as an absolute, normalised path."""
+    return os.path.join(os.path.abspath(os.path.join(root, "projects")), "")
+
+
+def _relative(root: str, path: str) -> str:
+    """os.path.relpath(path, <root>/projects), without its normalisation of both paths when path
+    is already absolute and normal (what scan and the watcher give): a prefix cut."""
+    prefix = _projects_prefix(root)
+    if path.startswith(prefix) and "/." not in path and "//" not in path and not path.endswith("/"):
+        return path[len(prefix):]
+    return os.path.relpath(path, os.path.join(root, "projects"))
+
+
 def classify(root: str, path: str) -> TranscriptFile | None:
-    projects = os.path.join(root, "projects")
-    rel = os.path.relpath(path, projects)
+    rel = _relative(root, path)
     if rel.startswith(".."):
         return None
     parts = rel.split(os.sep)
@@ -141,10 +155,7 @@ def scan(root: str, on_error: Callable[[OSError], None] | None = None,
     if not os.path.isdir(projects) or not within_root(root, projects):
         return
     if cache is None:
-        for dirpath, dirnames, filenames in os.walk(projects, followlinks=False, onerror=on_error):
-            dirnames.sort()
-            yield from _transcripts(root, dirpath, filenames)
-        return
+        cache = ScanCache()  # this scan lists everything
     seen: dict[str, _Listing] = {}
     stack = [projects]
     while stack:
@@ -158,13 +169,14 @@ def scan(root: str, on_error: Callable[[OSError], None] | None = None,
     cache.dirs = seen  # directories gone (or unreadable now) are forgotten
 
 
-def _transcripts(root: str, dirpath: str, filenames: list[str]) -> list[TranscriptFile]:
+def _transcripts(root: str, dirpath: str, files: list[tuple[str, bool]]) -> list[TranscriptFile]:
+    """The transcripts among a directory's files (name, is a symlink)."""
     found = []
-    for name in sorted(filenames):
+    for name, link in sorted(files):
         if not name.endswith(".jsonl"):
             continue
         path = os.path.join(dirpath, name)
-        if os.path.islink(path) and not within_root(root, path):
+        if link and not within_root(root, path):
             continue
         tf = classify(root, path)
         if tf is not None:
@@ -176,7 +188,8 @@ def _transcripts(root: str, dirpath: str, filenames: list[str]) -> list[Transcri
 
 def _listing(root: str, dirpath: str, cache: ScanCache, on_error: Callable[[OSError], None] | None) -> _Listing | None:
     """A directory's listing: the cached one while the directory is unchanged, else listed now
-    the way os.walk(followlinks=False) lists it (a symlinked directory is not entered)."""
+    the way os.walk(followlinks=False) lists it (a symlinked directory is not entered; an entry
+    that cannot be stat'ed is a file)."""
     try:
         st = os.stat(dirpath)
         have = cache.dirs.get(dirpath)
@@ -190,15 +203,17 @@ def _listing(root: str, dirpath: str, cache: ScanCache, on_error: Callable[[OSEr
         if on_error is not None:
             on_error(exc)
         return None
-    subdirs, files = [], []
+    subdirs: list[str] = []
+    files: list[tuple[str, bool]] = []
     for entry in entries:
         try:
             is_dir = entry.is_dir()
         except OSError:
             is_dir = False
+        link = entry.is_symlink()  # from the listing itself (d_type): no stat
         if not is_dir:
-            files.append(entry.name)
-        elif not entry.is_symlink():
+            files.append((entry.name, link))
+        elif not link:
             subdirs.append(entry.name)
     return _Listing(st.st_ino, st.st_mtime_ns, listed_ns, tuple(sorted(subdirs)),
                     tuple(_transcripts(root, dirpath, files)))

@@ -41,14 +41,26 @@ def _tree(tmp_path: Path) -> Path:
 
 
 def _fresh(root: Path) -> list[discover.TranscriptFile]:
-    return list(discover.scan(str(root)))
+    """What os.walk finds (the walk scan replaced): main files first in each directory."""
+    out = []
+    for dirpath, dirnames, filenames in os.walk(root / "projects", followlinks=False):
+        dirnames.sort()
+        found = []
+        for name in sorted(filenames):
+            path = os.path.join(dirpath, name)
+            if name.endswith(".jsonl") and (not os.path.islink(path) or discover.within_root(str(root), path)):
+                tf = discover.classify(str(root), path)
+                if tf is not None:
+                    found.append(tf)
+        out += sorted(found, key=lambda t: t.kind is not discover.FileKind.MAIN)
+    return out
 
 
 def test_cached_scan_equals_a_fresh_walk_as_the_tree_changes(tmp_path, monkeypatch):
     root = _tree(tmp_path)
     cache = discover.ScanCache()
     first = list(discover.scan(str(root), cache=cache))
-    assert first == _fresh(root) and len(first) >= 5
+    assert first == _fresh(root) == list(discover.scan(str(root))) and len(first) >= 5
     assert not any("link-out" in tf.path or "linked-dir" in tf.path for tf in first)
 
     listed: list[str] = []
@@ -78,7 +90,7 @@ def test_cached_scan_equals_a_fresh_walk_as_the_tree_changes(tmp_path, monkeypat
     again = list(discover.scan(str(root), cache=cache))
     assert str(proj) in listed and str(session / "subagents") in listed and str(newdir) in listed
     assert str(root / "projects") not in listed  # unchanged directories are not listed again
-    assert again == _fresh(root) != first
+    assert again == _fresh(root) == list(discover.scan(str(root))) != first
     assert str(gone) not in {tf.path for tf in again}
 
 
