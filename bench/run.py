@@ -1,21 +1,28 @@
 """ccotel benchmarks, one command:
 
-    .venv/bin/python -m bench.run                 # 1 GB corpus, 30 s live, 150 s idle (~10 min)
+    .venv/bin/python -m bench.run                 # 1 GB + 200 MB of two corpora, live, idle (~25 min)
     .venv/bin/python -m bench.run --quick         # 20 MB, a few seconds each (~1 min)
 
 Prints a table (each result beside the baseline measured in the same run, and the ratio; the
 machine is shared and noisy, so ratios are what to compare) and writes bench/results.json.
 Corpora are generated once under --workdir (default /tmp/ccotel-bench) and reused.
 
+Corpora (bench/corpus.py): bench's own (2.1.39-shaped) at 1 GB and 200 MB, and a 2.1.330-shaped one
+(attachments, ~40 KB api-request-shape lines, api-request/blob, cost-state, many small subagent
+files) at both sizes; the issue-15 targets are printed for each.
+
 Rows:
- 1. backfill: ``ccotel backfill`` (read, assemble, spans, OTLP protobuf, HTTP to a receiver in its
-    own process) vs the floor (``bench.floor``: read every line, orjson.loads it); span identity
-    (receiver bytes decoded == ccotel's SpanRecords == the SDK route's spans); per-span cost of
-    ccotel's route vs ``tracer.start_span`` + BatchSpanProcessor.
- 2. ``ccotel report --json`` vs ``ccusage claude session --json --offline``: time and totals.
+ 1. backfill: ``ccotel backfill`` (default settings and ``--workers 1``: read, assemble, spans,
+    ledger, OTLP protobuf, HTTP to a receiver in its own process) vs the floor (``bench.floor``:
+    read every line, orjson.loads it); span identity (receiver bytes decoded == ccotel's
+    SpanRecords == the SDK route's spans); per-span cost of ccotel's route vs the SDK's.
+ 2. ``ccotel report --json`` (from the transcripts, and from the usage ledger the backfill wrote)
+    vs ``ccusage claude session --json --offline``: time and totals.
  3. live: append a tool_result to one of ~1,000 files at a steady rate -> its execute_tool span at
-    the receiver (p50/p99), vs a bare watchdog observer noticing the same appends.
- 4. idle CPU of ``ccotel run`` watching 10,000 session files; peak RSS after the big backfill.
+    the receiver (p50/p99), vs a bare watchdog observer noticing the same appends; CPU of
+    ``ccotel run`` for ~10,000 lines of 50 sessions written at once vs the same lines in backfill.
+ 4. idle CPU of ``ccotel run`` watching 10,000 sessions (150 s: one safety rescan); peak RSS of
+    all ccotel processes after the 1 GB catch-up.
  5. restart after the big backfill: time until a new line's span arrives.
 """
 
@@ -442,7 +449,7 @@ def bench_backfill(res: Results, root: Path, exp: dict[str, Any], log_dir: Path,
     suffixes the row keys and state dirs of a corpus other than the main one; ``label`` names it."""
     mb = exp["totals"]["bytes"] / 1e6
     big = exp["totals"]["bytes"] >= 900e6  # the issue's targets for the default settings are at 1 GB
-    _log(f"[1] backfill of {mb:,.0f} MB{(' (' + label + ')') if label else ''} vs the floor"
+    _log(f"[1] backfill of {mb:,.0f} MB{(' (' + label + ')') if tag else ''} vs the floor"
          f" (read + orjson.loads), x{repeat}")
     floors, runs, others, singles = [], [], [], []
     with receiver(log_dir) as rcv:
@@ -963,7 +970,7 @@ def main(argv: list[str] | None = None) -> int:
     if "livecpu" in only:
         cpu_root = work / f"livecpu-50-s{args.seed + 4}"
         cexp = ensure_corpus(cpu_root, sessions=10 if q else 50, seed=args.seed + 4,
-                             session_mean=60_000 if q else 250_000)
+                             session_mean=60_000 if q else 500_000)  # ~10,000 lines
         bench_live_cpu(res, cpu_root, cexp, log_dir, work, args.line_rate)
     if "idle" in only:
         idle_root = work / f"idle-{idle_n}-s{args.seed + 3}"
