@@ -118,7 +118,8 @@ def test_killed_then_resumed(name: str, tmp_path: Path) -> None:
     (after_kill,) = sessions.list_sessions(Options(roots=(str(root),)))
     assert after_kill.state == "killed" and after_kill.process == "gone"
     assert after_kill.last_outcome == "killed" and after_kill.tool_errors == 1
-    assert any("orphaned tool_use" in p for p in after_kill.problems)
+    # the orphaned tool_use is a problem where a resume does not repair it (check's rule: 2.1.3xx repairs)
+    assert any("orphaned tool_use" in p for p in after_kill.problems) == (fx.version != "2.1.330")
     (resumed,) = sessions.list_sessions(Options(roots=(str(fx.config_dir),)))
     # the first turn: 2.1.3xx's resume writes a repair saying the process died; 2.1.197 leaves a dead branch
     first = "killed" if fx.version == "2.1.330" else "orphaned"
