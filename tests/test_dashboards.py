@@ -390,14 +390,37 @@ STALL_TIMEOUT_S = 4
 SLOW_TOOL_S = 9
 
 
-def _start_ccotel(root: Path, state: Path, endpoint: str, port: int, log: Path) -> subprocess.Popen[str]:
+def _start_ccotel(root: Path, state: Path, endpoint: str, port: int, log: Path,
+                  registry: Path) -> subprocess.Popen[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] = endpoint
     return subprocess.Popen(
         [sys.executable, "-m", "ccotel", "run", "--root", str(root), "--state-dir", str(state),
          "--metrics-addr", f"127.0.0.1:{port}", "--orchestrator-log", f"{log}=openclaw",
+         "--registry", str(registry), "--registry-kill-grace", "1",
          "--stall-timeout", str(STALL_TIMEOUT_S), "--no-status"],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def _registry_agents(registry: Path) -> None:
+    """An orchestrator's registry, written live as one does (tests/test_registry.py): an agent that
+    finishes, one whose process is killed while its Status still says in-progress, and the pid file
+    caught half-written once."""
+    from tests.test_registry import entry, md_text, write_md, write_pids
+
+    now = time.time_ns()
+    done = subprocess.Popen(["true"])
+    done.wait(timeout=10)
+    victim = subprocess.Popen(["sleep", "300"])
+    pids = {"d-done": entry(done.pid, agent_type="reviewer"), "d-killed": entry(victim.pid, agent_type="worker")}
+    (registry / ".active-pids.json").write_bytes(b'{"d-done": {"pid": ')  # mid-write: counted, read again
+    time.sleep(1.0)
+    write_pids(registry, pids)
+    write_md(registry, "d-done", md_text("done", now - 2 * 10**9, now))
+    write_md(registry, "d-killed", md_text("in-progress", now))
+    time.sleep(1.0)
+    victim.kill()
+    victim.wait(timeout=10)
 
 
 @contextlib.contextmanager
@@ -545,7 +568,10 @@ def test_every_dashboard_query_has_data_from_a_live_run(claude_cli: Path, tmp_pa
     with _small_tmpfs(tmp_path / "statefs", "8m") as on_tmpfs, receiver.http, \
             prom.PrometheusServer(targets=[("127.0.0.1", port)], scrape_interval="1s") as p:
         state = tmp_path / "statefs" / "ccotel"
-        ccotel = _start_ccotel(sandbox.config_dir, state, receiver.http.endpoint, port, log)
+        registry = tmp_path / "registry"
+        (registry / "agent-responses").mkdir(parents=True)
+        (registry / ".active-pids.json").write_text("{}")
+        ccotel = _start_ccotel(sandbox.config_dir, state, receiver.http.endpoint, port, log, registry)
         try:
             p.wait_for('up{job="ccotel"}', lambda r: bool(r) and r[0][1] == 1, timeout=60)
             first_up = p.query('timestamp(up{job="ccotel"})')[0][1]
@@ -578,6 +604,7 @@ def test_every_dashboard_query_has_data_from_a_live_run(claude_cli: Path, tmp_pa
                 no_data[("ccotel-health.json", "Checkpoint errors", "A")] = why
                 del expected_stats[("ccotel-health.json", "Checkpoint errors")]
             _write_ghost_and_drift(projects)
+            _registry_agents(registry)
             with open(log, "a") as f:
                 f.write("\n".join(LOG_LINES) + "\n")
 
@@ -588,6 +615,8 @@ def test_every_dashboard_query_has_data_from_a_live_run(claude_cli: Path, tmp_pa
                 ("ccotel_orphaned_tool_uses_total", 1), (f'ccotel_unpriced_calls_total{{model="{UNPRICED_MODEL}"}}', 1),
                 ("ccotel_parse_errors_total", 1),
                 (f'ccotel_format_unknown_total{{version="{FUTURE_VERSION}"}}', 1),
+                ("ccotel_registry_killed_agents_total", 1), ("ccotel_registry_agents_total", 2),
+                ("ccotel_registry_bad_input_total", 1),
             ]:
                 _wait_sum(p, expr, lambda v, w=want: v == w)
             for expr in ('ccotel_stalled_turns_total{outcome="recovered"}', "ccotel_spans_dropped_total",

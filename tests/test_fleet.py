@@ -120,7 +120,9 @@ def kill(proc: subprocess.Popen[str]) -> None:
     proc.wait(timeout=10)
 
 
-def wait_for(rx: OtlpReceiver, expected: set[str], seconds: float = 45.0) -> None:
+def wait_for(rx: OtlpReceiver, expected: set[str], seconds: float = 120.0) -> None:
+    """Until every expected span arrived (at once when they do; a loaded machine can make an export
+    back off for half a minute), then a little longer for any sent twice."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline and not expected <= {s["span_id"] for s in rx.spans}:
         time.sleep(0.2)
