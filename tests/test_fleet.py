@@ -22,6 +22,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -96,21 +97,36 @@ def start(root: Path, state: str, endpoint: str, host: str | None = None) -> sub
     env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] = endpoint
     host_args = ["--host-id", host] if host else []
     root.joinpath("projects").mkdir(parents=True, exist_ok=True)
-    return subprocess.Popen(
+    # stderr to a file, not a pipe nobody reads while it runs: with -v a pipe fills up (64 KB) and the
+    # host blocks on its next log line (seen as spans never sent, on a busy machine)
+    err = tempfile.TemporaryFile(mode="w+")
+    proc = subprocess.Popen(
         [sys.executable, "-m", "ccotel", "run", "--root", str(root), "--state", state, *host_args,
          "--metrics-addr", "none", "--no-status", "--stall-timeout", "3600", "--workers", "1", "-v"],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        env=env, stdout=subprocess.DEVNULL, stderr=err, text=True)
+    _stderr[proc.pid] = err
+    return proc
+
+
+_stderr: dict[int, Any] = {}  # a host's stderr file, by pid
+
+
+def stderr_of(proc: subprocess.Popen[str]) -> str:
+    f = _stderr[proc.pid]
+    f.seek(0)
+    return str(f.read())
 
 
 def caught_up(proc: subprocess.Popen[str], seconds: float = 30.0) -> None:
     """Until the host's first (empty) catch-up is done and it follows live (it counts from then on)."""
     time.sleep(2.5)  # an empty root: caught up within a second; the mark is committed with the next checkpoint
-    assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+    assert proc.poll() is None, stderr_of(proc)
 
 
 def stop(proc: subprocess.Popen[str]) -> str:
     proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=30)
+    proc.wait(timeout=30)
+    err = stderr_of(proc)
     assert proc.returncode == 0, err
     return err
 

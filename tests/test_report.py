@@ -256,9 +256,10 @@ def _run(*argv: str) -> str:
     return out.getvalue()
 
 
-def test_run_prints_each_view_as_json_and_as_a_table(tmp_path):
+def test_run_prints_each_view_as_json_and_as_a_table(tmp_path, monkeypatch):
     """Through add_arguments/run, as cli.py will call them: the default view is session (as the old
     `ccotel report --json`), rows show the project and start time, --breakdown a line per model."""
+    monkeypatch.setenv("COLUMNS", "200")  # a pipe: the width COLUMNS says (pytest-xdist workers set their own)
     from tests.harness.fixtures import load_fixture
 
     root = str(load_fixture("2.1.330-s13_advisor").config_dir)
