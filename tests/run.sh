@@ -20,4 +20,5 @@ PY=${PYTHON:-python3}
 .venv/bin/python -m mypy ccotel
 # the live e2e tests drive every Claude Code version of the matrix (~1 min per extra version)
 export CCOTEL_CLAUDE_VERSIONS=${CCOTEL_CLAUDE_VERSIONS:-all}
-exec .venv/bin/python -m pytest "$@"
+# one pytest worker per core: most of the suite's time is spent waiting on real CLIs, servers and signals
+exec .venv/bin/python -m pytest -n auto "$@"
