@@ -616,12 +616,13 @@ def test_every_dashboard_query_has_data_from_a_live_run(claude_cli: Path, tmp_pa
                 ("ccotel_parse_errors_total", 1),
                 (f'ccotel_format_unknown_total{{version="{FUTURE_VERSION}"}}', 1),
                 ("ccotel_registry_killed_agents_total", 1), ("ccotel_registry_agents_total", 2),
-                ("ccotel_registry_bad_input_total", 1),
             ]:
                 _wait_sum(p, expr, lambda v, w=want: v == w)
             for expr in ('ccotel_stalled_turns_total{outcome="recovered"}', "ccotel_spans_dropped_total",
                          "ccotel_export_failures_total", "ccotel_api_errors_total", "ccotel_compactions_total",
-                         "ccotel_reported_cost_usd_total", "ccotel_subagents_total"):
+                         "ccotel_reported_cost_usd_total", "ccotel_subagents_total",
+                         # the pid file caught half-written: how many reads saw it so depends on timing
+                         "ccotel_registry_bad_input_total"):
                 _wait_sum(p, expr, lambda v: v > 0)
             # every turn closed (its file silent past the stall timeout) and sent: then the backend rejects
             # the batch of one more run (s01), whose spans are dropped for good
