@@ -56,11 +56,10 @@ class Delivery:
         """The spans of an owner about to be sent: those not delivered before a restart, now in
         flight, and counted at once (metrics never wait for the trace backend)."""
         out = []
-        mine = self._claimed(owner, spans)
+        fresh = [s for s in spans if s.span_id not in self.acked_before]  # not delivered before a restart
+        mine = self._claimed(owner, fresh)
         with self.lock:
-            for span in spans:
-                if span.span_id in self.acked_before:
-                    continue  # delivered before a restart
+            for span in fresh:
                 if span.span_id not in mine:
                     continue  # another host of the fleet sends and counts it (a synced copy of its file)
                 owner.pending += 1
@@ -73,7 +72,7 @@ class Delivery:
     def _claimed(self, owner: Owner, spans: Iterable[SpanRecord]) -> set[int]:
         """The span ids this process may send: a shared state (PostgreSQL) gives each to the
         first host that claims it; one on this host alone (SQLite, or none) gives them all."""
-        ids = [s.span_id for s in spans if s.span_id not in self.acked_before]
+        ids = [s.span_id for s in spans]
         if self.state is None or not ids:
             return set(ids)
         path = next(iter(owner.first_offsets), None)

@@ -58,6 +58,7 @@ from typing import Any
 from .records import AdvisorCall, Entry, Usage
 
 __all__ = [
+    "api_error_type",
     "FINAL_STOP",
     "SYNTHETIC_MODEL",
     "TASK_TOOLS",
@@ -125,6 +126,16 @@ def is_api_call(model: str | None, made_by: str | None, is_api_error: bool) -> b
     if is_api_error:
         return True
     return made_by != "other" and model != SYNTHETIC_MODEL
+
+
+def api_error_type(text: str | None) -> str:
+    """The HTTP status of a failed API call as Claude Code writes it ('API Error: 529 {...}' ->
+    '529'); anything else -> 'api_error'. The transcript's and the stream's error text alike."""
+    if text and text.startswith("API Error: "):
+        code = text[len("API Error: "):].split(" ", 1)[0]
+        if code.isdigit():
+            return code
+    return "api_error"
 
 
 def is_assistant_record(e: Entry) -> bool:

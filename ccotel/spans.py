@@ -186,7 +186,7 @@ def _chat(c: Call, f: Finished, conventions: Conventions, pricing: Pricing) -> S
     status, message = StatusCode.UNSET, None
     if c.is_api_error:
         status, message = StatusCode.ERROR, c.error_text or "api_error"
-        attrs["error.type"] = _api_error_type(c.error_text)
+        attrs["error.type"] = rules.api_error_type(c.error_text)
     return SpanRecord(
         trace_id=f.trace_id, span_id=ids.span_id("chat", c.key), parent_span_id=f.parent_span_id,
         name=f"chat {model}" if model else "chat", kind=SpanKind.CLIENT,
@@ -236,14 +236,6 @@ def _advisor(c: Call, index: int, chat: SpanRecord, conventions: Conventions, pr
         start_ns=chat.start_ns, end_ns=chat.end_ns, attributes=attrs,
     )
 
-
-def _api_error_type(text: str | None) -> str:
-    """'API Error: 529 {...}' -> '529'; anything else -> 'api_error'."""
-    if text and text.startswith("API Error: "):
-        code = text[len("API Error: "):].split(" ", 1)[0]
-        if code.isdigit():
-            return code
-    return "api_error"
 
 
 def _tool(t: ToolCall, f: Finished, content: ContentPolicy | None) -> SpanRecord:

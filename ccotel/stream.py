@@ -647,7 +647,7 @@ def _chat_span(c: _Call, a: StreamAssembler) -> SpanRecord:
     status, message = StatusCode.UNSET, None
     if c.is_api_error:
         status, message = StatusCode.ERROR, c.error_text or "api_error"
-        attrs["error.type"] = _api_error_type(c.error_text)
+        attrs["error.type"] = rules.api_error_type(c.error_text)
     return SpanRecord(
         trace_id=c.turn.trace_id, span_id=ids.span_id("chat", c.key), parent_span_id=c.parent_span_id,
         name=f"chat {model}" if model else "chat", kind=SpanKind.CLIENT, start_ns=c.start_ns,
@@ -673,13 +673,6 @@ def _usage_attrs(attrs: dict[str, Any], u: dict[str, Any], final: bool) -> None:
     else:
         attrs["ccotel.relay.output_tokens_final"] = False
 
-
-def _api_error_type(text: str | None) -> str:
-    if text and text.startswith("API Error: "):
-        code = text[len("API Error: "):].split(" ", 1)[0]
-        if code.isdigit():
-            return code
-    return "api_error"
 
 
 def _tool_span(t: _Tool, a: StreamAssembler, end_ns: int, error: str | None) -> SpanRecord:

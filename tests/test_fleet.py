@@ -25,7 +25,6 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,8 +37,7 @@ from ccotel.state import State
 from ccotel.state_pg import PgState, open_report_ledger
 from tests.harness.fixtures import load_fixture
 from tests.otlp_receiver import OtlpReceiver
-from tests.support.fixtures import missing_component
-from tests.support.postgres import PostgresServer, bin_dir
+from tests.support.postgres import PostgresServer, running_server
 
 SCENARIOS = ("s02_resume_two_turns", "s06_kill_orphan_resume")
 # What the fleet must count exactly as one host does (per-host health counters are each host's own).
@@ -47,15 +45,7 @@ COUNTED = ("ccotel_tokens", "ccotel_turns", "ccotel_session_resets", "ccotel_orp
            "ccotel_tool_calls", "ccotel_api_errors", "ccotel_killed_turns", "ccotel_subagents")
 
 
-@pytest.fixture(scope="module")
-def pg() -> Iterator[PostgresServer]:
-    if bin_dir() is None:
-        missing_component("PostgreSQL not installed: run python -m tests.support.install_postgres")
-    server = PostgresServer()
-    try:
-        yield server
-    finally:
-        server.close()
+pg = pytest.fixture(scope="module", name="pg")(running_server)
 
 
 # -- the session, split at a turn boundary ---------------------------------------------------
@@ -121,6 +111,17 @@ def caught_up(proc: subprocess.Popen[str], seconds: float = 30.0) -> None:
     """Until the host's first (empty) catch-up is done and it follows live (it counts from then on)."""
     time.sleep(2.5)  # an empty root: caught up within a second; the mark is committed with the next checkpoint
     assert proc.poll() is None, stderr_of(proc)
+
+
+Host = subprocess.Popen[str]
+
+
+def two_hosts(root_a: Path, root_b: Path, url: str, endpoint: str) -> tuple[Host, Host]:
+    """Hosts A and B on one PostgreSQL state and one trace backend, both caught up (counting)."""
+    a, b = start(root_a, url, endpoint, "A"), start(root_b, url, endpoint, "B")
+    caught_up(a)
+    caught_up(b)
+    return a, b
 
 
 def stop(proc: subprocess.Popen[str]) -> str:
@@ -243,9 +244,7 @@ def test_session_moves_from_a_to_b(pg: PostgresServer, tmp_path: Path, name: str
     rel, lines, cut = session(name)
     root_a, root_b = tmp_path / "a" / "claude", tmp_path / "b" / "claude"
     with OtlpReceiver() as rx:
-        a, b = start(root_a, url, rx.endpoint, "A"), start(root_b, url, rx.endpoint, "B")
-        caught_up(a)
-        caught_up(b)
+        a, b = two_hosts(root_a, root_b, url, rx.endpoint)
         write_lines(root_a / rel, lines[:cut])  # host A answers the first questions
         time.sleep(2.0)
         (root_b / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -265,9 +264,7 @@ def test_both_hosts_follow_one_shared_root(pg: PostgresServer, tmp_path: Path, n
     rel, lines, cut = session(name)
     root = tmp_path / "shared" / "claude"
     with OtlpReceiver() as rx:
-        a, b = start(root, url, rx.endpoint, "A"), start(root, url, rx.endpoint, "B")
-        caught_up(a)
-        caught_up(b)
+        a, b = two_hosts(root, root, url, rx.endpoint)
         write_lines(root / rel, lines[:cut])
         time.sleep(2.0)
         write_lines(root / rel, lines[cut:])
@@ -286,9 +283,7 @@ def test_host_killed_mid_way_then_restarted(pg: PostgresServer, tmp_path: Path) 
     rel, lines, cut = session(name)
     root_a, root_b = tmp_path / "a" / "claude", tmp_path / "b" / "claude"
     with OtlpReceiver() as rx:
-        a, b = start(root_a, url, rx.endpoint, "A"), start(root_b, url, rx.endpoint, "B")
-        caught_up(a)
-        caught_up(b)
+        a, b = two_hosts(root_a, root_b, url, rx.endpoint)
         write_lines(root_a / rel, lines[: cut // 2])
         time.sleep(0.3)
         kill(a)
@@ -312,14 +307,12 @@ def test_connection_lost_and_regained(pg: PostgresServer, tmp_path: Path) -> Non
     rel, lines, cut = session(name)
     root = tmp_path / "shared" / "claude"
     with OtlpReceiver() as rx:
-        a, b = start(root, url, rx.endpoint, "A"), start(root, url, rx.endpoint, "B")
-        caught_up(a)
-        caught_up(b)
+        a, b = two_hosts(root, root, url, rx.endpoint)
         write_lines(root / rel, lines[:cut])
         pg.restart(down_s=1.0)  # every connection cut; the hosts see it on their next use
         write_lines(root / rel, lines[cut:])
         expected = expected_span_ids(root)
-        wait_for(rx, expected, seconds=60)
+        wait_for(rx, expected)
         err_a, err_b = stop(a), stop(b)
     assert pg.password not in err_a + err_b
     check_fleet(rx, expected, url, ("A", "B"), name, tmp_path, (root, root))

@@ -14,7 +14,7 @@ import os
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import psycopg
@@ -34,21 +34,12 @@ from ccotel.state import (
 )
 from ccotel.state_pg import SCHEMA_VERSION, PgState, lock_host, masked
 from ccotel.tail import FileIdentity
-from tests.support.fixtures import missing_component
-from tests.support.postgres import PostgresServer, bin_dir
+from tests.support.postgres import PostgresServer, running_server
 
 Opener = Callable[[str], State]  # host id -> a state (SQLite: the host's own dir)
 
 
-@pytest.fixture(scope="module")
-def pg() -> Iterator[PostgresServer]:
-    if bin_dir() is None:
-        missing_component("PostgreSQL not installed: run python -m tests.support.install_postgres")
-    server = PostgresServer()
-    try:
-        yield server
-    finally:
-        server.close()
+pg = pytest.fixture(scope="module", name="pg")(running_server)
 
 
 _dbs = [0]

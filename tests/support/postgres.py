@@ -16,6 +16,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
@@ -106,3 +107,17 @@ class PostgresServer:
     def close(self) -> None:
         self.stop("immediate")
         shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def running_server() -> Iterator[PostgresServer]:
+    """A throwaway cluster for a test module (``pytest.fixture(scope="module")(running_server)``);
+    not installed: skipped with the install command, or failed under CI."""
+    from tests.support.fixtures import missing_component
+
+    if bin_dir() is None:
+        missing_component("PostgreSQL not installed: run python -m tests.support.install_postgres")
+    server = PostgresServer()
+    try:
+        yield server
+    finally:
+        server.close()
