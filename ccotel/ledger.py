@@ -294,6 +294,44 @@ class Ledger:
     def sessions_with_calls(self) -> set[str]:
         return {r[0] for r in self._rows("SELECT DISTINCT session_id FROM calls", [])}
 
+    # -- sums: a report the ledger answers alone (SQLite only) ---------------------
+    # Each takes ``slot_ns``: rows are also grouped by ``time_ns // slot_ns`` (the report's
+    # date lookups are per quarter hour), None: by session alone.
+
+    def call_sums(self, slot_ns: int | None) -> list[tuple[Any, ...]]:
+        """Per (session, model, failed, slot): session, model, failed (0/1), slot, calls, the seven
+        usage sums (as CallRow.usage), calls with a cost, the earliest non-zero and the latest time."""
+        slot = _slot_sql(slot_ns)
+        return self.db.execute(
+            f"SELECT session_id, model, api_error != 0 AS failed, {slot} AS slot, count(*), sum(input), sum(output), "
+            "sum(cache_read), sum(cache_write), sum(cache_write_5m), sum(cache_write_1h), sum(reasoning), "
+            "count(cost), min(CASE WHEN time_ns != 0 THEN time_ns END), max(time_ns) "
+            "FROM calls GROUP BY session_id, model, failed, slot").fetchall()
+
+    def call_sequence(self, slot_ns: int | None) -> list[tuple[Any, ...]]:
+        """(session, model, slot, cost or None if it failed, project, cwd) of every call, in
+        ``calls()``'s order: a float sum depends on its order, and where a session ran is its first
+        call's (report._where); the report's figures are byte for byte those of ``calls()``."""
+        return self.db.execute(
+            f"SELECT session_id, model, {_slot_sql(slot_ns)}, CASE WHEN api_error = 0 THEN cost END, project, cwd "
+            "FROM calls ORDER BY time_ns, rowid").fetchall()
+
+    def tool_sums(self, slot_ns: int | None) -> list[tuple[Any, ...]]:
+        """Per (session, slot), in the order of ``tools()`` (its primary key) by session: session,
+        slot, tool calls, failed ones, orphaned or repaired ones."""
+        slot = _slot_sql(slot_ns)
+        return self.db.execute(
+            f"SELECT session_id, {slot} AS slot, count(*), sum(error_type IS NOT NULL), "
+            "sum(CASE WHEN error_type = 'orphaned' OR repaired != 0 THEN 1 ELSE 0 END) "
+            "FROM tools GROUP BY session_id, slot ORDER BY session_id, slot").fetchall()
+
+    def agent_sums(self, slot_ns: int | None) -> list[tuple[Any, ...]]:
+        """Per (session, slot), in the order of ``agents()`` by session: session, slot, subagents."""
+        slot = _slot_sql(slot_ns)
+        return self.db.execute(
+            f"SELECT session_id, {slot} AS slot, count(*) FROM agents GROUP BY session_id, slot "
+            "ORDER BY session_id, slot").fetchall()
+
     # -- internals (state_pg.PgLedger: the same over PostgreSQL) ------------------
 
     def _rows(self, sql: str, args: Sequence[Any]) -> Iterator[Sequence[Any]]:
@@ -322,6 +360,14 @@ class _Transaction:
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         self.db.execute("COMMIT" if exc_type is None else "ROLLBACK")
+
+
+def _slot_sql(slot_ns: int | None) -> str:
+    """SQL for Python's ``time_ns // slot_ns`` (floor, also below zero: SQLite's / truncates), or 0."""
+    if slot_ns is None:
+        return "0"
+    n = int(slot_ns)
+    return f"(CASE WHEN time_ns >= 0 THEN time_ns / {n} ELSE -((-time_ns + {n - 1}) / {n}) END)"
 
 
 def _window(sql: str, after_ns: int | None, before_ns: int | None) -> tuple[str, list[int]]:

@@ -1,15 +1,13 @@
-"""``ccotel report``: token usage and estimated cost per session, like ``ccusage session --json``.
+"""``ccotel report``: token usage, estimated cost, tool calls and health by day, week, month,
+session or project, like ``ccusage <view> --json``.
 
-The report reads only what usage needs: assistant lines (a byte search finds them; tool results,
-most of the bytes, are never decoded), and of those only ids, model, usage and time (msgspec
-skips the content), with the assembler's rules for API calls: one call per
-(message.id, requestId) across ALL files, the first file in time order keeps it, its largest
-usage snapshot counts, ``<synthetic>`` lines are no call unless an API error, a failed call is
-not billed, the same uuid twice in a session is one line. A big history is read by several
-processes, split so that no call can be in two of them (shard.py), and merged in time order.
+The calls come from the usage ledger (``ledger.db``, written as ccotel exports) and, for the
+transcripts written since, from a reader of the assistant lines (``report_read.py``, loaded only
+then). A report the ledger answers alone is summed in SQLite and loads neither the transcript
+reader, nor the pipeline, genai-prices or rich (a table needs rich; ``--json`` does not).
 
-``session_usage`` sums the same figures from exported chat spans: the tests hold the two equal,
-so the report and the traces cannot disagree.
+``session_usage`` sums the same figures from exported chat spans: the tests hold the transcript
+reader equal to it, so the report and the traces cannot disagree.
 """
 
 from __future__ import annotations
@@ -21,33 +19,37 @@ import re
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta, timezone, tzinfo
-from operator import itemgetter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-import msgspec
 import orjson
-from rich.console import Console
-from rich.table import Table
 
 from . import rules
-from .discover import default_roots
 from .ledger import LEDGER_FILE, AgentRow, CallRow, Ledger, LedgerError, ToolRow, TurnRow
-from .parse import _JUsage, parse_line, parse_timestamp
-from .pipeline import Options, Pipeline, discover, session_groups, unread_bytes
-from .pricing import DEFAULT_PRICING, Pricing, load_overrides
-from .records import SpanRecord, TranscriptFile, Usage
-from .shard import Group, balance, default_workers, plan_shards, process_context
 from .state import host_id, is_url, resolve_state
-from .tail import lines_with
 
-__all__ = ["SessionUsage", "session_usage", "build_report", "report_from_spans", "Query", "Data", "Row", "Report",
-           "VIEWS", "open_ledger", "gather", "summarize", "as_json", "render", "add_arguments", "run"]
+if TYPE_CHECKING:  # the transcript reader and rich are imported where they are used
+    from rich.console import Console
+
+    from .pipeline import Options
+    from .records import SpanRecord
+
+__all__ = ["SessionUsage", "session_usage", "Query", "Data", "Row", "Report", "VIEWS", "open_ledger", "gather",
+           "summarize", "summarize_ledger", "written_since", "as_json", "render", "add_arguments", "run"]
 
 log = logging.getLogger("ccotel.report")
+
+
+def __getattr__(name: str) -> Any:
+    """``build_report`` and ``report_from_spans`` live in report_read.py (with the transcript
+    reader's imports); importing them from here loads it then."""
+    if name in ("build_report", "report_from_spans"):
+        from . import report_read
+
+        return getattr(report_read, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 @dataclass
 class SessionUsage:
@@ -122,228 +124,6 @@ def session_usage(spans: Iterable[SpanRecord], into: dict[str, SessionUsage] | N
 # A call's usage as a plain tuple, cheap to build, merge and send between processes:
 # (input, output, cache read, cache creation, cache creation 5m, cache creation 1h, reasoning).
 UsageTuple = tuple[int, int, int, int, int, int, int]
-
-
-def report_from_spans(options: Options) -> dict[str, SessionUsage]:  # noqa: D401
-    """The reference: the whole pipeline, its chat spans summed."""
-    totals: dict[str, SessionUsage] = {}
-    Pipeline(options, emit=lambda spans: session_usage(spans, totals)).backfill(close_all=True)
-    return totals
-
-
-@dataclass(slots=True)
-class _Call:
-    """One API call as the report sees it (merged over all the lines that carry its key)."""
-
-    session_id: str
-    usage: UsageTuple | None
-    is_api_error: bool
-    model: str | None
-    first_ns: int
-    last_ns: int
-    project: str | None = None  # the projects/<dir> of the file that first held it
-    cwd: str | None = None
-
-    def flat(self) -> tuple[Any, ...]:
-        return (self.session_id, self.usage, self.is_api_error, self.model, self.first_ns, self.last_ns)
-
-    def merge(self, other: _Call) -> None:
-        """``other`` is the same call seen later (another file or process)."""
-        self.merge_line(other.usage, other.is_api_error, other.model, other.first_ns)
-        self.last_ns = max(self.last_ns, other.last_ns)
-        self.cwd = self.cwd or other.cwd
-
-    def merge_line(self, usage: UsageTuple | None, is_api_error: bool, model: str | None, ts: int,
-                   cwd: str | None = None) -> None:
-        """A later line of the same call."""
-        self.cwd = self.cwd or cwd
-        if usage is not None and (self.usage is None or _bigger(usage, self.usage)):
-            self.usage = usage
-        self.is_api_error = self.is_api_error or is_api_error
-        self.model = model or self.model
-        if ts:
-            self.first_ns = min(self.first_ns, ts) if self.first_ns else ts
-            self.last_ns = max(self.last_ns, ts)
-
-
-def _bigger(a: UsageTuple, b: UsageTuple) -> bool:
-    """rules.is_final_snapshot on the report's tuples (input, output, cache read, cache creation, ...)."""
-    return rules.snapshot_rank(a[1], a[0] + a[1] + a[2] + a[3]) > rules.snapshot_rank(b[1], b[0] + b[1] + b[2] + b[3])
-
-
-def _as_tuple(u: Usage | None) -> UsageTuple | None:
-    return None if u is None else (u.input_tokens, u.output_tokens, u.cache_read_input_tokens,
-                                   u.cache_creation_input_tokens, u.cache_creation_5m, u.cache_creation_1h,
-                                   u.reasoning_tokens)
-
-
-_NEEDLE = b'"assistant"'
-_CHUNK = 4 << 20
-# One assistant line: message id, request id, uuid, session id, usage, is API error, model, time.
-_Line = tuple[Any, ...]
-
-
-class _RMessage(msgspec.Struct):
-    id: str | None = None
-    model: str | None = None
-    usage: _JUsage | None = None  # parse.py's: counts typed and in range, else the line steps aside
-
-
-class _RLine(msgspec.Struct):
-    """What usage needs of a line; the message content (most of an assistant line) is skipped."""
-
-    type: str
-    uuid: str | None = None
-    sessionId: str | None = None
-    requestId: str | None = None
-    timestamp: str | None = None
-    cwd: str | None = None
-    isApiErrorMessage: bool | None = None
-    madeBy: Any = None
-    message: _RMessage | None = None
-
-
-_decoder = msgspec.json.Decoder(_RLine)
-
-
-def _quick(line: bytes) -> _Line | None:
-    """An assistant line of the usual shape, decoded into a small struct. None: let
-    ``parse_line`` decide (glued objects, odd types, anything unusual)."""
-    try:
-        o = _decoder.decode(line)
-    except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError):
-        return None
-    if o.type != "assistant":
-        return ()
-    msg = o.message
-    ts = parse_timestamp(o.timestamp)
-    if (msg is None or (ts is None and o.timestamp is not None)
-            or (o.madeBy is not None and not isinstance(o.madeBy, str))):
-        return None
-    record, advisors = msg.usage.record() if msg.usage is not None else (None, ())
-    usage = _as_tuple(record)
-    return (msg.id, o.requestId, o.uuid, o.sessionId, usage, o.isApiErrorMessage is True, msg.model, ts or 0,
-            o.madeBy, advisors, o.cwd)
-
-
-def _slow(line: bytes, offset: int) -> list[_Line]:
-    return [(e.message_id, e.request_id, e.uuid, e.session_id, _as_tuple(e.usage), e.is_api_error, e.model,
-             e.timestamp_ns or 0, e.made_by, e.advisors, e.cwd)
-            for e in parse_line(line, offset).entries if e.type == "assistant"]
-
-
-def _read_group(group: Group, max_line_bytes: int) -> dict[str, _Call]:
-    """The calls of one session group, by call key, in the order they first appear."""
-    calls: dict[str, _Call] = {}
-    seen_uuids: set[tuple[str, str]] = set()
-    for _root, tf in group:
-        last: tuple[str, str] | None = None  # message id and key of the file's last response line
-        for offset, raw in lines_with(tf.path, _NEEDLE, max_line_bytes, _CHUNK):
-            one = _quick(raw)
-            for mid, rid, uuid, sid, usage, api_error, model, ts, made_by, advisors, cwd in \
-                    ((one,) if one else () if one is not None else _slow(raw, offset)):
-                sid = sid or tf.session_id
-                if mid is None or uuid is None or sid is None or not rules.is_api_call(model, made_by, api_error):
-                    continue
-                if (sid, uuid) in seen_uuids:
-                    continue  # the same line again (a re-emitted line): the assembler drops it too
-                seen_uuids.add((sid, uuid))
-                # A line that lost its requestId belongs to the response just before it with the
-                # same message id (the assembler's rule for its owner's current response).
-                key = last[1] if rid is None and last is not None and last[0] == mid else rules.call_key(mid, rid)
-                last = (mid, key)
-                _merge_line(calls, key, sid, usage, api_error, model, ts, tf.project, cwd)
-                for i, adv in enumerate(advisors):  # each advisor iteration: a call of its own model
-                    _merge_line(calls, f"{key}#advisor{i}", sid, _as_tuple(adv.usage), False, adv.model, ts,
-                                tf.project, cwd)
-    return calls
-
-
-def _merge_line(calls: dict[str, _Call], key: str, sid: str, usage: UsageTuple | None, api_error: bool,
-                model: str | None, ts: int, project: str | None, cwd: str | None) -> None:
-    have = calls.get(key)
-    if have is None:
-        calls[key] = _Call(sid, usage, api_error, model, ts, ts, project, cwd)
-    else:
-        have.merge_line(usage, api_error, model, ts, cwd)
-
-
-def _read_shard(groups: list[tuple[int, Group]], max_line_bytes: int, pricing: Pricing) -> list[tuple[Any, ...]]:
-    """Calls of these groups (in time order), merged: one flat tuple per call, cheap to send back."""
-    calls: dict[str, tuple[int, _Call]] = {}
-    for index, group in groups:
-        for key, call in _read_group(group, max_line_bytes).items():
-            have = calls.get(key)
-            if have is None:
-                calls[key] = (index, call)
-            else:
-                have[1].merge(call)
-    return [_row(key, index, c, pricing) for key, (index, c) in calls.items()]
-
-
-def _row(key: str, index: int, c: _Call, pricing: Pricing) -> tuple[Any, ...]:
-    """A call as sent back to the merging process, its cost computed here (in parallel)."""
-    cost = None
-    if c.usage is not None:
-        cost = pricing.cost(rules.reported_model(c.model), Usage(*c.usage), c.first_ns or None)
-    return (key, index, *c.flat(), round(cost, 9) if cost is not None else None, c.project, c.cwd)
-
-
-def build_report(options: Options, workers: int | None = None,
-                 parallel_min_bytes: int = 64 << 20) -> dict[str, SessionUsage]:
-    """Per-session usage read from the transcripts (the fast path: assistant lines only)."""
-    if options.since_ns is not None:
-        # --since keeps or drops whole turns by when they started, as the traces do; only the
-        # assembler knows turns, so this report is summed from the spans (slower, and exact).
-        return report_from_spans(options)
-    out: dict[str, SessionUsage] = {}
-    for _key, _index, sid, usage, is_api_error, model, first_ns, last_ns, cost, *_where in \
-            _read_rows(options, workers, parallel_min_bytes):
-        if usage is None or is_api_error:
-            continue
-        s = out.get(sid)
-        if s is None:
-            s = out[sid] = SessionUsage(sid)
-        s.add(usage, cost, rules.reported_model(model), first_ns, last_ns)
-    return out
-
-
-def _read_rows(options: Options, workers: int | None, parallel_min_bytes: int,
-               keep: Callable[[TranscriptFile], bool] | None = None) -> list[tuple[Any, ...]]:
-    """Every call of the transcripts (of the files ``keep`` accepts), merged, in time order:
-    (key, group index, session, usage, is API error, model, first ns, last ns, cost, project, cwd)."""
-    pricing = options.pricing
-    files = discover(options, {})
-    if keep is not None:
-        files = [(root, tf) for root, tf in files if keep(tf)]
-    groups = session_groups(files)
-    weights = [sum(unread_bytes(tf.path, {}) for _root, tf in g) for g in groups]  # file sizes
-    n = default_workers() if workers is None else max(1, workers)
-    if n == 1 or sum(weights) < parallel_min_bytes:
-        return _merged([_read_shard(list(enumerate(groups)), options.max_line_bytes, pricing)], pricing)
-    bins = balance(plan_shards(groups, weights), weights, n)
-    jobs = [[(i, groups[i]) for i in b] for b in bins]
-    if len(jobs) == 1:
-        return _merged([_read_shard(jobs[0], options.max_line_bytes, pricing)], pricing)
-    with ProcessPoolExecutor(len(jobs) - 1, mp_context=process_context()) as pool:
-        futures = [pool.submit(_read_shard, job, options.max_line_bytes, pricing) for job in jobs[1:]]
-        results = [_read_shard(jobs[0], options.max_line_bytes, pricing)]  # this process reads a share too
-        results += [f.result() for f in futures]
-    return _merged(results, pricing)
-
-
-def _merged(results: Sequence[list[tuple[Any, ...]]], pricing: Pricing) -> list[tuple[Any, ...]]:
-    """Merge the shards (a call in two of them: the earlier group keeps it), in time order."""
-    rows: dict[str, tuple[Any, ...]] = {}
-    for shard_rows in results:
-        for row in shard_rows:
-            have = rows.setdefault(row[0], row)
-            if have is not row:  # only if the shard plan missed a link: still counted once
-                first, later = (row, have) if row[1] < have[1] else (have, row)
-                call = _Call(*first[2:8], *first[9:11])
-                call.merge(_Call(*later[2:8], *later[9:11]))
-                rows[row[0]] = _row(row[0], first[1], call, pricing)
-    return sorted(rows.values(), key=itemgetter(1))
 
 
 # == the views: daily, weekly, monthly, session, project ==========================================
@@ -461,6 +241,39 @@ class Row:
         m.calls += 1
         m.cost += c.cost or 0.0
 
+    def add_calls(self, model: str | None, failed: bool, n: int, usage: Sequence[int], priced: int,
+                  first_ns: int, last_ns: int) -> None:
+        """``n`` calls of one model at once (their sums), as ``add_call`` adds them but the cost
+        (``add_cost``, in the calls' order)."""
+        self.seen(first_ns)
+        self.seen(last_ns)
+        if failed:
+            self.api_errors += n
+            return
+        self.input += usage[0]
+        self.output += usage[1]
+        self.cache_read += usage[2]
+        self.cache_write += usage[3]
+        self.cache_write_5m += usage[4]
+        self.cache_write_1h += usage[5]
+        self.reasoning += usage[6]
+        self.api_calls += n
+        name = rules.reported_model(model) or "unknown"
+        self.models.add(name)
+        if priced < n:
+            self.unpriced.add(name)
+        m = self.by_model.setdefault(name, ModelTotals())
+        m.input += usage[0]
+        m.output += usage[1]
+        m.cache_write += usage[3]
+        m.cache_read += usage[2]
+        m.calls += n
+
+    def add_cost(self, model: str | None, cost: float) -> None:
+        """One priced call's cost (its tokens came with ``add_calls``)."""
+        self.cost += cost
+        self.by_model[rules.reported_model(model) or "unknown"].cost += cost
+
     def merge(self, other: Row) -> None:
         """Add another row's figures (the totals line)."""
         for name in ("input", "output", "cache_read", "cache_write", "cache_write_5m", "cache_write_1h",
@@ -522,13 +335,15 @@ def gather(options: Options, ledger: Ledger | None, workers: int | None = None,
 
     With a ledger: its rows, plus the calls of transcript files written since ``grace_ns`` before
     its last write whose key it does not hold. Without: every call read from the transcripts."""
+    from .report_read import read_rows
+
     if ledger is None:
-        calls = [_call_row(r) for r in _read_rows(options, workers, parallel_min_bytes)]
+        calls = [_call_row(r) for r in read_rows(options, workers, parallel_min_bytes)]
         return Data(calls, [], [], [], "transcripts")
     cover = ledger.coverage()
     calls = list(ledger.calls())
     since = cover.updated_ns - grace_ns
-    newer = _read_rows(options, workers, parallel_min_bytes, keep=lambda tf: _mtime_ns(tf.path) >= since)
+    newer = read_rows(options, workers, parallel_min_bytes, keep=lambda tf: _mtime_ns(tf.path) >= since)
     if newer:
         have = {c.key for c in calls}
         fresh = [_call_row(r) for r in newer if r[0] not in have]
@@ -573,80 +388,166 @@ class _Dates:
         return d
 
 
-def summarize(data: Data, q: Query) -> Report:
-    """Sum the data into the rows of ``q.view`` (items outside --since/--until left out)."""
-    dates = _Dates(q.tz)
+class _Rows:
+    """The rows of one report as they are summed: which row an item goes to, and whether it is
+    inside --since/--until (both decided by the item's quarter hour and session)."""
 
-    def inside(ns: int) -> bool:
+    def __init__(self, q: Query, where: dict[str, tuple[str | None, str | None]]) -> None:
+        self.q = q
+        self.where = where
+        self.dates = _Dates(q.tz)
+        self.rows: dict[str, Row] = {}
+
+    def inside(self, ns: int) -> bool:
+        q = self.q
         if q.since is None and q.until is None:
             return True
-        d = dates(ns)
+        d = self.dates(ns)
         return (q.since is None or d >= q.since) and (q.until is None or d <= q.until)
 
-    where = _where(data)
-    if q.view in ("session", "project"):
-        def bucket(ns: int, sid: str) -> str:
-            return sid if q.view == "session" else (where.get(sid, (None, None))[0] or "unknown")
-    else:
-        def bucket(ns: int, sid: str) -> str:
-            return _period(dates(ns), q)
-
-    rows: dict[str, Row] = {}
-
-    def row(ns: int, sid: str) -> Row:
-        key = bucket(ns, sid)
-        r = rows.get(key)
+    def row(self, ns: int, sid: str) -> Row:
+        q = self.q
+        if q.view == "session":
+            key = sid
+        elif q.view == "project":
+            key = self.where.get(sid, (None, None))[0] or "unknown"
+        else:
+            key = _period(self.dates(ns), q)
+        r = self.rows.get(key)
         if r is None:
-            r = rows[key] = Row(key)
+            r = self.rows[key] = Row(key)
             if q.view == "session":
                 r.session_id = sid
             if q.view in ("session", "project"):
-                r.project, r.cwd = where.get(sid, (None, None))
+                r.project, r.cwd = self.where.get(sid, (None, None))
         return r
 
+    def add_turns(self, turns: Sequence[TurnRow], with_calls: set[str]) -> None:
+        """Kills and resets; in the session view a session's first prompt starts it; ghosts."""
+        first_turn: dict[str, TurnRow] = {}
+        for t in turns:
+            if t.session_id not in with_calls and (t.session_id not in first_turn
+                                                   or t.time_ns < first_turn[t.session_id].time_ns):
+                first_turn[t.session_id] = t
+            killed, reset = t.outcome == "killed", t.lost_tools > 0  # reset: resumed without an orphaned call
+            if self.inside(t.time_ns) and (killed or reset or (self.q.view == "session" and t.session_id in self.rows)):
+                r = self.row(t.time_ns, t.session_id)
+                r.seen(t.time_ns)  # a session starts with its first prompt
+                r.kills += killed
+                r.resets += reset
+        for sid, t in first_turn.items():  # a ghost: prompts and no assistant record at all
+            if self.inside(t.time_ns):
+                r = self.row(t.time_ns, sid)
+                r.ghosts += 1
+                r.resets += 1  # reason missing_transcript, as ccotel_session_resets_total counts it
+
+    def report(self, source: str) -> Report:
+        q = self.q
+        ordered = sorted(self.rows.values(), key=(lambda r: (r.last_ns, r.key)) if q.view == "session" else
+                         (lambda r: (r.key,)), reverse=q.order == "desc")
+        totals = Row("total")
+        for r in ordered:
+            totals.merge(r)
+        return Report(q.view, ordered, totals, source)
+
+
+def summarize(data: Data, q: Query) -> Report:
+    """Sum the data into the rows of ``q.view`` (items outside --since/--until left out)."""
+    rows = _Rows(q, _where([(c.session_id, c.project, c.cwd) for c in data.calls]
+                           + [(t.session_id, t.project, t.cwd) for t in data.turns]))
     with_calls = set()
     for c in data.calls:
         with_calls.add(c.session_id)
-        if inside(c.time_ns):
-            row(c.time_ns, c.session_id).add_call(c)
+        if rows.inside(c.time_ns):
+            rows.row(c.time_ns, c.session_id).add_call(c)
     for tool in data.tools:
-        if inside(tool.time_ns):
-            r = row(tool.time_ns, tool.session_id)
+        if rows.inside(tool.time_ns):
+            r = rows.row(tool.time_ns, tool.session_id)
             r.tool_calls += 1
             r.tool_errors += tool.error_type is not None
             r.orphans += tool.error_type == "orphaned" or tool.repaired  # never got a real result
     for a in data.agents:
-        if inside(a.time_ns):
-            row(a.time_ns, a.session_id).subagents += 1
-    first_turn: dict[str, TurnRow] = {}
-    for t in data.turns:
-        if t.session_id not in with_calls and (t.session_id not in first_turn
-                                               or t.time_ns < first_turn[t.session_id].time_ns):
-            first_turn[t.session_id] = t
-        killed, reset = t.outcome == "killed", t.lost_tools > 0  # reset: resumed without an orphaned call
-        if inside(t.time_ns) and (killed or reset or (q.view == "session" and t.session_id in rows)):
-            r = row(t.time_ns, t.session_id)
-            r.seen(t.time_ns)  # a session starts with its first prompt
-            r.kills += killed
-            r.resets += reset
-    for sid, t in first_turn.items():  # a ghost: prompts and no assistant record at all
-        if inside(t.time_ns):
-            r = row(t.time_ns, sid)
-            r.ghosts += 1
-            r.resets += 1  # reason missing_transcript, as ccotel_session_resets_total counts it
-    ordered = sorted(rows.values(), key=(lambda r: (r.last_ns, r.key)) if q.view == "session" else
-                     (lambda r: (r.key,)), reverse=q.order == "desc")
-    totals = Row("total")
-    for r in ordered:
-        totals.merge(r)
-    return Report(q.view, ordered, totals, data.source)
+        if rows.inside(a.time_ns):
+            rows.row(a.time_ns, a.session_id).subagents += 1
+    rows.add_turns(data.turns, with_calls)
+    return rows.report(data.source)
 
 
-def _where(data: Data) -> dict[str, tuple[str | None, str | None]]:
-    """Each session's project dir and cwd (the first known)."""
+def summarize_ledger(ledger: Ledger, q: Query) -> Report:
+    """``summarize(gather(options, ledger), q)`` for a ledger no transcript was written after
+    (``written_since`` is False), byte for byte, summed in SQLite: one Python step per group of
+    calls (session, model, quarter hour) rather than per call, except the cost sums, which are
+    added in the calls' order as ``summarize`` adds them (a float sum depends on its order)."""
+    slot_ns = None if q.view in ("session", "project") and q.since is None and q.until is None else _SLOT_NS
+    sequence = ledger.call_sequence(slot_ns)
+    turns = list(ledger.turns())
+    rows = _Rows(q, _where([(sid, project, cwd) for sid, _m, _s, _c, project, cwd in sequence]
+                           + [(t.session_id, t.project, t.cwd) for t in turns]))
+    if q.view == "project":
+        # A project's row takes its place from the session that made it: made in the calls' order.
+        for sid, _model, slot, _cost, _project, _cwd in sequence:
+            if rows.inside(slot * (slot_ns or 0)):
+                rows.row(slot * (slot_ns or 0), sid)
+    with_calls = set()
+    for sid, model, failed, slot, n, *usage, priced, first_ns, last_ns in ledger.call_sums(slot_ns):
+        with_calls.add(sid)
+        ns = slot * (slot_ns or 0)  # any time in the slot: the date lookups are per slot
+        if rows.inside(ns):
+            rows.row(ns, sid).add_calls(model, bool(failed), n, usage, priced, first_ns or 0, last_ns)
+    for sid, model, slot, cost, _project, _cwd in sequence:
+        ns = slot * (slot_ns or 0)
+        if cost is not None and rows.inside(ns):
+            rows.row(ns, sid).add_cost(model, cost)
+    for sid, slot, n, failed, orphaned in ledger.tool_sums(slot_ns):
+        ns = slot * (slot_ns or 0)
+        if rows.inside(ns):
+            r = rows.row(ns, sid)
+            r.tool_calls += n
+            r.tool_errors += failed
+            r.orphans += orphaned
+    for sid, slot, n in ledger.agent_sums(slot_ns):
+        ns = slot * (slot_ns or 0)
+        if rows.inside(ns):
+            rows.row(ns, sid).subagents += n
+    rows.add_turns(turns, with_calls)
+    return rows.report("ledger")
+
+
+def written_since(roots: Sequence[str], since_ns: int) -> bool:
+    """False if no transcript under ``roots`` was modified at or after ``since_ns``: then
+    ``gather`` reads nothing from the transcripts and the ledger answers alone. Every ``.jsonl``
+    under ``<root>/projects`` (directories entered as discover.scan enters them: not through a
+    symlink) is looked at, a superset of the transcripts; one that cannot be stat'ed counts as
+    written (the transcripts are read then, which is never wrong, only slower)."""
+    stack = [os.path.join(root, "projects") for root in roots]
+    while stack:
+        try:
+            with os.scandir(stack.pop()) as it:
+                entries = list(it)
+        except OSError:
+            continue  # scan reads nothing from a directory it cannot list either
+        for entry in entries:
+            try:
+                is_dir = entry.is_dir()
+            except OSError:
+                is_dir = False
+            if is_dir:
+                if not entry.is_symlink():
+                    stack.append(entry.path)
+            elif entry.name.endswith(".jsonl"):
+                try:
+                    if entry.stat().st_mtime_ns >= since_ns:
+                        return True
+                except OSError:
+                    return True
+    return False
+
+
+def _where(places: Iterable[tuple[str, str | None, str | None]]) -> dict[str, tuple[str | None, str | None]]:
+    """Each session's project dir and cwd (the first known), from (session, project, cwd): its
+    calls in time order, then its turns."""
     out: dict[str, tuple[str | None, str | None]] = {}
-    for sid, project, cwd in [(c.session_id, c.project, c.cwd) for c in data.calls] + \
-            [(t.session_id, t.project, t.cwd) for t in data.turns]:
+    for sid, project, cwd in places:
         have = out.get(sid)
         if have is None or (have[1] is None and cwd) or (have[0] is None and project):
             out[sid] = (project or (have[0] if have else None), cwd or (have[1] if have else None))
@@ -766,6 +667,8 @@ def _fit(columns: list[_Column], rows: list[Row], lead: int, width: int) -> list
 def render(report: Report, console: Console, q: Query, breakdown: bool = False) -> None:
     """A rich table: one line per row, per model below it with ``breakdown``, the totals last.
     On a narrow terminal the least needed columns give way (the omitted ones are named)."""
+    from rich.table import Table
+
     table = Table(title=f"ccotel report: {report.view} ({_zone_name(q.tz)}; from the {report.source})",
                   show_footer=True, header_style="bold", footer_style="bold")
     first = {"daily": "Date", "weekly": "Week of", "monthly": "Month", "session": "Started",
@@ -903,19 +806,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """``ccotel report``: print the view (a table, or JSON with --json). Exit 0."""
-    roots = tuple(args.root or default_roots())
+    from .pricing import DEFAULT_PRICING, Pricing, load_overrides
+
+    roots = tuple(args.root or _default_roots())
     pricing = Pricing(load_overrides(args.prices)) if args.prices else DEFAULT_PRICING
-    options = Options(roots=roots, pricing=pricing)
     state_dir = resolve_state(getattr(args, "state", None), args.state_dir)
     ledger = None if args.no_ledger else open_ledger(state_dir, roots, getattr(args, "host_id", None))
+    q = Query(view=args.view, tz=args.timezone, since=args.since, until=args.until,
+              start_of_week=WEEKDAYS.index(args.start_of_week), order=args.order)
     try:
-        data = gather(options, ledger, workers=args.workers, parallel_min_bytes=int(args.parallel_min_mb * 1e6))
+        if (ledger is not None and type(ledger) is Ledger  # summed in SQL: SQLite's ledger, not a fleet's
+                and not written_since(roots, ledger.coverage().updated_ns - REREAD_GRACE_NS)):
+            report = summarize_ledger(ledger, q)
+        else:
+            from .pipeline import Options  # the transcript reader's: not loaded for the ledger alone
+
+            data = gather(Options(roots=roots, pricing=pricing), ledger, workers=args.workers,
+                          parallel_min_bytes=int(args.parallel_min_mb * 1e6))
+            report = summarize(data, q)
     finally:
         if ledger is not None:
             ledger.close()
-    q = Query(view=args.view, tz=args.timezone, since=args.since, until=args.until,
-              start_of_week=WEEKDAYS.index(args.start_of_week), order=args.order)
-    report = summarize(data, q)
     if args.json:
         sys.stdout.write(orjson.dumps(as_json(report), option=orjson.OPT_INDENT_2).decode() + "\n")
         return 0
@@ -923,7 +834,15 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _default_roots() -> list[str]:
+    from .discover import default_roots  # parse, records, shard: only when no --root is given
+
+    return default_roots()
+
+
 def _console() -> Console:
     """stdout; colour only on a terminal and without NO_COLOR (rich checks both); wide in a pipe."""
+    from rich.console import Console
+
     wide = None if sys.stdout.isatty() else int(os.environ.get("COLUMNS", "200") or 200)
     return Console(width=wide, highlight=False)

@@ -1,0 +1,138 @@
+"""A report the ledger answers alone is summed in SQLite (``report.summarize_ledger``): byte for
+byte the report of ``summarize`` over every row (the reference), on random ledgers made to
+break it (ties in time, calls without a cwd first, failed and unpriced calls, costs whose sum
+depends on its order, negative and zero times), and it loads nothing heavy."""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+from datetime import date
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+import orjson
+import pytest
+
+from ccotel.ledger import LEDGER_FILE, Ledger
+from ccotel.report import Data, Query, as_json, summarize, summarize_ledger, written_since
+from tests.harness.fixtures import load_fixture
+from tests.test_ledger import build_ledger
+
+QUERIES = [Query(view="session"), Query(view="project"), Query(view="daily"), Query(view="monthly", order="desc"),
+           Query(view="weekly", tz=ZoneInfo("Asia/Kolkata"), start_of_week=0),
+           Query(view="session", since=date(1970, 1, 1), until=date(1970, 1, 2), tz=ZoneInfo("UTC")),
+           Query(view="daily", since=date(1969, 12, 31), tz=ZoneInfo("America/St_Johns")),
+           Query(view="project", until=date(1970, 1, 1), tz=ZoneInfo("UTC"))]
+
+HOUR = 3600 * 10**9
+
+
+def reference(ledger: Ledger, q: Query) -> bytes:
+    data = Data(list(ledger.calls()), list(ledger.tools()), list(ledger.agents()), list(ledger.turns()), "ledger")
+    return orjson.dumps(as_json(summarize(data, q)))
+
+
+def random_ledger(path: Path, seed: int) -> Ledger:
+    rnd = random.Random(seed)
+    sessions = [f"s{i}" for i in range(rnd.randint(1, 6))]
+    times = [0, -HOUR - 1, *(rnd.randrange(-30 * HOUR, 60 * HOUR) for _ in range(20))]  # few: many ties
+
+    def maybe(values: list[str | None]) -> str | None:
+        return rnd.choice(values)
+
+    calls = []
+    for i in range(rnd.randint(0, 300)):
+        t = rnd.choice(times)
+        cost = None if rnd.random() < 0.15 else rnd.random() * 10.0 ** rnd.randint(-7, 2)
+        calls.append((f"k{i}", rnd.choice(sessions), t, t, maybe([None, "", "/w/a", "/w/b"]),
+                      maybe([None, "", "-w-a", "-w-b"]), maybe([None, "<synthetic>", "claude-x", "claude-y"]),
+                      None, int(rnd.random() < 0.1), *(rnd.randrange(0, 10**6) for _ in range(7)), cost,
+                      int(cost is not None), None))
+    tools = [(rnd.choice(sessions), f"t{i}", rnd.choice(times), 0, "Bash", None,
+              maybe([None, None, "orphaned", "Error"]), int(rnd.random() < 0.2)) for i in range(rnd.randint(0, 60))]
+    agents = [(rnd.choice(sessions), f"a{i}", rnd.choice(times), 0, "x", 0, 0) for i in range(rnd.randint(0, 10))]
+    turns = [(rnd.choice([*sessions, "ghost1", "ghost2"]), f"u{i}", rnd.choice(times), 0,
+              maybe([None, "/w/c"]), maybe([None, "-w-c"]), None, rnd.choice(["ok", "killed", "incomplete"]),
+              0, 0, 0, 0, rnd.choice([0, 0, 1]), 0) for i in range(rnd.randint(0, 40))]
+    ledger = Ledger(str(path))
+    ledger._write((calls, tools, agents, turns))  # noqa: SLF001 - rows as the upserts take them
+    return ledger
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_sums_in_sqlite_equal_the_row_by_row_report(tmp_path, seed):
+    ledger = random_ledger(tmp_path / LEDGER_FILE, seed)
+    for q in QUERIES:
+        assert orjson.dumps(as_json(summarize_ledger(ledger, q))) == reference(ledger, q), q
+
+
+def test_the_cost_sum_follows_the_calls_order(tmp_path):
+    """Costs whose float sum differs by order: the sums are those of the calls in time order
+    (then as written), not of another order (the test above would not see a wrong order often)."""
+    costs = [0.1, 1e17, 0.3, -1e17]
+    calls = [(f"k{i}", "s", 10 - i, 0, "/w", "-w", "m", None, 0, 1, 1, 0, 0, 0, 0, 0, c, 1, None)
+             for i, c in enumerate(costs)]  # written in reverse time order
+    ledger = Ledger(str(tmp_path / LEDGER_FILE))
+    ledger._write((calls, [], [], []))  # noqa: SLF001
+    report = summarize_ledger(ledger, Query(view="session"))
+    in_time_order = 0.0
+    for c in reversed(costs):
+        in_time_order += c
+    as_written = 0.0
+    for c in costs:
+        as_written += c
+    assert in_time_order != as_written  # the case means something
+    assert report.rows[0].cost == in_time_order
+    assert orjson.dumps(as_json(report)) == reference(ledger, Query(view="session"))
+
+
+@pytest.mark.parametrize("name", ["s06_kill_orphan_resume", "2.1.330-s06_kill_orphan_resume"])
+def test_sums_equal_on_a_ledger_the_pipeline_wrote(tmp_path, name):
+    root = load_fixture(name).config_dir
+    ledger = build_ledger(root, tmp_path / LEDGER_FILE)
+    for q in QUERIES + [Query(view="session", tz=ZoneInfo("UTC"), since=date(2020, 1, 1))]:
+        assert orjson.dumps(as_json(summarize_ledger(ledger, q))) == reference(ledger, q), q
+
+
+def test_written_since_sees_every_transcript_and_only_them(tmp_path):
+    root = tmp_path / "claude"
+    sub = root / "projects" / "-w" / "sess" / "subagents"
+    sub.mkdir(parents=True)
+    main, agent, other = root / "projects" / "-w" / "sess.jsonl", sub / "agent-1.jsonl", sub / "agent-1.meta.json"
+    for p in (main, agent, other):
+        p.write_text("{}\n")
+        os.utime(p, ns=(1_000, 1_000))
+    assert not written_since([str(root)], 2_000)
+    assert written_since([str(root)], 1_000)  # at the bound: read again, as gather does
+    os.utime(other, ns=(5_000, 5_000))
+    assert not written_since([str(root)], 2_000)  # not a transcript
+    os.utime(agent, ns=(5_000, 5_000))
+    assert written_since([str(root)], 2_000)  # a subagent file, two levels down
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "x.jsonl").write_text("{}\n")
+    os.utime(agent, ns=(1_000, 1_000))
+    (root / "projects" / "-link").symlink_to(outside)  # scan does not enter a symlinked dir
+    assert not written_since([str(root)], 2_000)
+    assert not written_since([str(tmp_path / "missing")], 0)
+
+
+def test_a_report_from_the_ledger_loads_nothing_heavy(tmp_path):
+    """rich, genai-prices/pydantic, the pipeline, prometheus_client, OpenTelemetry: not imported when the
+    ledger answers alone (start-up is most of such a report)."""
+    root = load_fixture("s06_kill_orphan_resume").config_dir
+    build_ledger(root, tmp_path / "state" / LEDGER_FILE).close()
+    for p in root.rglob("*"):
+        os.utime(p, ns=(10**9, 10**9))  # older than the ledger
+    code = ("import sys, io, contextlib\nfrom ccotel.cli import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()) as out:\n"
+            f"    main(['report', '--json', '--root', {str(root)!r}, '--state-dir', {str(tmp_path / 'state')!r}])\n"
+            "assert '\"source\": \"ledger\"' in out.getvalue(), out.getvalue()[-300:]\n"
+            "heavy = ('rich', 'genai_prices', 'pydantic', 'opentelemetry', 'prometheus_client', 'ccotel.pipeline')\n"
+            "print(sorted({m.split('.')[0] if not m.startswith('ccotel') else m for m in sys.modules\n"
+            "              if m.startswith(heavy)}))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout
