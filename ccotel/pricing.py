@@ -10,11 +10,22 @@ is None and the caller flags it (span attribute, report column, metric).
 
 Claude Code's own ``costUSD`` figures exist only in 2.1.3xx ``cost-state`` lines and on the
 stream-json stdout; they are shown beside this estimate, never instead of it.
+
+Importing genai-prices costs ~0.35 s of CPU and ~16 MB (pydantic) in every process that prices
+(each backfill worker, each report). The prices it chose are kept on disk per (model, UTC day) in
+``$XDG_CACHE_HOME/ccotel/prices-<id>.json``, ``<id>`` naming the installed genai-prices table (its
+data file's path, size and mtime: a new version is a new file), so a process whose models and
+days were priced before never imports it. A day is the unit because genai-prices' Anthropic
+prices change on UTC dates (``StartDateConstraint``); calls without a time are not kept there.
 """
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
 import json
+import os
+import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from decimal import Decimal
@@ -22,7 +33,7 @@ from typing import Any
 
 from .records import Usage
 
-__all__ = ["Price", "Pricing", "DEFAULT_PRICING", "load_overrides"]
+__all__ = ["Price", "Pricing", "PriceCache", "DEFAULT_PRICING", "default_cache_path", "load_overrides"]
 
 _DAY_NS = 86_400 * 1_000_000_000
 
@@ -61,6 +72,90 @@ class Price:
         return (u.input_tokens * self.input.at(total_input) + u.output_tokens * self.output.at(total_input)
                 + w5 * self.cache_write_5m.at(total_input) + w1 * self.cache_write_1h.at(total_input)
                 + u.cache_read_input_tokens * self.cache_read.at(total_input)) / 1e6
+
+
+def _rate_json(r: Rate) -> list[Any]:
+    return [r.base, [list(t) for t in r.tiers]]
+
+
+def _price_json(p: Price | None) -> list[Any] | None:
+    """A genai-prices Price as JSON (floats round-trip exactly through their repr)."""
+    if p is None:
+        return None
+    return [_rate_json(r) for r in (p.input, p.output, p.cache_write_5m, p.cache_write_1h, p.cache_read)]
+
+
+def _price_of_json(v: Any) -> Price | None:
+    if v is None:
+        return None
+    i, o, w5, w1, r = (Rate(float(b), tuple((int(t[0]), float(t[1])) for t in tiers)) for b, tiers in v)
+    return Price(i, o, w5, w1, r)
+
+
+def default_cache_path(env: dict[str, str] | None = None) -> str | None:
+    """Where the prices genai-prices chose are kept, for the installed genai-prices (None: it is
+    not installed). Found without importing it."""
+    env = dict(os.environ) if env is None else env
+    try:
+        spec = importlib.util.find_spec("genai_prices")
+        locations = list(spec.submodule_search_locations or ()) if spec is not None else []
+        if not locations:
+            return None
+        data = os.path.join(locations[0], "data.py")
+        st = os.stat(data)
+    except (ImportError, ValueError, OSError):
+        return None
+    table = hashlib.sha256(f"{os.path.realpath(data)}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:16]
+    base = env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "ccotel", f"prices-{table}.json")
+
+
+class PriceCache:
+    """genai-prices' answers per (model, UTC day) in a JSON file, read once, written (whole,
+    atomically) when a lookup added to it. Two processes writing at once: the last one's file
+    stays, the other's additions are looked up again next time. Any error: no cache, not wrong."""
+
+    def __init__(self, path: str | None) -> None:
+        self.path = path
+        self.entries: dict[str, Any] | None = None  # read on first use
+
+    def get(self, model: str, day: int) -> tuple[bool, Price | None]:
+        """(found, price): found False when this model and day were never looked up."""
+        entries = self._entries()
+        key = f"{day}\t{model}"
+        if key not in entries:
+            return False, None
+        try:
+            return True, _price_of_json(entries[key])
+        except (TypeError, ValueError):
+            return False, None  # a file written by hand or cut short: look it up again
+
+    def put(self, model: str, day: int, price: Price | None) -> None:
+        entries = self._entries()
+        entries[f"{day}\t{model}"] = _price_json(price)
+        if self.path is None:
+            return
+        try:
+            os.makedirs(os.path.dirname(self.path), mode=0o700, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=os.path.dirname(self.path), prefix=".prices-")
+            with os.fdopen(fd, "w") as f:
+                json.dump(entries, f)
+            os.replace(tmp, self.path)
+        except OSError:
+            pass  # a read-only home: prices are still right, only looked up each time
+
+    def _entries(self) -> dict[str, Any]:
+        if self.entries is None:
+            self.entries = {}
+            if self.path is not None:
+                try:
+                    with open(self.path, "rb") as f:
+                        loaded = json.load(f)
+                    if isinstance(loaded, dict):
+                        self.entries = loaded
+                except (OSError, ValueError):
+                    pass
+        return self.entries
 
 
 def _rate(value: Any, fallback: Rate | None = None) -> Rate | None:
@@ -117,11 +212,14 @@ def load_overrides(path: str) -> dict[str, Price]:
 
 @dataclass(eq=False)
 class Pricing:
-    """Prices per model and day: overrides first, then genai-prices. Lookups are cached per
-    (model, UTC day): a handful of models, one lookup each per day of history."""
+    """Prices per model and day: overrides first, then genai-prices (through the disk cache at
+    ``cache_path``; None: the default path, "": none). Lookups are cached per (model, UTC day):
+    a handful of models, one lookup each per day of history."""
 
     overrides: dict[str, Price] = field(default_factory=dict)
+    cache_path: str | None = None
     _cache: dict[tuple[str, int], Price | None] = field(default_factory=dict, repr=False)
+    _disk: PriceCache | None = field(default=None, repr=False)
 
     def price(self, model: str | None, at_ns: int | None = None) -> Price | None:
         if not model:
@@ -132,7 +230,7 @@ class Pricing:
             return self._cache[key]
         found = self._override(model)
         if found is None:
-            found = _from_genai_prices(model, at_ns)
+            found = self._genai_price(model, at_ns, day)
         if len(self._cache) > 65_536:
             self._cache.clear()
         self._cache[key] = found
@@ -147,6 +245,17 @@ class Pricing:
         best = max((m for m in self.overrides if model.startswith(m)), key=len, default=None)
         return self.overrides[best] if best is not None else None
 
+    def _genai_price(self, model: str, at_ns: int | None, day: int) -> Price | None:
+        if not at_ns:  # no time: genai-prices prices it as of now, which is no day to keep
+            return _from_genai_prices(model, at_ns)
+        if self._disk is None:
+            self._disk = PriceCache(default_cache_path() if self.cache_path is None else self.cache_path or None)
+        found, price = self._disk.get(model, day)
+        if not found:
+            price = _from_genai_prices(model, at_ns)
+            self._disk.put(model, day, price)
+        return price
 
-# One shared table for callers that take no --prices file (its cache is its only state).
+
+# One shared table for callers that take no --prices file (its caches are its only state).
 DEFAULT_PRICING = Pricing()
