@@ -62,16 +62,33 @@ class Price:
     cache_write_1h: Rate
     cache_read: Rate
     source: str = "genai-prices"
+    # The five base rates when none has tiers (most models): a cost is then five products, not
+    # five Rate.at calls (a report prices every call; the figures are the same floats).
+    _flat: tuple[float, float, float, float, float] | None = field(default=None, init=False, compare=False,
+                                                                     repr=False)
+
+    def __post_init__(self) -> None:
+        rates = (self.input, self.output, self.cache_write_5m, self.cache_write_1h, self.cache_read)
+        if not any(r.tiers for r in rates):
+            object.__setattr__(self, "_flat", tuple(r.base for r in rates))
 
     def cost(self, u: Usage) -> float:
-        total_input = u.total_input
+        return self.cost_of(u.input_tokens, u.output_tokens, u.cache_read_input_tokens, u.cache_creation_input_tokens,
+                            u.cache_creation_5m, u.cache_creation_1h)
+
+    def cost_of(self, fresh: int, output: int, cache_read: int, cache_write: int, write_5m: int,
+                write_1h: int) -> float:
+        """The cost of a usage given as Usage's first six fields."""
         # Cache writes split by TTL when the transcript says so; otherwise all at the 5-minute rate.
-        split = u.cache_creation_5m + u.cache_creation_1h
-        w1 = u.cache_creation_1h if split else 0
-        w5 = u.cache_creation_input_tokens - w1
-        return (u.input_tokens * self.input.at(total_input) + u.output_tokens * self.output.at(total_input)
+        w1 = write_1h if write_5m + write_1h else 0
+        w5 = cache_write - w1
+        flat = self._flat
+        if flat is not None:
+            return (fresh * flat[0] + output * flat[1] + w5 * flat[2] + w1 * flat[3] + cache_read * flat[4]) / 1e6
+        total_input = fresh + cache_read + cache_write
+        return (fresh * self.input.at(total_input) + output * self.output.at(total_input)
                 + w5 * self.cache_write_5m.at(total_input) + w1 * self.cache_write_1h.at(total_input)
-                + u.cache_read_input_tokens * self.cache_read.at(total_input)) / 1e6
+                + cache_read * self.cache_read.at(total_input)) / 1e6
 
 
 def _rate_json(r: Rate) -> list[Any]:
@@ -240,6 +257,11 @@ class Pricing:
         """USD, or None for a model without a known price."""
         p = self.price(model, at_ns)
         return None if p is None else p.cost(u)
+
+    def cost_of(self, model: str | None, usage: tuple[int, ...], at_ns: int | None = None) -> float | None:
+        """``cost`` of a usage given as a tuple of Usage's fields (the report's calls)."""
+        p = self.price(model, at_ns)
+        return None if p is None else p.cost_of(usage[0], usage[1], usage[2], usage[3], usage[4], usage[5])
 
     def _override(self, model: str) -> Price | None:
         best = max((m for m in self.overrides if model.startswith(m)), key=len, default=None)

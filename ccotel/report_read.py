@@ -193,7 +193,7 @@ def _row(key: str, index: int, c: _Call, pricing: Pricing) -> tuple[Any, ...]:
     """A call as sent back to the merging process, its cost computed here (in parallel)."""
     cost = None
     if c.usage is not None:
-        cost = pricing.cost(rules.reported_model(c.model), Usage(*c.usage), c.first_ns or None)
+        cost = pricing.cost_of(rules.reported_model(c.model), c.usage, c.first_ns or None)
     return (key, index, *c.flat(), round(cost, 9) if cost is not None else None, c.project, c.cwd)
 
 

@@ -73,3 +73,35 @@ def test_a_prices_file_overrides(tmp_path):
     path.write_text("[1]")
     with pytest.raises(ValueError):
         load_overrides(str(path))
+
+
+TIERED = "claude-sonnet-4-5-20250929"
+
+
+@settings(max_examples=300, deadline=None)
+@given(model=st.sampled_from(MODELS), fresh=st.integers(0, 400_000), out=st.integers(0, 100_000),
+       read=st.integers(0, 300_000), w5=st.integers(0, 100_000), w1=st.integers(0, 100_000),
+       split=st.booleans())
+def test_cost_of_a_tuple_is_the_same_float(model, fresh, out, read, w5, w1, split):
+    """The report prices usage tuples (and untiered prices by their base rates): the same float,
+    bit for bit, as Price.cost of the Usage, tiered prices included."""
+    u = Usage(fresh, out, read, w5 + w1, w5 if split else 0, w1 if split else 0)
+    p = Pricing(cache_path="")
+    assert p.cost_of(model, (u.input_tokens, u.output_tokens, u.cache_read_input_tokens,
+                             u.cache_creation_input_tokens, u.cache_creation_5m, u.cache_creation_1h, 0), AT_NS) \
+        == p.cost(model, u, AT_NS)
+    price = p.price(model, AT_NS)
+    assert price is not None
+    total = u.total_input
+    rates = (price.input, price.output, price.cache_write_5m, price.cache_write_1h, price.cache_read)
+    w1_billed = u.cache_creation_1h if u.cache_creation_5m + u.cache_creation_1h else 0
+    plain = (u.input_tokens * rates[0].at(total) + u.output_tokens * rates[1].at(total)
+             + (u.cache_creation_input_tokens - w1_billed) * rates[2].at(total) + w1_billed * rates[3].at(total)
+             + u.cache_read_input_tokens * rates[4].at(total)) / 1e6
+    assert price.cost(u) == plain
+
+
+def test_tiered_prices_take_the_tiered_path():
+    price = Pricing(cache_path="").price(TIERED, AT_NS)
+    assert price is not None and price._flat is None  # noqa: SLF001
+    assert Pricing(cache_path="").price("claude-opus-4-6", AT_NS)._flat is not None  # noqa: SLF001
