@@ -34,6 +34,7 @@ if TYPE_CHECKING:  # the transcript reader and rich are imported where they are 
     from rich.console import Console
 
     from .pipeline import Options
+    from .pricing import Price
     from .records import SpanRecord
 
 __all__ = ["SessionUsage", "session_usage", "Query", "Data", "Row", "Report", "VIEWS", "open_ledger", "gather",
@@ -244,7 +245,7 @@ class Row:
     def add_calls(self, model: str | None, failed: bool, n: int, usage: Sequence[int], priced: int,
                   first_ns: int, last_ns: int) -> None:
         """``n`` calls of one model at once (their sums), as ``add_call`` adds them but the cost
-        (``add_cost``, in the calls' order)."""
+        (added per call, in the calls' order: summarize_ledger)."""
         self.seen(first_ns)
         self.seen(last_ns)
         if failed:
@@ -268,11 +269,6 @@ class Row:
         m.cache_write += usage[3]
         m.cache_read += usage[2]
         m.calls += n
-
-    def add_cost(self, model: str | None, cost: float) -> None:
-        """One priced call's cost (its tokens came with ``add_calls``)."""
-        self.cost += cost
-        self.by_model[rules.reported_model(model) or "unknown"].cost += cost
 
     def merge(self, other: Row) -> None:
         """Add another row's figures (the totals line)."""
@@ -494,10 +490,21 @@ def summarize_ledger(ledger: Ledger, q: Query) -> Report:
         ns = slot * (slot_ns or 0)  # any time in the slot: the date lookups are per slot
         if rows.inside(ns):
             rows.row(ns, sid).add_calls(model, bool(failed), n, usage, priced, first_ns or 0, last_ns)
+    # One add per priced call (the per-call step left): its row and model totals looked up once
+    # per (session, model, slot), None when outside --since/--until.
+    targets: dict[tuple[str, str | None, int], tuple[Row, ModelTotals] | None] = {}
     for sid, model, slot, cost, _project, _cwd in sequence:
-        ns = slot * (slot_ns or 0)
-        if cost is not None and rows.inside(ns):
-            rows.row(ns, sid).add_cost(model, cost)
+        if cost is None:
+            continue
+        key = (sid, model, slot)
+        if key not in targets:
+            ns = slot * (slot_ns or 0)
+            r = rows.row(ns, sid) if rows.inside(ns) else None
+            targets[key] = None if r is None else (r, r.by_model[rules.reported_model(model) or "unknown"])
+        target = targets[key]
+        if target is not None:
+            target[0].cost += cost  # as Row.add_call adds it
+            target[1].cost += cost
     for sid, slot, n, failed, orphaned in ledger.tool_sums(slot_ns):
         ns = slot * (slot_ns or 0)
         if rows.inside(ns):
@@ -806,10 +813,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """``ccotel report``: print the view (a table, or JSON with --json). Exit 0."""
-    from .pricing import DEFAULT_PRICING, Pricing, load_overrides
-
     roots = tuple(args.root or _default_roots())
-    pricing = Pricing(load_overrides(args.prices)) if args.prices else DEFAULT_PRICING
+    overrides = _load_overrides(args.prices) if args.prices else None  # a bad file fails either way
     state_dir = resolve_state(getattr(args, "state", None), args.state_dir)
     ledger = None if args.no_ledger else open_ledger(state_dir, roots, getattr(args, "host_id", None))
     q = Query(view=args.view, tz=args.timezone, since=args.since, until=args.until,
@@ -820,7 +825,9 @@ def run(args: argparse.Namespace) -> int:
             report = summarize_ledger(ledger, q)
         else:
             from .pipeline import Options  # the transcript reader's: not loaded for the ledger alone
+            from .pricing import DEFAULT_PRICING, Pricing
 
+            pricing = DEFAULT_PRICING if overrides is None else Pricing(overrides)
             data = gather(Options(roots=roots, pricing=pricing), ledger, workers=args.workers,
                           parallel_min_bytes=int(args.parallel_min_mb * 1e6))
             report = summarize(data, q)
@@ -832,6 +839,12 @@ def run(args: argparse.Namespace) -> int:
         return 0
     render(report, _console(), q, breakdown=args.breakdown)
     return 0
+
+
+def _load_overrides(path: str) -> dict[str, Price]:
+    from .pricing import load_overrides
+
+    return load_overrides(path)
 
 
 def _default_roots() -> list[str]:
