@@ -17,25 +17,51 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from operator import itemgetter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from . import rules
+from .discover import find, session_groups, unread_bytes
 from .parse import _JUsage, parse_line, parse_timestamp
-from .pipeline import Options, Pipeline, discover, session_groups, unread_bytes
 from .pricing import Pricing
 from .records import TranscriptFile, Usage
 from .report import SessionUsage, UsageTuple, session_usage
 from .shard import Group, balance, default_workers, plan_shards, process_context
 from .tail import lines_with
 
-__all__ = ["build_report", "report_from_spans", "read_rows"]
+if TYPE_CHECKING:
+    from .pipeline import Options
 
-def report_from_spans(options: Options) -> dict[str, SessionUsage]:  # noqa: D401
+__all__ = ["ReadOptions", "build_report", "report_from_spans", "read_rows"]
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """What the reader takes of pipeline.Options (which it takes too): ``ccotel report`` builds
+    these, so reading transcripts does not load the pipeline (0.13 s of CPU here: metrics,
+    delivery, OTLP...)."""
+
+    roots: tuple[str, ...]
+    pricing: Pricing
+    since_ns: int | None = None
+    max_line_bytes: int = 64 << 20  # pipeline.Options' default
+
+
+def _pipeline_options(options: Options | ReadOptions) -> Options:
+    from .pipeline import Options
+
+    if isinstance(options, Options):
+        return options
+    return Options(roots=options.roots, since_ns=options.since_ns, max_line_bytes=options.max_line_bytes,
+                   pricing=options.pricing)
+
+def report_from_spans(options: Options | ReadOptions) -> dict[str, SessionUsage]:  # noqa: D401
     """The reference: the whole pipeline, its chat spans summed."""
+    from .pipeline import Pipeline
+
     totals: dict[str, SessionUsage] = {}
-    Pipeline(options, emit=lambda spans: session_usage(spans, totals)).backfill(close_all=True)
+    Pipeline(_pipeline_options(options), emit=lambda spans: session_usage(spans, totals)).backfill(close_all=True)
     return totals
 
 
@@ -197,7 +223,7 @@ def _row(key: str, index: int, c: _Call, pricing: Pricing) -> tuple[Any, ...]:
     return (key, index, *c.flat(), round(cost, 9) if cost is not None else None, c.project, c.cwd)
 
 
-def build_report(options: Options, workers: int | None = None,
+def build_report(options: Options | ReadOptions, workers: int | None = None,
                  parallel_min_bytes: int = 64 << 20) -> dict[str, SessionUsage]:
     """Per-session usage read from the transcripts (the fast path: assistant lines only)."""
     if options.since_ns is not None:
@@ -216,12 +242,12 @@ def build_report(options: Options, workers: int | None = None,
     return out
 
 
-def read_rows(options: Options, workers: int | None, parallel_min_bytes: int,
+def read_rows(options: Options | ReadOptions, workers: int | None, parallel_min_bytes: int,
                keep: Callable[[TranscriptFile], bool] | None = None) -> list[tuple[Any, ...]]:
     """Every call of the transcripts (of the files ``keep`` accepts), merged, in time order:
     (key, group index, session, usage, is API error, model, first ns, last ns, cost, project, cwd)."""
     pricing = options.pricing
-    files = discover(options, {})
+    files = find(options.roots, options.since_ns, {})
     if keep is not None:
         files = [(root, tf) for root, tf in files if keep(tf)]
     groups = session_groups(files)
