@@ -6,6 +6,12 @@ re-read after a restart; spans of it already delivered are not sent again (state
 fleet sharing one state, a span goes out from the one host whose claim on its id won (``take``).
 ``acknowledge`` runs on the export thread; everything else on the pipeline's thread; the lock
 keeps the two apart.
+
+Following live, acknowledgements arrive a few spans at a time and a transaction each cost more
+than the spans themselves: with ``coalesce`` set they are kept here and written with the
+pipeline thread's next commit (``take_acked``), after the usage ledger rows of their spans.
+A SIGKILL before that loses only their acknowledgement: the lines are read again and the spans
+sent again with the same ids, counted once (the counters go in the same transaction).
 """
 
 from __future__ import annotations
@@ -39,6 +45,8 @@ class Delivery:
         # owners of history (not counted) whose spans were let go: still not counted when read again
         self.not_live: set[str] = set()
         self.last_export_ns = 0
+        self.coalesce = False  # acknowledgements wait for the pipeline thread's next commit (live)
+        self._acked: list[tuple[int, str]] = []  # acknowledged, not committed yet (coalesce)
 
     # -- handing spans over ------------------------------------------------------
 
@@ -109,9 +117,23 @@ class Delivery:
             if delivered or result is None:
                 self.last_export_ns = self.clock()
             if self.state is not None and commit.acked:
+                if self.coalesce:
+                    self._acked += commit.acked
+                    return
                 if self.metrics is not None:
                     commit.counters = self.metrics.snapshot("delivered")
                 self.state.commit(commit)
+
+    def take_acked(self, commit: Commit) -> None:
+        """Add the acknowledgements kept back (``coalesce``) to ``commit``, with the counters they
+        settled: taken under the lock, so the ids and the counts they fed are written together."""
+        with self.lock:
+            if not self._acked:
+                return
+            commit.acked += self._acked
+            self._acked = []
+            if self.metrics is not None:
+                commit.counters.update(self.metrics.snapshot("delivered"))
 
     def unsent(self, spans: list[SpanRecord]) -> None:
         """The trace queue is full (the backend is away): reading and counting go on, the spans
@@ -212,7 +234,7 @@ class Delivery:
     def write(self, commit: Commit) -> None:
         if self.state is not None and not commit.empty():
             if self.metrics is not None:
-                commit.counters = self.metrics.snapshot("read")
+                commit.counters.update(self.metrics.snapshot("read"))
             self.state.commit(commit)
 
 

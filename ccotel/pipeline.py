@@ -11,6 +11,12 @@ the export queue. The ``Detectors`` (detectors.py) count what no span stands for
 a watcher reported; ``tick`` closes what time has finished and runs the detectors;
 ``acknowledge`` (any thread) takes the batches the backend accepted and ``process_acks`` (the
 pipeline's thread) moves the checkpoints. The loops that drive it are in runner.py.
+
+Following live (``go_live``), lines come a few at a time and one SQLite transaction per batch
+(checkpoints, acknowledged ids, ledger rows) cost more than reading them: the ledger rows and the
+state are then written together at most every ``commit_every_s`` from ``tick``, the ledger first
+(a span acknowledged in the state is never read again, so its rows must be in the ledger by
+then), and at once by every other ``process_acks`` call (stop, catch-up, tests).
 """
 
 from __future__ import annotations
@@ -95,6 +101,9 @@ class Pipeline:
                              self.checkpoints, options.content is not None, options.max_line_bytes, stall,
                              options.unterminated_grace_ns)
         self.delivery = Delivery(state, metrics, clock)
+        self._commit_every_ns = 0  # live: the least time between two commits from tick (go_live)
+        self._last_commit_ns = 0
+        self._unrecorded: list[SpanRecord] = []  # live: spans not in the ledger yet (written before each commit)
         self._unreadable_dirs: set[str] = set()
         self._scan_cache = ScanCache()  # the safety rescan lists only directories that changed
         for path, source in options.orchestrator_logs:
@@ -189,20 +198,25 @@ class Pipeline:
     def poll(self, paths: Iterable[str]) -> None:
         """Read what changed. Paths may be files, meta.json files or new directories."""
         for path in paths:
+            state = self.files.get(path)
+            if state is not None:  # a followed transcript (not a directory: no stat to ask)
+                self._read(state, accept_unterminated=False)
+                continue
             if os.path.isdir(path):
                 self._scan_dir(path)
                 continue
             if path.endswith(".meta.json"):
                 self.reader.meta_changed(path)
                 continue
-            state = self.files.get(path)
-            if state is None:
-                found = self.reader.classify(path)
-                if found is None:
-                    continue
-                state = self._track(*found)
-            self._read(state, accept_unterminated=False)
+            found = self.reader.classify(path)
+            if found is not None:
+                self._read(self._track(*found), accept_unterminated=False)
         self._emit()
+
+    def go_live(self, commit_every_s: float) -> None:
+        """Following live: commit (state and ledger) at most every ``commit_every_s`` from tick."""
+        self._commit_every_ns = int(commit_every_s * 1e9)
+        self.delivery.coalesce = True
 
     def rescan(self) -> None:
         """Pick up files the watcher missed; forget files Claude Code's cleanup deleted."""
@@ -226,7 +240,7 @@ class Pipeline:
         self.reader.read_logs()
         self._emit()
         self._poll_registries(now)
-        self.process_acks()
+        self.process_acks(force=False)
 
     def _poll_registries(self, now: int) -> None:
         """Registry agents' spans go straight to the export queue: not through the delivery (no
@@ -296,9 +310,19 @@ class Pipeline:
 
     # -- delivery ----------------------------------------------------------------
 
-    def process_acks(self) -> None:
-        """Move checkpoints past owners whose every span was acknowledged (pipeline thread)."""
+    def process_acks(self, force: bool = True) -> None:
+        """Move checkpoints past owners whose every span was acknowledged (pipeline thread).
+        ``force=False``: not if the last commit was less than ``go_live``'s interval ago
+        (everything waits as it is: the next commit writes it)."""
+        now = time.monotonic_ns()
+        if not force and now - self._last_commit_ns < self._commit_every_ns:
+            return
+        self._last_commit_ns = now
+        if self._unrecorded:
+            spans, self._unrecorded = self._unrecorded, []
+            self._record(spans)
         commit = Commit()
+        self.delivery.take_acked(commit)
         moved = self.delivery.finish_owners(commit)
         self.delivery.checkpoint_offsets(commit, moved, self.reader)
         commit.marks = self.detectors.take_marks()
@@ -332,7 +356,10 @@ class Pipeline:
             spans += taken
         if spans:
             self.stats.spans += len(spans)
-            self._record(spans)
+            if self._commit_every_ns:
+                self._unrecorded += spans  # written by the next commit, before the acknowledgements
+            else:
+                self._record(spans)
             if self.emit(spans) is False:
                 self.delivery.unsent(spans)
 

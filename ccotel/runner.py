@@ -34,6 +34,16 @@ __all__ = ["Wired", "wire", "fill_ledger", "read_history", "wait_for_backend", "
 
 log = logging.getLogger("ccotel")
 
+# Following live, the state and the ledger are written at most this often (a transaction per
+# small read cost more CPU than the lines): a SIGKILL sends again at most this much, same ids.
+COMMIT_EVERY_S = 0.2
+# While lines arrive, what only time finishes (quiet turns, stalls, detectors) is looked at no
+# more often than this: poll emits what the lines finished, so appends wait for no tick.
+TICK_EVERY_S = 0.025
+# While lines arrive fast, polls are at least this far apart (see _gather): the most an append
+# waits for, only when another came within this time before it.
+POLL_GAP_S = 0.02
+
 # -- wiring -------------------------------------------------------------------------
 
 
@@ -166,9 +176,22 @@ def catch_up_traces(old: Pipeline, queue: ExportQueue, metrics: Metrics | None) 
     queue.on_ack = new.acknowledge
     new.backfill()
     new.adopt_detector_state(*old.detector_state())
+    new.go_live(COMMIT_EVERY_S)
     log.info("trace backend caught up: read %d files again from the trace cursor, %d spans", new.stats.files,
              new.stats.spans)
     return new
+
+
+def _gather(watcher: Watcher, dirty: set[str], last_poll: float) -> float:
+    """Lines written fast come as one event per write, and every read of a file has a fixed cost
+    (stat, identity, open) larger than its lines': a poll follows the last one by at least
+    POLL_GAP_S, gathering what else changed meanwhile. A lone append (the last poll long past)
+    waits for nothing. Returns the time this poll starts."""
+    wait = POLL_GAP_S - (time.monotonic() - last_poll)
+    if wait > 0:
+        time.sleep(wait)
+        dirty |= watcher.wait(0.0)
+    return time.monotonic()
 
 
 def follow(wired: Wired, watcher: Watcher, stopper: Stopper, metrics: Metrics, status: bool) -> int:
@@ -178,13 +201,20 @@ def follow(wired: Wired, watcher: Watcher, stopper: Stopper, metrics: Metrics, s
     current = [pipeline]  # replaced when the traces catch up
     metrics.gauges = lambda: {**current[0].gauges(), "ccotel_export_queue_spans": float(queue.pending()),
                               "ccotel_checkpoint_pending": float(state.pending if state is not None else 0)}
+    pipeline.go_live(COMMIT_EVERY_S)
     last_rescan = last_status = last_retry = time.monotonic()
+    last_tick = last_poll = 0.0
     while not stopper.is_set():
         dirty = watcher.wait(0.25)
         if dirty:
+            last_poll = _gather(watcher, dirty, last_poll)
             pipeline.poll(sorted(dirty))
-            pipeline.forget_deleted(dirty)
-        pipeline.tick()
+            gone = watcher.take_gone()
+            if gone:
+                pipeline.forget_deleted(gone)
+        if not dirty or time.monotonic() - last_tick >= TICK_EVERY_S:
+            last_tick = time.monotonic()
+            pipeline.tick()
         if pipeline.traces_behind and queue.pending() == 0 and queue.down_since is None:
             pipeline = current[0] = catch_up_traces(pipeline, queue, metrics)
         now = time.monotonic()

@@ -32,8 +32,8 @@ class _Handler(FileSystemEventHandler):
             return  # every append to a file also touches its directory; the file event suffices
         path = os.fsdecode(getattr(event, "dest_path", "") or event.src_path)
         self.watcher.mark(path)
-        if event.event_type == "moved":
-            self.watcher.mark(os.fsdecode(event.src_path))
+        if event.event_type in ("deleted", "moved"):
+            self.watcher.mark_gone(os.fsdecode(event.src_path))
 
 
 class Watcher:
@@ -43,6 +43,7 @@ class Watcher:
         self.poll_interval_s = poll_interval_s
         self.mode = "none"
         self._dirty: set[str] = set()
+        self._gone: set[str] = set()  # paths deleted or moved away (a subset of what was dirty)
         self._lock = threading.Lock()
         self._event = threading.Event()
         self._observer: BaseObserver | None = None
@@ -52,6 +53,20 @@ class Watcher:
         with self._lock:
             self._dirty.add(path)
         self._event.set()
+
+    def mark_gone(self, path: str) -> None:
+        """A path deleted or moved away: only these need a look for what to forget (every append
+        is an event too, and a look at each cost a syscall per read)."""
+        with self._lock:
+            self._dirty.add(path)
+            self._gone.add(path)
+        self._event.set()
+
+    def take_gone(self) -> set[str]:
+        """The paths deleted or moved away since the last call."""
+        with self._lock:
+            gone, self._gone = self._gone, set()
+        return gone
 
     def start(self) -> None:
         if not self.force_polling:

@@ -1,0 +1,151 @@
+"""Following live, the state and the usage ledger are written together at most every
+``go_live`` interval (not per small read): nothing is written between two commits, the ledger
+holds a span's rows whenever the state holds its acknowledgement, and a process killed between
+two commits loses nothing and counts nothing twice. The watcher tells deletions apart."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from ccotel.ledger import Ledger
+from ccotel.metrics import Metrics
+from ccotel.pipeline import Options, Pipeline
+from ccotel.records import SpanRecord
+from ccotel.state import State
+from ccotel.watch import Watcher
+from tests.test_assemble import one_tool_turn, proj
+from tests.transcript import Transcript
+
+SID = "eeeeeeee-1111-4222-8333-444444444444"
+
+
+def start(root: str, state_dir: str, delivered: list[SpanRecord]) -> Pipeline:
+    """A pipeline whose backend takes every span at once (acknowledged as on the export thread)."""
+    holder: list[Pipeline] = []
+
+    def emit(spans: list[SpanRecord]) -> None:
+        delivered.extend(spans)
+        holder[0].acknowledge(spans)
+
+    p = Pipeline(Options(roots=(root,)), emit=emit, state=State(state_dir), metrics=Metrics(),
+                 ledger=Ledger.in_state_dir(state_dir, (root,)))
+    holder.append(p)
+    return p
+
+
+def written(state_dir: str) -> tuple[set[int], int, int, float]:
+    """What another process would find: acknowledged ids, the file's offset, ledger calls, API calls counted."""
+    st = State(state_dir)
+    try:
+        offsets = [offset for _ident, offset, _read_to in st.files().values()]
+        counted = sum(v for k, v in st.counters().items() if k.partition(":")[2].startswith("ccotel_api_calls"))
+        acked = st.acked()
+    finally:
+        st.close()
+    ledger = Ledger.in_state_dir(state_dir)
+    try:
+        calls = ledger.coverage().calls
+    finally:
+        ledger.close()
+    return acked, max(offsets, default=0), calls, counted
+
+
+def two_turns(tmp_path: Path) -> tuple[str, str, bytes]:
+    root = str(tmp_path / "claude")
+    path = os.path.join(proj(root), f"{SID}.jsonl")
+    os.makedirs(os.path.dirname(path))
+    Path(path).touch()
+    t = Transcript(SID, t_ms=int(time.time() * 1000) - 5_000)
+    one_tool_turn(t, "1")
+    one_tool_turn(t, "2")
+    return root, path, t.bytes()
+
+
+def test_live_commits_wait_for_the_interval_and_write_the_ledger_with_the_state(tmp_path):
+    root, path, lines = two_turns(tmp_path)
+    state_dir = str(tmp_path / "st")
+    delivered: list[SpanRecord] = []
+    p = start(root, state_dir, delivered)
+    p.backfill()
+    p.go_live(3600.0)
+    p.process_acks()  # a commit now: the next one from tick is an hour away
+    with open(path, "ab") as f:
+        f.write(lines)
+    p.poll([path])
+    p.tick()
+    assert delivered, "spans go out at once; only the commit waits"
+    assert written(state_dir) == (set(), 0, 0, 0.0)  # nothing acknowledged, checkpointed, recorded or counted yet
+    p.process_acks()  # forced (a stop): everything at once
+    acked, offset, calls, counted = written(state_dir)
+    assert (calls, counted) == (3, 3.0)  # the last answer waits for its turn's quiet second
+    # turn 1 is done (the offset moves past it); turn 2 is open (quiet for less than a second):
+    # its spans' ids are kept and the offset waits at its prompt
+    assert acked and acked < {s.span_id for s in delivered} and 0 < offset < len(lines)
+
+
+def test_killed_between_two_live_commits_sends_again_and_counts_once(tmp_path):
+    root, path, lines = two_turns(tmp_path)
+    state_dir = str(tmp_path / "st")
+    delivered: list[SpanRecord] = []
+    p = start(root, state_dir, delivered)
+    p.backfill()
+    p.go_live(3600.0)
+    p.process_acks()
+    with open(path, "ab") as f:
+        f.write(lines)
+    p.poll([path])
+    p.tick()
+    first = sorted(s.span_id for s in delivered)
+    del p  # SIGKILL: nothing after the last commit was written
+    again: list[SpanRecord] = []
+    b = start(root, state_dir, again)
+    b.backfill(close_all=True)
+    b.process_acks()
+    assert sorted(s.span_id for s in again if s.span_id in set(first)) == first  # the same spans, same ids
+    _acked, offset, calls, counted = written(state_dir)
+    assert (offset, calls, counted) == (len(lines), 4, 4.0)  # read to the end, recorded and counted once
+
+
+def test_without_go_live_every_process_acks_writes(tmp_path):
+    root, path, lines = two_turns(tmp_path)
+    state_dir = str(tmp_path / "st")
+    p = start(root, state_dir, [])
+    p.backfill()
+    with open(path, "ab") as f:
+        f.write(lines)
+    p.poll([path])
+    p.tick()  # process_acks(force=False) with no interval: written now, as during a catch-up
+    _acked, _offset, calls, counted = written(state_dir)
+    assert (calls, counted) == (3, 3.0)
+
+
+def test_watcher_reports_deleted_and_moved_paths_apart(tmp_path):
+    projects = tmp_path / "claude" / "projects" / "-p"
+    projects.mkdir(parents=True)
+    kept, deleted, moved = (projects / f"{n}.jsonl" for n in ("kept", "deleted", "moved"))
+    for f in (kept, deleted, moved):
+        f.write_bytes(b"{}\n")
+    w = Watcher((str(tmp_path / "claude"),))
+    w.start()
+    try:
+        time.sleep(0.3)
+        w.wait(0.0)
+        w.take_gone()
+        with open(kept, "ab") as f:
+            f.write(b"{}\n")
+        deadline = time.monotonic() + 5
+        dirty: set[str] = set()
+        while str(kept) not in dirty and time.monotonic() < deadline:
+            dirty |= w.wait(0.1)
+        assert str(kept) in dirty and w.take_gone() == set()  # an append is no deletion
+        deleted.unlink()
+        moved.rename(projects / "moved.jsonl.bak")
+        gone: set[str] = set()
+        while time.monotonic() < deadline and not {str(deleted), str(moved)} <= gone:
+            w.wait(0.1)
+            gone |= w.take_gone()
+        assert gone == {str(deleted), str(moved)}
+    finally:
+        w.stop()
