@@ -440,7 +440,8 @@ class Assembler:
 
     def _main_owner(self, sess: _Session, e: Entry, kind: str | None) -> Owner | None:
         """``kind``: classify_user of a user line, else None."""
-        if kind in ("prompt", "command") or (kind == "notification" and sess.current_turn is None):
+        turn = sess.current_turn
+        if kind is not None and rules.starts_turn(kind, turn is not None and not turn.closed and not turn.final_seen):
             if e.uuid is not None and digest64(e.uuid) in self._seen_prompts:
                 self._count("replayed_prompts")
                 self.replays.append(("prompt", digest64(e.uuid), self._path))
@@ -692,7 +693,7 @@ class Assembler:
             owner.compactions.append((ts, e.compact_trigger, e.compact_pre_tokens))
         elif e.subtype == "api_error":
             owner.api_retries += 1
-        elif e.subtype == "turn_duration" and isinstance(owner, Turn) and not owner.open_tools:
+        elif rules.ends_turn(e) and isinstance(owner, Turn) and not owner.open_tools:  # turn_duration
             owner.final_seen = True
 
     def _new_call(self, sess: _Session, owner: Owner, key: str, e: Entry, ts: int) -> Call:
@@ -864,3 +865,4 @@ class Assembler:
 
 def _is_repair(e: Entry) -> bool:
     return any(b.type == "tool_result" and rules.is_repair_text(b.text) for b in e.blocks)
+

@@ -62,6 +62,10 @@ _SESSION_ID = re.compile(r"[0-9A-Za-z][0-9A-Za-z_-]{0,127}")
 _CHILD_EOF_GRACE_S = 2.0
 
 
+_END = "turn-end"  # an _Index kind: a line after which the turn owes nothing (rules.ends_turn)
+_RUNNING = frozenset(("assistant", "prompt", "command", "notification"))  # above them, a turn owes an answer
+
+
 # -- the prompt of a turn, from the transcript ------------------------------------------------
 
 
@@ -80,12 +84,13 @@ class _Index:
             for e in parse_line(raw.data, raw.offset).entries:
                 if e.uuid is None or e.is_sidechain:
                     continue
-                kind = rules.classify_user(e) if e.type == "user" else e.type
+                kind = rules.classify_user(e) if e.type == "user" else _END if rules.ends_turn(e) else e.type
                 self.nodes[e.uuid] = (e.parent_uuid or e.logical_parent_uuid, kind)
 
     def prompt_of(self, uuid: str) -> str | None:
-        """The nearest prompt (or command) line above ``uuid``: the line the transcript path starts
-        its turn at. Task notifications, meta lines and tool results continue a turn."""
+        """The line above ``uuid`` the transcript path starts its turn at (rules.starts_turn): the
+        nearest prompt or command, or a notification written after the turn before it ended.
+        Meta lines, tool results and notifications during a turn continue it."""
         current: str | None = uuid
         for _ in range(100_000):
             if current is None:
@@ -93,10 +98,26 @@ class _Index:
             node = self.nodes.get(current)
             if node is None:
                 return None  # not written yet, or not in this file
-            if node[1] in ("prompt", "command"):
+            if rules.starts_turn(node[1], turn_running=not self._after_end(node[0])):
                 return current
             current = node[0]
         return None
+
+    def _after_end(self, uuid: str | None) -> bool:
+        """Whether the turn above a line has ended: the nearest turn-ending line (rules.ends_turn) up
+        the tree comes before any other answer or turn-starting line. Tool results, meta lines,
+        attachments and other system lines in between change nothing (as for the assembler, where
+        only a new API call makes a turn owe an answer again)."""
+        for _ in range(100_000):
+            node = self.nodes.get(uuid) if uuid is not None else None
+            if node is None:
+                return True  # the start of the file: no turn running
+            if node[1] == _END:
+                return True
+            if node[1] in _RUNNING:
+                return False
+            uuid = node[0]
+        return False
 
 
 class TranscriptPrompts:

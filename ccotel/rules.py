@@ -66,6 +66,8 @@ __all__ = [
     "call_key",
     "cache_write_split",
     "classify_user",
+    "ends_turn",
+    "starts_turn",
     "is_api_call",
     "is_assistant_record",
     "is_billed_model",
@@ -204,6 +206,22 @@ def advisor_calls(iterations: Iterable[tuple[Any, ...]]) -> tuple[AdvisorCall, .
 def is_repair_text(text: str | None) -> bool:
     """The tool_result a resumed process writes for a call its killed predecessor left open."""
     return text is not None and text.lstrip().startswith(REPAIR_PREFIX)
+
+
+def ends_turn(e: Entry) -> bool:
+    """A line after which the turn owes nothing more: a final answer (or a failed call), or
+    2.1.x's turn_duration note."""
+    if e.type == "assistant":
+        return e.stop_reason in FINAL_STOP or e.is_api_error
+    return e.type == "system" and e.subtype == "turn_duration"
+
+
+def starts_turn(kind: str, turn_running: bool) -> bool:
+    """Whether a main-chain user line of this kind (classify_user) starts a turn (a trace).
+    Prompts and commands always do. A notification (a background agent done) does when no turn
+    is running, i.e. none yet or the last one's final answer was written (ends_turn), however long
+    after: the ids are the same whether the lines are read live or all at once in a backfill."""
+    return kind in ("prompt", "command") or (kind == "notification" and not turn_running)
 
 
 def classify_user(e: Entry) -> str:

@@ -311,7 +311,10 @@ class StreamAssembler:
         turn = next((t for t in self._open_turns if t.key == key and t.linked == linked), None)
         if turn is None:
             for old in list(self._open_turns):
-                self._emit_turn(old, now_ns)  # a new prompt: the turns before are over
+                if old.results:
+                    self._emit_turn(old, now_ns)  # a new prompt: the turns before are over
+                # else its result is still to come (2.1.x prints a notification round's results
+                # together, at the end): the turn goes out with it
             turn = _Turn(self.session_id, key, linked, self._round_start_ns or now_ns, now_ns)
             self._open_turns.append(turn)
         self._turn = turn
@@ -459,6 +462,9 @@ class StreamAssembler:
 
     def _system(self, rec: dict[str, Any], subtype: object, now_ns: int) -> None:
         if subtype == "init":
+            # Each query of the process starts with one: a notification's answer (2.1.197 writes it
+            # after a second init, with no result in between) is another round, its turn found again.
+            self._segment_resolved = False
             version = rec.get("claude_code_version")
             self.version = version if isinstance(version, str) else self.version
             self.cwd = rec.get("cwd") if isinstance(rec.get("cwd"), str) else self.cwd
@@ -495,8 +501,11 @@ class StreamAssembler:
             agent.background = True
 
     def _result(self, rec: dict[str, Any], now_ns: int) -> None:
-        if self._turn is not None and not self._segment_resolved and self._round_uuid is None:
-            turn = self._turn  # a result with no line of its own (2.1.197 prints both of s04's at the end)
+        waiting = next((t for t in self._open_turns if not t.results), None)  # results come in query order
+        if waiting is not None and waiting is not self._turn:
+            turn = waiting  # an earlier query's result, printed after a later query began (s04)
+        elif self._turn is not None and not self._segment_resolved and self._round_uuid is None:
+            turn = self._turn  # a result with no line of its own
         else:
             turn = self._turn_or_round(rec, now_ns)
         self._end_call(self._context(_MAIN))

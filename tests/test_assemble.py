@@ -351,3 +351,54 @@ def test_content_is_not_exported_unless_asked(tmp_path):
     assert "my key is" in dump and "SECRETSECRET" not in dump and "AKIAABCDEFGHIJKLMNOP" not in dump
     tool = [s for s in captured if s.name == "execute_tool Bash"][0]
     assert len(tool.attributes["gen_ai.tool.call.result"]) <= 100 + len("...[truncated]")
+
+
+def _background_agent_then_notification() -> Transcript:
+    """A turn that starts a background agent and ends; the agent's notification comes 30 s later
+    and the model answers it."""
+    t = Transcript(SID)
+    t.prompt("start a helper in the background", parent=None)
+    t.response("msg_n1", [tool_use("toolu_bg", "Agent", prompt="help", run_in_background=True)],
+               stop_reason="tool_use")
+    t.tool_result("toolu_bg", "Async agent launched", source=t.last)
+    t.response("msg_n2", [text("it runs in the background")], stop_reason="end_turn")
+    t.t_ms += 30_000
+    t.prompt("<task-notification>\n<task-id>a1</task-id>\n<status>completed</status>\n</task-notification>")
+    t.response("msg_n3", [text("the helper reported")], stop_reason="end_turn")
+    return t
+
+
+def _ids(spans: list[SpanRecord]) -> set[tuple[int, int, int | None, str]]:
+    return {(s.trace_id, s.span_id, s.parent_span_id, s.name) for s in spans}
+
+
+def test_a_late_notification_is_a_turn_of_its_own_live_and_in_backfill(tmp_path):
+    """The same trace ids however the lines are read: all at once (a backfill, where the turn is
+    still open when the notification is read) or one by one with seconds between them (live,
+    where the turn was closed after its final answer)."""
+    t = _background_agent_then_notification()
+    path = os.path.join(proj(str(tmp_path / "all")), f"{SID}.jsonl")
+    t.write(path)
+    at_once, _ = run(str(tmp_path / "all"))
+    turns = sorted((s for s in at_once if s.parent_span_id is None), key=lambda s: s.start_ns)
+    assert [s.attributes["claude_code.turn.trigger"] for s in turns] == ["prompt", "notification"]
+    assert len({s.trace_id for s in turns}) == 2
+    answer = next(s for s in at_once if s.attributes.get("gen_ai.response.id") == "msg_n3")
+    assert (answer.trace_id, answer.parent_span_id) == (turns[1].trace_id, turns[1].span_id)
+
+    root = str(tmp_path / "live")
+    live_path = os.path.join(proj(root), f"{SID}.jsonl")
+    os.makedirs(os.path.dirname(live_path))
+    open(live_path, "wb").close()
+    now = [1_750_000_000_000_000_000]  # the transcript's own time: its lines are not in the future
+    live: list[SpanRecord] = []
+    p = Pipeline(Options(roots=(root,)), emit=live.extend, clock=lambda: now[0])
+    p.backfill()
+    for line in t.lines:
+        with open(live_path, "ab") as f:
+            f.write(orjson.dumps(line) + b"\n")
+        p.poll([live_path])
+        now[0] += 5_000_000_000  # seconds apart: the first turn closes after its final answer
+        p.tick()
+    p.backfill(close_all=True)
+    assert _ids(live) == _ids(at_once)

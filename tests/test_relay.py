@@ -150,6 +150,22 @@ def _result_records(data: bytes) -> list[dict[str, Any]]:
     return out
 
 
+def _check_result_attributes(turn: SpanRecord, result: dict[str, Any], label: str) -> None:
+    attrs = turn.attributes
+    for key in RESULT_KEYS:
+        want = float(result[key]) if key == "total_cost_usd" else result[key]
+        assert attrs[f"ccotel.result.{key}"] == want, (label, key)
+    assert attrs["ccotel.result.usage.output_tokens"] == result["usage"]["output_tokens"]
+    assert attrs["ccotel.result.permission_denials"] == len(result["permission_denials"])
+    models = sorted(result["modelUsage"])
+    if models:
+        assert list(attrs["ccotel.result.model_usage.models"]) == models
+        assert list(attrs["ccotel.result.model_usage.output_tokens"]) == [
+            result["modelUsage"][k]["outputTokens"] for k in models]
+    assert (turn.status is StatusCode.ERROR) == (result["is_error"] is True)
+    assert "ccotel.result.count" not in attrs  # one result per query
+
+
 @pytest.mark.parametrize("name", ["s03_parallel_subagents", "2.1.330-s03_parallel_subagents",
                                   "s04_background_subagent", "2.1.330-s04_background_subagent",
                                   "s07_api_errors", "2.1.330-s07_api_errors"])
@@ -160,23 +176,14 @@ def test_result_becomes_turn_attributes_and_metrics(name: str, relay_metrics: Me
         m = Metrics()
         assembler = StreamAssembler(TranscriptPrompts([str(fx.config_dir)], delays=(0.0,)), counter_for(m))
         _out, spans, _res = _relay_bytes(data, assembler, counter_for(m))
-        turns = [s for s in spans if s.parent_span_id is None]
-        assert len(turns) == 1, label  # s04's second result (task notification) continues the turn
-        attrs = turns[0].attributes
+        # One turn per query, each with its own result: s04's notification is a query (and a turn)
+        # of its own, and 2.1.x prints both results at the end, in query order.
+        turns = sorted((s for s in spans if s.parent_span_id is None), key=lambda s: s.start_ns)
+        assert len(turns) == len(results), label
+        for turn, result in zip(turns, results, strict=True):
+            _check_result_attributes(turn, result, label)
         last = results[-1]
-        for key in RESULT_KEYS:
-            want = float(last[key]) if key == "total_cost_usd" else last[key]
-            assert attrs[f"ccotel.result.{key}"] == want, (label, key)
-        assert attrs["ccotel.result.usage.output_tokens"] == last["usage"]["output_tokens"]
-        assert attrs["ccotel.result.permission_denials"] == len(last["permission_denials"])
         models = sorted(last["modelUsage"])
-        if models:
-            assert list(attrs["ccotel.result.model_usage.models"]) == models
-            assert list(attrs["ccotel.result.model_usage.output_tokens"]) == [
-                last["modelUsage"][k]["outputTokens"] for k in models]
-        assert (turns[0].status is StatusCode.ERROR) == (last["is_error"] is True)
-        if len(results) > 1:
-            assert attrs["ccotel.result.count"] == len(results)
         # metrics: one per result; modelUsage is a running total, counted once
         assert sum(v for k, v in m.series().items() if k[0] == "ccotel_relay_results") == len(results)
         for model in models:
