@@ -13,7 +13,7 @@ stream-json stdout; they are shown beside this estimate, never instead of it.
 
 Importing genai-prices costs ~0.35 s of CPU and ~16 MB (pydantic) in every process that prices
 (each backfill worker, each report). The prices it chose are kept on disk per (model, UTC day) in
-``$XDG_CACHE_HOME/ccotel/prices-<id>.json``, ``<id>`` naming the installed genai-prices table (its
+``$XDG_CACHE_HOME/ccotel/prices-<id>.jsonl``, ``<id>`` naming the installed genai-prices table (its
 data file's path, size and mtime: a new version is a new file), so a process whose models and
 days were priced before never imports it. A day is the unit because genai-prices' Anthropic
 prices change on UTC dates (``StartDateConstraint``); calls without a time are not kept there.
@@ -25,7 +25,6 @@ import hashlib
 import importlib.util
 import json
 import os
-import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from decimal import Decimal
@@ -124,54 +123,60 @@ def default_cache_path(env: dict[str, str] | None = None) -> str | None:
         return None
     table = hashlib.sha256(f"{os.path.realpath(data)}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:16]
     base = env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "ccotel", f"prices-{table}.json")
+    return os.path.join(base, "ccotel", f"prices-{table}.jsonl")
 
 
 class PriceCache:
-    """genai-prices' answers per (model, UTC day) in a JSON file, read once, written (whole,
-    atomically) when a lookup added to it. Two processes writing at once: the last one's file
-    stays, the other's additions are looked up again next time. Any error: no cache, not wrong."""
+    """genai-prices' answers per (model, UTC day) in a file of JSON lines ``[day, model, price]``,
+    read once, appended to (one short O_APPEND write per lookup: processes writing at once do
+    not clobber each other, and a history of many days costs one line each, not a rewrite). A
+    line that does not parse is skipped: any error costs a lookup, never a wrong price."""
 
     def __init__(self, path: str | None) -> None:
         self.path = path
-        self.entries: dict[str, Any] | None = None  # read on first use
+        self.entries: dict[tuple[int, str], Any] | None = None  # read on first use
 
     def get(self, model: str, day: int) -> tuple[bool, Price | None]:
         """(found, price): found False when this model and day were never looked up."""
         entries = self._entries()
-        key = f"{day}\t{model}"
-        if key not in entries:
+        if (day, model) not in entries:
             return False, None
         try:
-            return True, _price_of_json(entries[key])
+            return True, _price_of_json(entries[(day, model)])
         except (TypeError, ValueError):
-            return False, None  # a file written by hand or cut short: look it up again
+            return False, None  # a line written by hand or cut short: look it up again
 
     def put(self, model: str, day: int, price: Price | None) -> None:
-        entries = self._entries()
-        entries[f"{day}\t{model}"] = _price_json(price)
+        self._entries()[(day, model)] = _price_json(price)
         if self.path is None:
             return
+        line = (json.dumps([day, model, _price_json(price)]) + "\n").encode()
         try:
             os.makedirs(os.path.dirname(self.path), mode=0o700, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=os.path.dirname(self.path), prefix=".prices-")
-            with os.fdopen(fd, "w") as f:
-                json.dump(entries, f)
-            os.replace(tmp, self.path)
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            try:
+                os.write(fd, line)
+            finally:
+                os.close(fd)
         except OSError:
             pass  # a read-only home: prices are still right, only looked up each time
 
-    def _entries(self) -> dict[str, Any]:
+    def _entries(self) -> dict[tuple[int, str], Any]:
         if self.entries is None:
             self.entries = {}
             if self.path is not None:
                 try:
                     with open(self.path, "rb") as f:
-                        loaded = json.load(f)
-                    if isinstance(loaded, dict):
-                        self.entries = loaded
-                except (OSError, ValueError):
-                    pass
+                        lines = f.read().splitlines()
+                except OSError:
+                    lines = []
+                for raw in lines:
+                    try:
+                        day, model, price = json.loads(raw)
+                    except (ValueError, TypeError):
+                        continue
+                    if isinstance(day, int) and isinstance(model, str):
+                        self.entries[(day, model)] = price
         return self.entries
 
 

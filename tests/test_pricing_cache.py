@@ -4,13 +4,12 @@ unwritable cache only costs a lookup."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 
 import pytest
 
-from ccotel.pricing import Pricing, _from_genai_prices, default_cache_path
+from ccotel.pricing import PriceCache, Pricing, _from_genai_prices, default_cache_path
 from ccotel.records import Usage
 from tests.test_pricing import AT_NS, MODELS
 
@@ -29,7 +28,7 @@ def test_prices_read_back_equal_the_lookups(tmp_path):
     for model in MODELS + UNKNOWN:
         for at in DAYS:
             assert cold.price(model, at) == _from_genai_prices(model, at), (model, at)
-    assert len(json.loads((tmp_path / "prices.json").read_text())) == len(MODELS + UNKNOWN) * len(DAYS)
+    assert len((tmp_path / "prices.json").read_text().splitlines()) == len(MODELS + UNKNOWN) * len(DAYS)
 
 
 def test_a_warm_cache_does_not_import_genai_prices(tmp_path):
@@ -49,10 +48,24 @@ def test_a_model_and_day_not_in_the_cache_is_looked_up(tmp_path):
     p = Pricing(cache_path=str(path))
     assert p.price("claude-sonnet-4-5-20250929", AT_NS) == _from_genai_prices("claude-sonnet-4-5-20250929", AT_NS)
     assert p.price("claude-opus-4-6", AT_NS + 2 * DAY) == _from_genai_prices("claude-opus-4-6", AT_NS + 2 * DAY)
-    assert len(json.loads(path.read_text())) == 3
+    assert len(path.read_text().splitlines()) == 3
 
 
-@pytest.mark.parametrize("content", ["not json", "[1]", '{"%d\\tclaude-opus-4-6": [1, 2]}'])
+def test_two_writers_keep_both_their_prices(tmp_path):
+    """Processes pricing at once (backfill workers) append: neither loses the other's lines."""
+    path = str(tmp_path / "prices.json")
+    a, b = Pricing(cache_path=path), Pricing(cache_path=path)
+    a.price("claude-opus-4-6", AT_NS)  # both read the file before either wrote
+    b.price("claude-opus-4-6", AT_NS)
+    a.price("claude-sonnet-4-5-20250929", AT_NS)
+    b.price("claude-haiku-4-5-20251001", AT_NS)
+    entries = PriceCache(path)
+    for model in ("claude-opus-4-6", "claude-sonnet-4-5-20250929", "claude-haiku-4-5-20251001"):
+        assert entries.get(model, AT_NS // DAY) == (True, _from_genai_prices(model, AT_NS))
+
+
+@pytest.mark.parametrize("content", ["not json", "[1]", "5", '[%d, "claude-opus-4-6", [1, 2]]',
+                                     '[%d, "claude-opus-4-6", [[1, []], [2, []]]]'])
 def test_a_broken_cache_is_looked_up_again(tmp_path, content):
     path = tmp_path / "prices.json"
     path.write_text(content.replace("%d", str(AT_NS // DAY)))
