@@ -32,10 +32,9 @@ class FileIdentity:
     fingerprint: str  # digest of the first bytes; catches inode reuse and rewrites in place
 
 
-def _fingerprint(path: str, length: int) -> tuple[int, str] | None:
+def _fingerprint(fd: int, length: int) -> tuple[int, str] | None:
     try:
-        with open(path, "rb") as f:
-            head = f.read(length)
+        head = os.pread(fd, length, 0)
     except OSError:
         return None
     return len(head), hashlib.blake2b(head, digest_size=8).hexdigest()
@@ -43,10 +42,14 @@ def _fingerprint(path: str, length: int) -> tuple[int, str] | None:
 
 def identity_of(path: str, st: os.stat_result | None = None) -> FileIdentity | None:
     try:
-        st = st or os.stat(path)
+        with open(path, "rb") as f:
+            return _identity(f.fileno(), st or os.fstat(f.fileno()))
     except OSError:
         return None
-    fp = _fingerprint(path, _FINGERPRINT_BYTES)
+
+
+def _identity(fd: int, st: os.stat_result) -> FileIdentity | None:
+    fp = _fingerprint(fd, _FINGERPRINT_BYTES)
     return None if fp is None else FileIdentity(st.st_dev, st.st_ino, fp[0], fp[1])
 
 
@@ -56,6 +59,9 @@ class ReadResult:
     errors: list[str] = field(default_factory=list)
     error_ends: list[int] = field(default_factory=list)  # per error: where its line ends (-1: the file)
     reset: bool = False  # the file was truncated or replaced and is read again from 0
+    size: int = 0  # the file's size when read (at least what was read): more than the offset = a partial line
+    mtime_ns: int = 0
+    more: bool = False  # stopped at max_bytes: more whole lines may follow
     gone: bool = False
 
     def error(self, reason: str, end: int = -1) -> None:
@@ -76,46 +82,53 @@ class Tailer:
     max_line_bytes: int = 32 << 20
 
     def read(self, accept_unterminated: bool = False, max_bytes: int = 1 << 62,
-             force_tail: bool = False) -> ReadResult:
-        """New whole lines. An unterminated last line is taken if ``accept_unterminated`` and it
-        is complete JSON, or always with ``force_tail`` (the writer is known to be done with it)."""
+             force_tail: bool = False, quiet_before_ns: int | None = None) -> ReadResult:
+        """New whole lines, about ``max_bytes`` of them (at least one line when there is one). An
+        unterminated last line is taken if ``accept_unterminated`` and it is complete JSON, or
+        always with ``force_tail`` or when the file was last written before ``quiet_before_ns``
+        (the writer is known to be done with it). One open and one fstat per read: the head
+        fingerprint is read through the same descriptor."""
         res = ReadResult()
         try:
-            st = os.stat(self.path)
+            f = open(self.path, "rb")
         except FileNotFoundError:
             res.gone = True
             return res
         except OSError:
             res.error("unreadable")
             return res
-        self._check_identity(st, res)
-        if st.st_size <= self.offset:
-            return res
         try:
-            with open(self.path, "rb") as f:
+            with f:
+                st = os.fstat(f.fileno())
+                res.size, res.mtime_ns = st.st_size, st.st_mtime_ns
+                self._check_identity(st, res, f.fileno())
+                if st.st_size <= self.offset:
+                    return res
+                force_tail = force_tail or (quiet_before_ns is not None and st.st_mtime_ns <= quiet_before_ns)
                 f.seek(self.offset)
                 self._read_lines(f, res, accept_unterminated or force_tail, force_tail, max_bytes)
+                res.size = max(res.size, f.tell())
         except OSError:
             res.error("unreadable")
         return res
 
-    def _check_identity(self, st: os.stat_result, res: ReadResult) -> None:
+    def _check_identity(self, st: os.stat_result, res: ReadResult, fd: int) -> None:
         if self.identity is None:
-            self.identity = identity_of(self.path, st)
+            self.identity = _identity(fd, st)
             if self.offset > st.st_size:
                 self._restart(res)
             return
         same_inode = (self.identity.dev, self.identity.ino) == (st.st_dev, st.st_ino)
-        if not same_inode or st.st_size < self.offset or not self._same_head():
+        if not same_inode or st.st_size < self.offset or not self._same_head(fd):
             self._restart(res)
-            self.identity = identity_of(self.path, st)
+            self.identity = _identity(fd, st)
         elif self.identity.head_len < _FINGERPRINT_BYTES and st.st_size > self.identity.head_len:
-            self.identity = identity_of(self.path, st)  # the file grew: fingerprint more of it
+            self.identity = _identity(fd, st)  # the file grew: fingerprint more of it
 
-    def _same_head(self) -> bool:
+    def _same_head(self, fd: int) -> bool:
         """The bytes we fingerprinted are still the file's first bytes (not rewritten in place)."""
         assert self.identity is not None
-        fp = _fingerprint(self.path, self.identity.head_len)
+        fp = _fingerprint(fd, self.identity.head_len)
         return fp is not None and fp == (self.identity.head_len, self.identity.fingerprint)
 
     def _restart(self, res: ReadResult) -> None:
@@ -129,7 +142,13 @@ class Tailer:
         length = 0  # its length once it is long (then only measured)
         long_line = False
         budget = max_bytes
-        while budget > 0:
+        first = self.offset
+        while True:
+            if budget <= 0 and self.offset > first:
+                # Enough for this call, and at least one line done: the rest is read by the next
+                # (a line longer than the budget is still read whole, never cut).
+                res.more = True
+                return
             chunk = f.read(_CHUNK)
             if not chunk:
                 break

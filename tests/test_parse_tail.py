@@ -166,3 +166,44 @@ def test_any_split_of_the_stream_reads_the_same_lines(tmp_path_factory, lines, c
         got.extend((ln.offset, ln.data) for ln in t.read().lines)
     assert got == expected
     assert [d for _, d in got] == [ln for ln in lines if ln]
+
+
+def _lines_in_slices(t: Tailer, max_bytes: int, **kw: object) -> tuple[list[bytes], int]:
+    out: list[bytes] = []
+    reads = 0
+    while True:
+        res = t.read(max_bytes=max_bytes, **kw)  # type: ignore[arg-type]
+        reads += 1
+        out += [line.data for line in res.lines]
+        if not res.more:
+            return out, reads
+
+
+def test_slices_read_every_line_once_and_never_cut_a_long_one(tmp_path):
+    """Reader.read takes a history a few MB at a time: the same lines as one read, in order; a line
+    longer than a slice is read whole; an unterminated last line is taken only at the real end."""
+    lines = [orjson.dumps({"i": i, "pad": "x" * (i * 37 % 3000)}) for i in range(400)]
+    lines.insert(200, orjson.dumps({"big": "y" * 200_000}))  # longer than the slices below
+    tail = orjson.dumps({"last": "no newline yet"})
+    path = tmp_path / "a.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n" + tail)
+    whole = Tailer(str(path)).read(accept_unterminated=True)
+    assert [x.data for x in whole.lines] == lines + [tail] and not whole.more
+    for max_bytes in (1, 5_000, 70_000, 1 << 20):
+        got, reads = _lines_in_slices(Tailer(str(path)), max_bytes, accept_unterminated=True, force_tail=True)
+        assert got == lines + [tail], max_bytes
+        assert reads > 1 if max_bytes < 1 << 20 else reads >= 1
+    t = Tailer(str(path))
+    got, _ = _lines_in_slices(t, 5_000)
+    assert got == lines and t.offset == path.stat().st_size - len(tail)  # the partial line waits
+
+
+def test_unterminated_line_is_taken_once_the_file_is_quiet(tmp_path):
+    """quiet_before_ns: the tail is forced when the file was last written before that time (its
+    writer is gone), read from the same fstat as the rest: no extra stat per read."""
+    path = tmp_path / "a.jsonl"
+    path.write_bytes(b'{"a": 1}\n{"broken": ')
+    mtime = path.stat().st_mtime_ns
+    t = Tailer(str(path))
+    assert [x.data for x in t.read(accept_unterminated=True, quiet_before_ns=mtime - 1).lines] == [b'{"a": 1}']
+    assert [x.data for x in t.read(accept_unterminated=True, quiet_before_ns=mtime).lines] == [b'{"broken": ']
