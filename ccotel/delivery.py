@@ -86,14 +86,15 @@ class Delivery:
         path = next(iter(owner.first_offsets), None)
         return self.state.claim(ids, anchor_of(path) if path is not None else PERMANENT)
 
-    def acknowledge(self, spans: Sequence[SpanRecord], result: ExportResult | None = None) -> None:
+    def acknowledge(self, spans: Sequence[SpanRecord], result: ExportResult | None = None, others: int = 0) -> None:
         """These spans are final (called from the export thread): the backend took them, or
         ``result.drops`` says how many it rejected (or could not be encoded), by reason. Dropped
         spans will never be delivered either, so checkpoints move past both; only delivered
         ones count in ccotel_spans_exported, the rest in ccotel_spans_dropped by reason.
 
         Their ids and the counters they feed are committed at once, in one transaction, so a
-        crash right after cannot make a restart send them again or count them twice.
+        crash right after cannot make a restart send them again or count them twice. ``others``:
+        spans of this batch another source owns (an agent registry's): counted the same way.
         """
         commit = Commit()
         settled: list[int] = []
@@ -106,7 +107,7 @@ class Delivery:
                     settled.append(span.span_id)
             if self.metrics is not None and settled:
                 self.metrics.settle(settled)  # counted when built; now final, so checkpointed
-            delivered = len(commit.acked)
+            delivered = len(commit.acked) + others
             for reason, n in result.drops if result is not None else ():
                 n = min(n, delivered)
                 delivered -= n

@@ -144,9 +144,8 @@ class Pipeline:
 
     def acknowledge(self, spans: Sequence[SpanRecord], result: ExportResult | None = None) -> None:
         """These spans are final (any thread): see Delivery.acknowledge."""
-        self.delivery.acknowledge(spans, result)
-        for registry in self.registries:
-            registry.acknowledge(spans)
+        others = sum(registry.acknowledge(spans) for registry in self.registries)
+        self.delivery.acknowledge(spans, result, others=others)
 
     # -- backfill ----------------------------------------------------------------
 

@@ -406,16 +406,21 @@ class Registry:
         gone, self._gone = self._gone, []
         return marks, gone
 
-    def acknowledge(self, spans: Sequence[SpanRecord]) -> None:
-        """These spans are final (the backend took them or dropped them for good): not sent again."""
+    def acknowledge(self, spans: Sequence[SpanRecord]) -> int:
+        """These spans are final (the backend took them or dropped them for good): not sent again.
+        Returns how many of them were this registry's (counted with the batch's export result)."""
+        own = 0
         with self._lock:
             for span in spans:
                 agent_id = self._in_flight.pop(span.span_id, None)
+                if agent_id is not None:
+                    own += 1
                 agent = self.agents.get(agent_id) if agent_id is not None else None
                 if agent is None:
                     continue
                 agent.in_flight, agent.sent = False, True
                 self._mark(f"registry:sent:{agent.md_path}", agent.md_path)
+        return own
 
     def unsent(self, spans: Iterable[SpanRecord], now: int | None = None) -> None:
         """The trace queue did not take these (the backend is away): offered again later."""

@@ -604,3 +604,28 @@ def test_exposition_passes_promtool(tmp_path: Path) -> None:
     assert 'ccotel_registry_agents_total{depth="10+",status="killed",type="worker"} 1.0' in text
     ok, output = promtool_check_metrics(text)
     assert ok, output
+
+
+@pytest.mark.parametrize("rejected", [0, 1])
+def test_registry_spans_count_in_spans_exported_and_dropped(tmp_path: Path, rejected: int) -> None:
+    """A registry's spans go to the backend beside the transcripts' and count the same way: in
+    ccotel_spans_exported when the backend took them, in ccotel_spans_dropped when it refused."""
+    from ccotel.export_result import REASON_PARTIAL, ExportResult, Outcome
+
+    reg_dir, root = tmp_path / "registry", tmp_path / "claude"
+    reg_dir.mkdir()
+    (root / "projects").mkdir(parents=True)
+    write_pids(reg_dir, {"a": entry(None)})
+    write_md(reg_dir, "a", md_text("done", T0, T0 + S))
+    clock, metrics, sent = Clock(T0 + 100 * S), Metrics(), []
+    pipeline = Pipeline(Options(roots=(str(root),), registries=(str(reg_dir),)), emit=sent.extend, clock=clock,
+                        metrics=metrics)
+    pipeline.backfill()
+    for _ in range(8):
+        clock.now += S
+        pipeline.tick()
+    (span,) = sent
+    assert span.span_id == ids.span_id("registry", "a")
+    pipeline.acknowledge([span], ExportResult(Outcome.OK, drops=((REASON_PARTIAL, rejected),) if rejected else ()))
+    assert metrics.value("ccotel_spans_exported") == 1 - rejected
+    assert metrics.value("ccotel_spans_dropped", REASON_PARTIAL) == rejected
