@@ -136,6 +136,17 @@ class Delivery:
             if self.metrics is not None:
                 commit.counters.update(self.metrics.snapshot("delivered"))
 
+    def stop_coalescing(self) -> None:
+        """Acknowledgements are committed as they come again (on the export thread), and those held
+        back are committed now: their ids and the delivered counts only, no offsets (a read that
+        was stopped must not pass over its lines; a restart skips the spans it delivered)."""
+        commit = Commit()
+        with self.lock:
+            self.coalesce = False
+            self.take_acked(commit)
+            if self.state is not None and commit.acked:
+                self.state.commit(commit)
+
     def unsent(self, spans: list[SpanRecord]) -> None:
         """The trace queue is full (the backend is away): reading and counting go on, the spans
         are let go. Their owners hold the trace cursor (the file checkpoints) where it is, and
