@@ -1,0 +1,119 @@
+"""The watcher: which paths changed under a root, on Linux through inotify itself (a watch per
+directory, one reader thread), elsewhere through watchdog."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ccotel.watch import Watcher
+
+
+def collect(w: Watcher, want: set[str], timeout_s: float = 5.0) -> set[str]:
+    """Dirty paths until every wanted one was seen (bounded)."""
+    seen: set[str] = set()
+    deadline = time.monotonic() + timeout_s
+    while not want <= seen and time.monotonic() < deadline:
+        seen |= w.wait(0.1)
+    return seen
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> tuple[Path, Path]:
+    projects = tmp_path / "claude" / "projects"
+    (projects / "-p").mkdir(parents=True)
+    return tmp_path / "claude", projects
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="inotify is Linux's")
+def test_appends_new_files_and_new_directories_are_seen(tree: tuple[Path, Path]) -> None:
+    root, projects = tree
+    main = projects / "-p" / "s1.jsonl"
+    main.write_bytes(b"{}\n")
+    w = Watcher((str(root),))
+    w.start()
+    try:
+        assert w.mode == "inotify"
+        assert str(projects) in collect(w, {str(projects)})  # the root itself: read what was there
+        with open(main, "ab") as f:
+            f.write(b'{"a": 1}\n')
+        assert str(main) in collect(w, {str(main)})
+        # A session directory and its subagents/ made after the start (nested, in one go): watched
+        # at once, so the first append to a file in it is seen.
+        sub = projects / "-p" / "s1" / "subagents"
+        sub.mkdir(parents=True)
+        agent = sub / "agent-a1.jsonl"
+        seen = collect(w, {str(projects / "-p" / "s1")})
+        agent.write_bytes(b"{}\n")
+        seen |= collect(w, {str(agent)})
+        assert {str(projects / "-p" / "s1"), str(agent)} <= seen
+        for _ in range(3):
+            with open(agent, "ab") as f:
+                f.write(b'{"b": 2}\n')
+        assert str(agent) in collect(w, {str(agent)})
+        assert w.take_gone() == set()
+    finally:
+        w.stop()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="inotify is Linux's")
+def test_deleted_files_and_directories_moved_away_are_gone(tree: tuple[Path, Path], tmp_path: Path) -> None:
+    root, projects = tree
+    kept, deleted = projects / "-p" / "kept.jsonl", projects / "-p" / "deleted.jsonl"
+    session = projects / "-p" / "s2"
+    (session / "subagents").mkdir(parents=True)
+    for f in (kept, deleted, session / "subagents" / "agent-b.jsonl"):
+        f.write_bytes(b"{}\n")
+    w = Watcher((str(root),))
+    w.start()
+    try:
+        collect(w, {str(projects)})
+        deleted.unlink()
+        collect(w, {str(deleted)})
+        outside = tmp_path / "elsewhere"
+        shutil.move(str(session), str(outside))
+        collect(w, {str(session)})
+        assert w.take_gone() == {str(deleted), str(session)}
+        # The moved directory's old watches are dropped: what is written there now is not ours.
+        with open(outside / "subagents" / "agent-b.jsonl", "ab") as f:
+            f.write(b'{"c": 3}\n')
+        with open(kept, "ab") as f:
+            f.write(b"{}\n")
+        seen = collect(w, {str(kept)})
+        assert str(kept) in seen and not any(p.startswith(str(session)) or "elsewhere" in p for p in seen)
+    finally:
+        w.stop()
+
+
+def test_polling_when_asked(tree: tuple[Path, Path]) -> None:
+    root, projects = tree
+    w = Watcher((str(root),), force_polling=True, poll_interval_s=0.1)
+    w.start()
+    try:
+        assert w.mode == "polling"
+        f = projects / "-p" / "s3.jsonl"
+        f.write_bytes(b"{}\n")
+        assert str(f) in collect(w, {str(f)})
+    finally:
+        w.stop()
+
+
+def test_a_root_that_appears_later_is_watched(tmp_path: Path) -> None:
+    root = tmp_path / "claude"
+    w = Watcher((str(root),))
+    w.start()
+    try:
+        assert not w.ensure_roots()
+        (root / "projects" / "-p").mkdir(parents=True)
+        assert w.ensure_roots()
+        f = root / "projects" / "-p" / "s4.jsonl"
+        f.write_bytes(b"{}\n")
+        assert str(f) in collect(w, {str(f)})
+        os.remove(f)
+    finally:
+        w.stop()
