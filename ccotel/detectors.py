@@ -89,11 +89,8 @@ class Detectors:
         tf = st.tf
         if tf.kind is FileKind.MAIN and st.has_user and not st.has_assistant and f"ghost:{tf.path}" not in self.marks:
             self._ghost_candidates.add(tf.path)
-        if tf.kind is FileKind.MAIN:
-            try:
-                self._mtimes[tf.path] = os.stat(tf.path).st_mtime
-            except OSError:
-                pass
+        if tf.kind is FileKind.MAIN and st.mtime_ns:
+            self._mtimes[tf.path] = st.mtime_ns / 1e9  # from the read's own fstat: no stat more
 
     def forget(self, states: Iterable[FileState], marks: set[str]) -> None:
         """Files deleted; ``marks`` no file on disk holds any more."""

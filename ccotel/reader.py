@@ -64,6 +64,7 @@ class FileState:
     has_assistant: bool = False
     unreadable: bool = False
     changed_ns: int = 0
+    mtime_ns: int = 0  # the file's mtime at the last read (from its fstat: the detectors' sweep age)
 
 
 class Reader:
@@ -193,6 +194,7 @@ class Reader:
                 break
         if "unreadable" in res.errors:
             return
+        state.mtime_ns = res.mtime_ns or state.mtime_ns
         state.partial_since_ns = now if res.size > state.tailer.offset else None
         if state.partial_since_ns is None:
             self._partial.discard(state.tf.path)

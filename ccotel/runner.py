@@ -39,7 +39,7 @@ log = logging.getLogger("ccotel")
 COMMIT_EVERY_S = 0.2
 # While lines arrive, what only time finishes (quiet turns, stalls, detectors) is looked at no
 # more often than this: poll emits what the lines finished, so appends wait for no tick.
-TICK_EVERY_S = 0.025
+TICK_EVERY_S = 0.1
 # While lines arrive fast, polls are at least this far apart (see _gather): the most an append
 # waits for, only when another came within this time before it.
 POLL_GAP_S = 0.02
