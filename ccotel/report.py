@@ -22,13 +22,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta, timezone, tzinfo
 from typing import TYPE_CHECKING, Any
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import orjson
 
-from . import rules
 from .ledger import LEDGER_FILE, SLOT_NS, AgentRow, CallRow, Ledger, LedgerError, ToolRow, TurnRow, nano_usd
-from .state import host_id, is_url, resolve_state
 
 if TYPE_CHECKING:  # the transcript reader and rich are imported where they are used
     from rich.console import Console
@@ -246,7 +243,7 @@ class Row:
         cost = 0 if c.cost is None else nano_usd(c.cost)
         self.cost_nano += cost
         self.api_calls += 1
-        model = rules.reported_model(c.model) or "unknown"
+        model = _reported_model(c.model) or "unknown"
         self.models.add(model)
         if c.cost is None:
             self.unpriced.add(model)
@@ -276,7 +273,7 @@ class Row:
         self.reasoning += usage[6]
         self.api_calls += n
         self.cost_nano += cost
-        name = rules.reported_model(model) or "unknown"
+        name = _reported_model(model) or "unknown"
         self.models.add(name)
         if priced < n:
             self.unpriced.add(name)
@@ -323,7 +320,8 @@ def open_ledger(state_dir: str | None, roots: Sequence[str], host: str | None = 
     a PostgreSQL state (a fleet), the fleet's shared ledger (``host``: this host's id)."""
     if not state_dir or state_dir == "none":
         return None
-    if is_url(state_dir):
+    if state_dir.startswith(("postgresql://", "postgres://")):  # state.is_url (state.py: not loaded for SQLite)
+        from .state import host_id
         from .state_pg import open_report_ledger  # psycopg: only for a fleet
 
         return open_report_ledger(state_dir, host_id(host), roots)
@@ -463,6 +461,12 @@ class _Rows:
         for r in ordered:
             totals.merge(r)
         return Report(q.view, ordered, totals, source)
+
+
+def _reported_model(model: str | None) -> str | None:
+    """``rules.reported_model`` (a test holds them equal): rules loads records, ~15 ms of the
+    start of a report the ledger answers alone."""
+    return model if model and model != "<synthetic>" else None
 
 
 def summarize(data: Data, q: Query) -> Report:
@@ -794,6 +798,8 @@ def parse_day(value: str) -> date:
 
 
 def parse_zone(value: str) -> tzinfo:
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError  # only when --timezone is given
+
     try:
         return ZoneInfo(value)
     except (ZoneInfoNotFoundError, ValueError):
@@ -832,7 +838,7 @@ def run(args: argparse.Namespace) -> int:
     """``ccotel report``: print the view (a table, or JSON with --json). Exit 0."""
     roots = tuple(args.root or _default_roots())
     overrides = _load_overrides(args.prices) if args.prices else None  # a bad file fails either way
-    state_dir = resolve_state(getattr(args, "state", None), args.state_dir)
+    state_dir = _state_location(getattr(args, "state", None), args.state_dir)
     ledger = None if args.no_ledger else open_ledger(state_dir, roots, getattr(args, "host_id", None))
     q = Query(view=args.view, tz=args.timezone, since=args.since, until=args.until,
               start_of_week=WEEKDAYS.index(args.start_of_week), order=args.order)
@@ -856,6 +862,17 @@ def run(args: argparse.Namespace) -> int:
         return 0
     render(report, _console(), q, breakdown=args.breakdown)
     return 0
+
+
+def _state_location(state: str | None, state_dir: str | None) -> str | None:
+    """``state.resolve_state(state, state_dir)``, loading state.py (the tail and parse modules,
+    msgspec: ~20 ms of a report's start) only for the default dir, which it alone knows."""
+    location = state or state_dir or os.environ.get("CCOTEL_STATE")
+    if not location:
+        from .state import resolve_state
+
+        return resolve_state(None, None)
+    return None if location == "none" else location
 
 
 def _load_overrides(path: str) -> dict[str, Price]:

@@ -131,3 +131,34 @@ def test_a_report_from_the_ledger_loads_nothing_heavy(tmp_path):
             "              if m.startswith(heavy)}))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_a_report_from_the_ledger_imports_only_what_it_needs(tmp_path):
+    """The ledger path loads neither the transcript side (records, rules, parse, tail, msgspec) nor
+    state.py (given --state-dir) nor zoneinfo (no --timezone): a start of ~0.1 s, most of the report."""
+    root = load_fixture("s06_kill_orphan_resume").config_dir
+    build_ledger(root, tmp_path / "state" / LEDGER_FILE).close()
+    for p in root.rglob("*"):
+        os.utime(p, ns=(10**9, 10**9))  # older than the ledger
+    state = str(tmp_path / "state")
+    code = ("import sys, io, contextlib\nfrom ccotel.cli import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()) as out:\n"
+            f"    main(['report', 'daily', '--json', '--root', {str(root)!r}, '--state-dir', {state!r}])\n"
+            "assert '\"source\": \"ledger\"' in out.getvalue(), out.getvalue()[-300:]\n"
+            "print(sorted(m for m in sys.modules if m.startswith(('ccotel', 'msgspec', 'rich', 'zoneinfo'))))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split("\n")[0] == str(["ccotel", "ccotel.cli", "ccotel.ledger", "ccotel.report",
+                                             "ccotel.stopping"]), out.stdout
+
+
+def test_the_reports_copies_of_small_rules_are_the_rules(monkeypatch):
+    """report.py keeps two one-line rules of modules it does not load (rules, state): equal."""
+    from ccotel import report, rules, state
+
+    for model in (None, "", "<synthetic>", rules.SYNTHETIC_MODEL, "claude-x"):
+        assert report._reported_model(model) == rules.reported_model(model)  # noqa: SLF001
+    for env in ({}, {"CCOTEL_STATE": "/e"}, {"CCOTEL_STATE": ""}, {"CCOTEL_STATE": "none"}):
+        for given in ((None, None), ("/s", None), (None, "/d"), ("/s", "/d"), ("none", None), (None, "none"),
+                      ("", "/d"), ("", "")):
+            monkeypatch.setattr(os, "environ", {**env, "HOME": "/h"})
+            assert report._state_location(*given) == state.resolve_state(*given), (env, given)  # noqa: SLF001
