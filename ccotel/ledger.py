@@ -66,8 +66,7 @@ CREATE TABLE IF NOT EXISTS calls (
     priced INTEGER NOT NULL,
     version TEXT
 );
-CREATE INDEX IF NOT EXISTS calls_time ON calls (time_ns);
-{totals}CREATE TABLE IF NOT EXISTS tools (
+CREATE INDEX IF NOT EXISTS calls_time ON calls (time_ns);CREATE TABLE IF NOT EXISTS tools (
     session_id TEXT NOT NULL,
     tool_use_id TEXT NOT NULL,
     time_ns INTEGER NOT NULL,
@@ -105,7 +104,7 @@ CREATE TABLE IF NOT EXISTS turns (
     stalled INTEGER NOT NULL,
     PRIMARY KEY (session_id, span_id)
 ) WITHOUT ROWID;
-"""
+{totals}"""
 
 
 def _slot_of(col: str) -> str:
@@ -160,6 +159,29 @@ def _recompute(row: str) -> str:
             f"WHERE {_group_of(row)} AND (first_ns = {row}.time_ns OR last_ns = {row}.time_ns);")
 
 
+# A tool call that failed; one that never got a real result (orphaned, or repaired by a resume).
+_TOOL_FAILED = "(error_type IS NOT NULL)"
+_TOOL_ORPHANED = "(CASE WHEN error_type = 'orphaned' OR repaired != 0 THEN 1 ELSE 0 END)"
+
+
+def _tool_add(row: str) -> str:
+    """Add the tool call ``row`` to its (session, quarter hour)."""
+    failed, orphaned = (x.replace("error_type", f"{row}.error_type").replace("repaired", f"{row}.repaired")
+                        for x in (_TOOL_FAILED, _TOOL_ORPHANED))
+    return (f"INSERT INTO tool_totals VALUES ({row}.session_id, {_slot_of(row + '.time_ns')}, 1, {failed}, "
+            f"{orphaned}) ON CONFLICT DO UPDATE SET tools = tools + 1, failed = failed + excluded.failed, "
+            "orphaned = orphaned + excluded.orphaned;")
+
+
+def _tool_subtract(row: str) -> str:
+    """Take the tool call ``row`` out of its (session, quarter hour)."""
+    failed, orphaned = (x.replace("error_type", f"{row}.error_type").replace("repaired", f"{row}.repaired")
+                        for x in (_TOOL_FAILED, _TOOL_ORPHANED))
+    group = f"session_id = {row}.session_id AND slot = {_slot_of(row + '.time_ns')}"
+    return (f"UPDATE tool_totals SET tools = tools - 1, failed = failed - {failed}, orphaned = orphaned - {orphaned} "
+            f"WHERE {group};\nDELETE FROM tool_totals WHERE {group} AND tools = 0;")
+
+
 # Per (session, model, failed, quarter hour) totals of the calls, kept by SQLite as calls are
 # inserted, updated (an upsert of a later snapshot: the old row out, the new one in) and deleted,
 # so a report reads a few thousand groups rather than every call, and a call is never counted
@@ -192,8 +214,29 @@ CREATE TRIGGER IF NOT EXISTS calls_totals_delete AFTER DELETE ON calls BEGIN
 {_subtract("old")}
 {_recompute("old")}
 END;
+CREATE TABLE IF NOT EXISTS tool_totals (
+    session_id TEXT NOT NULL,
+    slot INTEGER NOT NULL,
+    tools INTEGER NOT NULL,
+    failed INTEGER NOT NULL,
+    orphaned INTEGER NOT NULL,
+    PRIMARY KEY (session_id, slot)
+) WITHOUT ROWID;
+CREATE TRIGGER IF NOT EXISTS tools_totals_insert AFTER INSERT ON tools BEGIN
+{_tool_add("new")}
+END;
+CREATE TRIGGER IF NOT EXISTS tools_totals_update AFTER UPDATE ON tools BEGIN
+{_tool_subtract("old")}
+{_tool_add("new")}
+END;
+CREATE TRIGGER IF NOT EXISTS tools_totals_delete AFTER DELETE ON tools BEGIN
+{_tool_subtract("old")}
+END;
 """
 # Filling the totals of a ledger written before them (schema 1), once.
+_FILL_TOOL_TOTALS = (
+    f"INSERT INTO tool_totals SELECT session_id, {_slot_of('time_ns')}, count(*), sum({_TOOL_FAILED}), "
+    f"sum({_TOOL_ORPHANED}) FROM tools GROUP BY 1, 2")
 _FILL_TOTALS = (
     f"INSERT INTO call_totals SELECT session_id, coalesce(model, ''), api_error != 0, {_slot_of('time_ns')}, "
     f"count(*), {', '.join(f'sum({u})' for u in _USAGE)}, count(cost), sum({_nano_of('cost')}), "
@@ -238,7 +281,10 @@ INSERT INTO calls VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)
 ON CONFLICT (key) DO UPDATE SET
     time_ns = max(calls.time_ns, excluded.time_ns),""" + UPSERT_CALL_SET
 # Tools, agents and turns: the latest span is the fullest view (a result that came after a restart).
-_UPSERT_TOOL = "INSERT OR REPLACE INTO tools VALUES (?,?,?,?,?,?,?,?)"
+# (an upsert rather than INSERT OR REPLACE: a replace's delete fires no trigger, and tool_totals needs it)
+_UPSERT_TOOL = """INSERT INTO tools VALUES (?,?,?,?,?,?,?,?) ON CONFLICT (session_id, tool_use_id) DO UPDATE SET
+    time_ns = excluded.time_ns, end_ns = excluded.end_ns, name = excluded.name, agent_id = excluded.agent_id,
+    error_type = excluded.error_type, repaired = excluded.repaired"""
 _UPSERT_AGENT = "INSERT OR REPLACE INTO agents VALUES (?,?,?,?,?,?,?)"
 _UPSERT_TURN = "INSERT OR REPLACE INTO turns VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
 
@@ -358,6 +404,7 @@ class Ledger:
                 for statement in _split_sql(_TOTALS):
                     self.db.execute(statement)
                 self.db.execute(_FILL_TOTALS)
+                self.db.execute(_FILL_TOOL_TOTALS)
                 self._set_meta("schema_version", str(SCHEMA_VERSION))
         except BaseException:
             self.db.execute("ROLLBACK")
@@ -467,13 +514,16 @@ class Ledger:
         return (0, 0) if row is None else (int(row[0]), int(row[1]))
 
     def tool_sums(self, slot_ns: int | None) -> list[tuple[Any, ...]]:
-        """Per (session, slot), in the order of ``tools()`` (its primary key) by session: session,
-        slot, tool calls, failed ones, orphaned or repaired ones."""
-        slot = _slot_sql(slot_ns)
+        """Per (session, slot), by session then slot, from the totals the triggers keep: session,
+        slot (0 when ``slot_ns`` is None, else the quarter hour), tool calls, failed ones, orphaned
+        or repaired ones."""
+        if slot_ns is not None and slot_ns != SLOT_NS:
+            raise ValueError(f"tool totals are kept per {SLOT_NS} ns, not {slot_ns}")
         return self.db.execute(
-            f"SELECT session_id, {slot} AS slot, count(*), sum(error_type IS NOT NULL), "
-            "sum(CASE WHEN error_type = 'orphaned' OR repaired != 0 THEN 1 ELSE 0 END) "
-            "FROM tools GROUP BY session_id, slot ORDER BY session_id, slot").fetchall()
+            "SELECT session_id, slot, tools, failed, orphaned FROM tool_totals ORDER BY session_id, slot"
+            if slot_ns is not None else
+            "SELECT session_id, 0, sum(tools), sum(failed), sum(orphaned) FROM tool_totals GROUP BY session_id "
+            "ORDER BY session_id").fetchall()
 
     def agent_sums(self, slot_ns: int | None) -> list[tuple[Any, ...]]:
         """Per (session, slot), in the order of ``agents()`` by session: session, slot, subagents."""

@@ -79,6 +79,31 @@ def test_totals_equal_a_fresh_group_by_after_random_writes(tmp_path: Path, seed:
         assert totals(ledger) == fresh(ledger)
 
 
+TOOLS_FRESH = ledger_mod._FILL_TOOL_TOTALS.replace("INSERT INTO tool_totals ", "") + " ORDER BY 1, 2"  # noqa: SLF001
+
+
+def tool_totals(ledger: Ledger) -> list[tuple[object, ...]]:
+    return ledger.db.execute("SELECT * FROM tool_totals ORDER BY 1, 2").fetchall()
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_tool_totals_equal_a_fresh_group_by_after_random_writes(tmp_path: Path, seed: int) -> None:
+    """Tool calls recorded again (a later view: moved, failed, orphaned, repaired) and deleted:
+    the totals the report reads are those of the tool rows left, each counted once."""
+    rnd = random.Random(seed)
+    ledger = Ledger(str(tmp_path / LEDGER_FILE))
+    times = [0, -1, -SLOT, SLOT - 1, SLOT, *(rnd.randrange(-3 * SLOT, 3 * SLOT) for _ in range(4))]
+    for _ in range(30):
+        batch = [(rnd.choice(["s1", "s2"]), f"t{rnd.randrange(15)}", rnd.choice(times), 0, "Bash", None,
+                  rnd.choice([None, "orphaned", "Error"]), rnd.randrange(2)) for _ in range(rnd.randrange(1, 5))]
+        ledger._write(([], batch, [], []))  # noqa: SLF001
+        if rnd.random() < 0.2:
+            ledger.db.execute("DELETE FROM tools WHERE tool_use_id = ?", (f"t{rnd.randrange(15)}",))
+        assert tool_totals(ledger) == ledger.db.execute(TOOLS_FRESH).fetchall()
+    rows = ledger.db.execute("SELECT count(*) FROM tools").fetchone()[0]
+    assert sum(r[2] for r in tool_totals(ledger)) == rows  # type: ignore[misc]
+
+
 def test_a_schema_1_ledger_gets_its_totals_once(tmp_path: Path) -> None:
     path = tmp_path / LEDGER_FILE
     db = sqlite3.connect(path)
@@ -86,12 +111,15 @@ def test_a_schema_1_ledger_gets_its_totals_once(tmp_path: Path) -> None:
     upsert = ("INSERT INTO calls VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT (key) DO UPDATE SET "
               "time_ns = max(calls.time_ns, excluded.time_ns)," + UPSERT_CALL_SET)
     db.executemany(upsert, [call("a", t=5), call("b", t=SLOT, model=None), call("a", t=9, output=3)])
+    db.executemany("INSERT OR REPLACE INTO tools VALUES (?,?,?,?,?,?,?,?)",
+                   [("s", "t1", 5, 0, "Bash", None, None, 0), ("s", "t2", SLOT, 0, "Bash", None, "orphaned", 0)])
     db.execute("INSERT INTO meta VALUES ('schema_version', '1')")
     db.commit()
     db.close()
     ledger = Ledger(str(path))
     assert ledger._meta("schema_version") == str(SCHEMA_VERSION)  # noqa: SLF001
     assert totals(ledger) == fresh(ledger) and len(totals(ledger)) == 2
+    assert tool_totals(ledger) == [("s", 0, 1, 0, 0), ("s", 1, 1, 1, 1)]
     ledger._write(([call("c", t=6)], [], [], []))  # noqa: SLF001 - the triggers are there
     assert totals(ledger) == fresh(ledger)
     ledger.close()
