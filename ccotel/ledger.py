@@ -29,18 +29,21 @@ import sqlite3
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from . import rules
-from .records import SpanRecord, StatusCode
+if TYPE_CHECKING:  # the write side's imports (rules, records: ~15 ms) are not the report's
+    from .records import SpanRecord
 
 __all__ = ["LEDGER_FILE", "SCHEMA_VERSION", "CallRow", "Ledger", "LedgerError", "LedgerWriteError", "ToolRow",
-           "TurnRow", "AgentRow", "project_dir_of", "rows_of", "Rows", "UPSERT_CALL_SET"]
+           "TurnRow", "AgentRow", "project_dir_of", "Rows", "UPSERT_CALL_SET", "SLOT_NS", "nano_usd"]
 
 LEDGER_FILE = "ledger.db"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: call_totals, kept by triggers
+# The quarter hour the totals are kept per: zone offsets change on quarter hours, so a report's
+# local dates (and --since/--until) are decided per slot.
+SLOT_NS = 900 * 1_000_000_000
 
-_SCHEMA = """
+_SCHEMA_V1 = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS calls (
     key TEXT PRIMARY KEY,
@@ -63,8 +66,7 @@ CREATE TABLE IF NOT EXISTS calls (
     priced INTEGER NOT NULL,
     version TEXT
 );
-CREATE INDEX IF NOT EXISTS calls_time ON calls (time_ns);
-CREATE TABLE IF NOT EXISTS tools (
+CREATE INDEX IF NOT EXISTS calls_time ON calls (time_ns);CREATE TABLE IF NOT EXISTS tools (
     session_id TEXT NOT NULL,
     tool_use_id TEXT NOT NULL,
     time_ns INTEGER NOT NULL,
@@ -102,7 +104,166 @@ CREATE TABLE IF NOT EXISTS turns (
     stalled INTEGER NOT NULL,
     PRIMARY KEY (session_id, span_id)
 ) WITHOUT ROWID;
+{totals}"""
+
+
+def _slot_of(col: str) -> str:
+    """SQL for Python's ``col // SLOT_NS`` (floor, also below zero: SQLite's / truncates)."""
+    return f"(CASE WHEN {col} >= 0 THEN {col} / {SLOT_NS} ELSE -((-{col} + {SLOT_NS - 1}) / {SLOT_NS}) END)"
+
+
+def _nano_of(col: str) -> str:
+    """SQL for ``nano_usd(col)`` (0 when NULL): SQLite's round() is nano_usd's arithmetic."""
+    return f"(CASE WHEN {col} IS NULL THEN 0 ELSE CAST(round({col} * 1e9) AS INTEGER) END)"
+
+
+def _group_of(row: str) -> str:
+    """The call_totals row of the call ``row`` (new or old in a trigger)."""
+    return (f"session_id = {row}.session_id AND model = coalesce({row}.model, '') "
+            f"AND failed = ({row}.api_error != 0) AND slot = {_slot_of(row + '.time_ns')}")
+
+
+_USAGE = ("input", "output", "cache_read", "cache_write", "cache_write_5m", "cache_write_1h", "reasoning")
+
+
+def _add(row: str) -> str:
+    """Add the call ``row`` to its group (a new group if it has none)."""
+    return (f"INSERT INTO call_totals VALUES ({row}.session_id, coalesce({row}.model, ''), {row}.api_error != 0, "
+            f"{_slot_of(row + '.time_ns')}, 1, " + ", ".join(f"{row}.{u}" for u in _USAGE)
+            + f", {row}.cost IS NOT NULL, {_nano_of(row + '.cost')}, "
+            f"CASE WHEN {row}.time_ns != 0 THEN {row}.time_ns END, {row}.time_ns) "
+            "ON CONFLICT DO UPDATE SET calls = calls + 1, "
+            + "".join(f"{u} = {u} + excluded.{u}, " for u in _USAGE)
+            + "priced = priced + excluded.priced, cost_nano = cost_nano + excluded.cost_nano, "
+            "first_ns = CASE WHEN first_ns IS NULL OR excluded.first_ns < first_ns THEN excluded.first_ns "
+            "ELSE first_ns END, last_ns = max(last_ns, excluded.last_ns);")
+
+
+def _subtract(row: str) -> str:
+    """Take the call ``row`` out of its group (the group goes when it has no call left); its first
+    and last times are set afterwards by _recompute (a min or max cannot be subtracted)."""
+    return ("UPDATE call_totals SET calls = calls - 1, " + "".join(f"{u} = {u} - {row}.{u}, " for u in _USAGE)
+            + f"priced = priced - ({row}.cost IS NOT NULL), cost_nano = cost_nano - {_nano_of(row + '.cost')} "
+            f"WHERE {_group_of(row)};\n"
+            f"DELETE FROM call_totals WHERE {_group_of(row)} AND calls = 0;")
+
+
+def _recompute(row: str) -> str:
+    """The first (non-zero) and last time of the group ``row`` was in, read again from its calls
+    (one session's quarter hour: index calls_session), when ``row``'s time was one of them."""
+    lo = f"{_slot_of(row + '.time_ns')} * {SLOT_NS}"
+    calls = (f"FROM calls WHERE session_id = {row}.session_id AND time_ns >= {lo} AND time_ns < {lo} + {SLOT_NS} "
+             f"AND coalesce(model, '') = coalesce({row}.model, '') AND (api_error != 0) = ({row}.api_error != 0)")
+    return (f"UPDATE call_totals SET first_ns = (SELECT min(time_ns) {calls} AND time_ns != 0), "
+            f"last_ns = (SELECT max(time_ns) {calls}) "
+            f"WHERE {_group_of(row)} AND (first_ns = {row}.time_ns OR last_ns = {row}.time_ns);")
+
+
+# A tool call that failed; one that never got a real result (orphaned, or repaired by a resume).
+_TOOL_FAILED = "(error_type IS NOT NULL)"
+_TOOL_ORPHANED = "(CASE WHEN error_type = 'orphaned' OR repaired != 0 THEN 1 ELSE 0 END)"
+
+
+def _tool_add(row: str) -> str:
+    """Add the tool call ``row`` to its (session, quarter hour)."""
+    failed, orphaned = (x.replace("error_type", f"{row}.error_type").replace("repaired", f"{row}.repaired")
+                        for x in (_TOOL_FAILED, _TOOL_ORPHANED))
+    return (f"INSERT INTO tool_totals VALUES ({row}.session_id, {_slot_of(row + '.time_ns')}, 1, {failed}, "
+            f"{orphaned}) ON CONFLICT DO UPDATE SET tools = tools + 1, failed = failed + excluded.failed, "
+            "orphaned = orphaned + excluded.orphaned;")
+
+
+def _tool_subtract(row: str) -> str:
+    """Take the tool call ``row`` out of its (session, quarter hour)."""
+    failed, orphaned = (x.replace("error_type", f"{row}.error_type").replace("repaired", f"{row}.repaired")
+                        for x in (_TOOL_FAILED, _TOOL_ORPHANED))
+    group = f"session_id = {row}.session_id AND slot = {_slot_of(row + '.time_ns')}"
+    return (f"UPDATE tool_totals SET tools = tools - 1, failed = failed - {failed}, orphaned = orphaned - {orphaned} "
+            f"WHERE {group};\nDELETE FROM tool_totals WHERE {group} AND tools = 0;")
+
+
+# Per (session, model, failed, quarter hour) totals of the calls, kept by SQLite as calls are
+# inserted, updated (an upsert of a later snapshot: the old row out, the new one in) and deleted,
+# so a report reads a few thousand groups rather than every call, and a call is never counted
+# twice. model '' stands for NULL (a key column); costs are summed as integer nano-dollars
+# (nano_usd), exact and in any order. first_ns is NULL when every time in the group is 0.
+_TOTALS = f"""
+CREATE TABLE IF NOT EXISTS call_totals (
+    session_id TEXT NOT NULL,
+    model TEXT NOT NULL,
+    failed INTEGER NOT NULL,
+    slot INTEGER NOT NULL,
+    calls INTEGER NOT NULL,
+    {" INTEGER NOT NULL, ".join(_USAGE)} INTEGER NOT NULL,
+    priced INTEGER NOT NULL,
+    cost_nano INTEGER NOT NULL,
+    first_ns INTEGER,
+    last_ns INTEGER NOT NULL,
+    PRIMARY KEY (session_id, model, failed, slot)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS calls_session ON calls (session_id, time_ns);
+CREATE TRIGGER IF NOT EXISTS calls_totals_insert AFTER INSERT ON calls BEGIN
+{_add("new")}
+END;
+CREATE TRIGGER IF NOT EXISTS calls_totals_update AFTER UPDATE ON calls BEGIN
+{_subtract("old")}
+{_add("new")}
+{_recompute("old")}
+END;
+CREATE TRIGGER IF NOT EXISTS calls_totals_delete AFTER DELETE ON calls BEGIN
+{_subtract("old")}
+{_recompute("old")}
+END;
+CREATE TABLE IF NOT EXISTS tool_totals (
+    session_id TEXT NOT NULL,
+    slot INTEGER NOT NULL,
+    tools INTEGER NOT NULL,
+    failed INTEGER NOT NULL,
+    orphaned INTEGER NOT NULL,
+    PRIMARY KEY (session_id, slot)
+) WITHOUT ROWID;
+CREATE TRIGGER IF NOT EXISTS tools_totals_insert AFTER INSERT ON tools BEGIN
+{_tool_add("new")}
+END;
+CREATE TRIGGER IF NOT EXISTS tools_totals_update AFTER UPDATE ON tools BEGIN
+{_tool_subtract("old")}
+{_tool_add("new")}
+END;
+CREATE TRIGGER IF NOT EXISTS tools_totals_delete AFTER DELETE ON tools BEGIN
+{_tool_subtract("old")}
+END;
 """
+# Filling the totals of a ledger written before them (schema 1), once.
+_FILL_TOOL_TOTALS = (
+    f"INSERT INTO tool_totals SELECT session_id, {_slot_of('time_ns')}, count(*), sum({_TOOL_FAILED}), "
+    f"sum({_TOOL_ORPHANED}) FROM tools GROUP BY 1, 2")
+_FILL_TOTALS = (
+    f"INSERT INTO call_totals SELECT session_id, coalesce(model, ''), api_error != 0, {_slot_of('time_ns')}, "
+    f"count(*), {', '.join(f'sum({u})' for u in _USAGE)}, count(cost), sum({_nano_of('cost')}), "
+    "min(CASE WHEN time_ns != 0 THEN time_ns END), max(time_ns) FROM calls GROUP BY 1, 2, 3, 4")
+_SCHEMA = _SCHEMA_V1.replace("{totals}", _TOTALS)
+_SCHEMA_V1 = _SCHEMA_V1.replace("{totals}", "")
+
+
+def _split_sql(script: str) -> list[str]:
+    """The statements of a script (a trigger's body is one statement with its own ';'): executed
+    one by one inside a transaction, which executescript would commit first."""
+    out, part = [], ""
+    for line in script.splitlines(keepends=True):
+        part += line
+        if sqlite3.complete_statement(part):
+            out.append(part.strip())
+            part = ""
+    return out
+
+
+def nano_usd(cost: float) -> int:
+    """A cost in USD as an integer of nano-dollars, as SQLite's ``CAST(round(cost * 1e9) AS
+    INTEGER)`` makes it (half away from zero, truncating casts; |cost| below 9e9 USD): report
+    costs are summed as these integers, exactly and in any order, in SQLite and in Python alike."""
+    x = cost * 1e9
+    return int(x + 0.5) if x >= 0 else -int(-x + 0.5)
+
 
 # A later snapshot of a call replaces the row (larger output, then larger total: rules.snapshot_rank);
 # the session, start and project stay those of the first record.
@@ -120,7 +281,10 @@ INSERT INTO calls VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)
 ON CONFLICT (key) DO UPDATE SET
     time_ns = max(calls.time_ns, excluded.time_ns),""" + UPSERT_CALL_SET
 # Tools, agents and turns: the latest span is the fullest view (a result that came after a restart).
-_UPSERT_TOOL = "INSERT OR REPLACE INTO tools VALUES (?,?,?,?,?,?,?,?)"
+# (an upsert rather than INSERT OR REPLACE: a replace's delete fires no trigger, and tool_totals needs it)
+_UPSERT_TOOL = """INSERT INTO tools VALUES (?,?,?,?,?,?,?,?) ON CONFLICT (session_id, tool_use_id) DO UPDATE SET
+    time_ns = excluded.time_ns, end_ns = excluded.end_ns, name = excluded.name, agent_id = excluded.agent_id,
+    error_type = excluded.error_type, repaired = excluded.repaired"""
 _UPSERT_AGENT = "INSERT OR REPLACE INTO agents VALUES (?,?,?,?,?,?,?)"
 _UPSERT_TURN = "INSERT OR REPLACE INTO turns VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
 
@@ -217,8 +381,10 @@ class Ledger:
             self.db.execute("PRAGMA synchronous=NORMAL")
             version = self._meta("schema_version")
             if version is None:
-                self.db.executescript(_SCHEMA)
-                self._set_meta("schema_version", str(SCHEMA_VERSION))
+                self.db.executescript(f"BEGIN IMMEDIATE; {_SCHEMA}; INSERT OR REPLACE INTO meta VALUES "
+                                      f"('schema_version', '{SCHEMA_VERSION}'); COMMIT;")
+            elif version == "1":
+                self._upgrade_from_1()
             elif version != str(SCHEMA_VERSION):
                 raise LedgerError(f"{path}: ledger schema {version}, this ccotel reads {SCHEMA_VERSION}")
         except sqlite3.DatabaseError as exc:
@@ -229,6 +395,22 @@ class Ledger:
             if new:
                 self._set_meta("roots", "\n".join(sorted(known | new)))
 
+    def _upgrade_from_1(self) -> None:
+        """Schema 1 -> 2: the totals table and its triggers, filled from the calls, in one
+        transaction (a concurrent opener waits, then finds schema 2)."""
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            if self._meta("schema_version") == "1":
+                for statement in _split_sql(_TOTALS):
+                    self.db.execute(statement)
+                self.db.execute(_FILL_TOTALS)
+                self.db.execute(_FILL_TOOL_TOTALS)
+                self._set_meta("schema_version", str(SCHEMA_VERSION))
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        self.db.execute("COMMIT")
+
     @classmethod
     def in_state_dir(cls, state_dir: str, roots: Sequence[str] = ()) -> Ledger:
         return cls(os.path.join(state_dir, LEDGER_FILE), roots)
@@ -238,6 +420,8 @@ class Ledger:
     def record(self, spans: Sequence[SpanRecord]) -> None:
         """Add what these spans say (chat, execute_tool, invoke_agent and turn spans as spans.py
         builds them; anything else is ignored). Recording the same spans again changes nothing."""
+        from .ledger_rows import rows_of  # loaded by the writers only, not by a report
+
         rows = rows_of(spans)
         if any(rows):
             self._write(rows)
@@ -298,32 +482,48 @@ class Ledger:
     # Each takes ``slot_ns``: rows are also grouped by ``time_ns // slot_ns`` (the report's
     # date lookups are per quarter hour), None: by session alone.
 
-    def call_sums(self, slot_ns: int | None) -> list[tuple[Any, ...]]:
-        """Per (session, model, failed, slot): session, model, failed (0/1), slot, calls, the seven
-        usage sums (as CallRow.usage), calls with a cost, the earliest non-zero and the latest time."""
-        slot = _slot_sql(slot_ns)
-        return self.db.execute(
-            f"SELECT session_id, model, api_error != 0 AS failed, {slot} AS slot, count(*), sum(input), sum(output), "
-            "sum(cache_read), sum(cache_write), sum(cache_write_5m), sum(cache_write_1h), sum(reasoning), "
-            "count(cost), min(CASE WHEN time_ns != 0 THEN time_ns END), max(time_ns) "
-            "FROM calls GROUP BY session_id, model, failed, slot").fetchall()
+    def call_totals(self, by_slot: bool) -> list[tuple[Any, ...]]:
+        """Per (session, model, failed, slot), from the totals the triggers keep: session, model
+        (None for NULL), failed (0/1), slot (0 unless ``by_slot``), calls, the seven usage sums (as
+        CallRow.usage), calls with a cost, their cost in nano-dollars (nano_usd), the earliest
+        non-zero time (None: none) and the latest time."""
+        sums = ", ".join(f"sum({u})" for u in _USAGE)
+        rows = self.db.execute(
+            "SELECT session_id, model, failed, slot, calls, " + ", ".join(_USAGE)
+            + ", priced, cost_nano, first_ns, last_ns FROM call_totals" if by_slot else
+            f"SELECT session_id, model, failed, 0, sum(calls), {sums}, sum(priced), sum(cost_nano), min(first_ns), "
+            "max(last_ns) FROM call_totals GROUP BY session_id, model, failed").fetchall()
+        return [(r[0], r[1] or None, *r[2:]) for r in rows]
 
-    def call_sequence(self, slot_ns: int | None) -> list[tuple[Any, ...]]:
-        """(session, model, slot, cost or None if it failed, project, cwd) of every call, in
-        ``calls()``'s order: a float sum depends on its order, and where a session ran is its first
-        call's (report._where); the report's figures are byte for byte those of ``calls()``."""
+    def session_places(self) -> list[tuple[str, int, int, str | None, str | None]]:
+        """(session, time, rowid, project, cwd) of each session's first call, its first call with
+        a project and its first with a cwd, in ``calls()``'s order (time, then rowid): where a
+        session ran (report._where) is decided by these three calls alone."""
+        first = [f"SELECT (SELECT rowid FROM calls WHERE session_id = s.session_id{cond} ORDER BY time_ns, rowid "
+                 "LIMIT 1) FROM (SELECT DISTINCT session_id FROM call_totals) s"
+                 for cond in ("", " AND project != ''", " AND cwd != ''")]
         return self.db.execute(
-            f"SELECT session_id, model, {_slot_sql(slot_ns)}, CASE WHEN api_error = 0 THEN cost END, project, cwd "
-            "FROM calls ORDER BY time_ns, rowid").fetchall()
+            f"SELECT session_id, time_ns, rowid, project, cwd FROM calls WHERE rowid IN ({' UNION '.join(first)}) "
+            "ORDER BY time_ns, rowid").fetchall()
+
+    def first_call(self, session_id: str, from_ns: int) -> tuple[int, int]:
+        """(time, rowid) of the session's first call at or after ``from_ns``, in ``calls()``'s
+        order ((0, 0) if none)."""
+        row = self.db.execute("SELECT time_ns, rowid FROM calls WHERE session_id = ? AND time_ns >= ? "
+                              "ORDER BY time_ns, rowid LIMIT 1", (session_id, from_ns)).fetchone()
+        return (0, 0) if row is None else (int(row[0]), int(row[1]))
 
     def tool_sums(self, slot_ns: int | None) -> list[tuple[Any, ...]]:
-        """Per (session, slot), in the order of ``tools()`` (its primary key) by session: session,
-        slot, tool calls, failed ones, orphaned or repaired ones."""
-        slot = _slot_sql(slot_ns)
+        """Per (session, slot), by session then slot, from the totals the triggers keep: session,
+        slot (0 when ``slot_ns`` is None, else the quarter hour), tool calls, failed ones, orphaned
+        or repaired ones."""
+        if slot_ns is not None and slot_ns != SLOT_NS:
+            raise ValueError(f"tool totals are kept per {SLOT_NS} ns, not {slot_ns}")
         return self.db.execute(
-            f"SELECT session_id, {slot} AS slot, count(*), sum(error_type IS NOT NULL), "
-            "sum(CASE WHEN error_type = 'orphaned' OR repaired != 0 THEN 1 ELSE 0 END) "
-            "FROM tools GROUP BY session_id, slot ORDER BY session_id, slot").fetchall()
+            "SELECT session_id, slot, tools, failed, orphaned FROM tool_totals ORDER BY session_id, slot"
+            if slot_ns is not None else
+            "SELECT session_id, 0, sum(tools), sum(failed), sum(orphaned) FROM tool_totals GROUP BY session_id "
+            "ORDER BY session_id").fetchall()
 
     def agent_sums(self, slot_ns: int | None) -> list[tuple[Any, ...]]:
         """Per (session, slot), in the order of ``agents()`` by session: session, slot, subagents."""
@@ -382,105 +582,3 @@ def _window(sql: str, after_ns: int | None, before_ns: int | None) -> tuple[str,
 
 
 Rows = tuple[list[tuple[Any, ...]], list[tuple[Any, ...]], list[tuple[Any, ...]], list[tuple[Any, ...]]]
-
-
-def rows_of(spans: Sequence[SpanRecord]) -> Rows:
-    """The ledger rows (calls, tools, agents, turns) these spans say, as the upserts take them."""
-    calls: list[tuple[Any, ...]] = []
-    tools: list[tuple[Any, ...]] = []
-    agents: list[tuple[Any, ...]] = []
-    turns: list[tuple[Any, ...]] = []
-    chat_keys: dict[int, str] = {}  # chat span id -> call key (advisor spans follow their chat span)
-    advisors_seen: dict[int, int] = {}
-    for s in spans:
-        a = s.attributes
-        op = a.get("gen_ai.operation.name")
-        if op == "chat":
-            key = _chat_key(s, chat_keys, advisors_seen)
-            if key is not None:
-                calls.append(_call_values(key, s))
-        elif op == "execute_tool":
-            tools.append(_tool_values(s))
-        elif op == "invoke_agent" and a.get("gen_ai.agent.name") == "claude-code" \
-                and "claude_code.turn.outcome" in a:
-            turns.append(_turn_values(s))
-        elif op == "invoke_agent":
-            agents.append(_agent_values(s))
-    return calls, tools, agents, turns
-
-
-def _chat_key(s: SpanRecord, chat_keys: dict[int, str], advisors_seen: dict[int, int]) -> str | None:
-    """The call's identity. An advisor span carries no message id: it is the i-th advisor span
-    under its chat span, which spans.build_spans puts just before it in the same list."""
-    a = s.attributes
-    if a.get("claude_code.advisor"):
-        parent = chat_keys.get(s.parent_span_id or 0)
-        if parent is None:
-            return None  # its chat span was not in this batch: cannot be named (never seen from spans.py)
-        index = advisors_seen.get(s.parent_span_id or 0, 0)
-        advisors_seen[s.parent_span_id or 0] = index + 1
-        return f"{parent}#advisor{index}"
-    mid = a.get("gen_ai.response.id")
-    if not isinstance(mid, str) or not mid:
-        return None
-    rid = a.get("claude_code.request_id")
-    key = rules.call_key(mid, rid if isinstance(rid, str) else None)
-    chat_keys[s.span_id] = key
-    return key
-
-
-def _int(a: dict[str, Any], name: str) -> int:
-    v = a.get(name, 0)
-    return int(v) if isinstance(v, (int, float)) else 0
-
-
-def _str(a: dict[str, Any], name: str) -> str | None:
-    v = a.get(name)
-    return v if isinstance(v, str) and v else None
-
-
-def _project(a: dict[str, Any]) -> str | None:
-    # The transcript's projects/<dir>, when spans carry it; else the dir Claude Code makes of the cwd.
-    return _str(a, "claude_code.project_dir") or project_dir_of(_str(a, "claude_code.cwd"))
-
-
-def _call_values(key: str, s: SpanRecord) -> tuple[Any, ...]:
-    a = s.attributes
-    api_error = s.status is StatusCode.ERROR and "error.type" in a
-    cost = a.get("claude_code.cost.usd")
-    fresh = _int(a, "claude_code.usage.input_tokens")
-    cache_read = _int(a, "gen_ai.usage.cache_read.input_tokens")
-    cache_write = _int(a, "gen_ai.usage.cache_write.input_tokens")
-    return (key, _str(a, "gen_ai.conversation.id") or "", s.end_ns, s.start_ns, _str(a, "claude_code.cwd"),
-            _project(a), _str(a, "gen_ai.response.model"), _str(a, "claude_code.agent_id"), int(api_error),
-            fresh, _int(a, "gen_ai.usage.output_tokens"), cache_read, cache_write,
-            _int(a, "claude_code.usage.cache_creation.ephemeral_5m_input_tokens"),
-            _int(a, "claude_code.usage.cache_creation.ephemeral_1h_input_tokens"),
-            _int(a, "gen_ai.usage.reasoning.output_tokens"),
-            float(cost) if isinstance(cost, (int, float)) else None, int(isinstance(cost, (int, float))),
-            _str(a, "claude_code.version"))
-
-
-def _tool_values(s: SpanRecord) -> tuple[Any, ...]:
-    a = s.attributes
-    error = _str(a, "error.type") if s.status is StatusCode.ERROR else None
-    return (_str(a, "gen_ai.conversation.id") or "", _str(a, "gen_ai.tool.call.id") or f"{s.span_id:016x}",
-            s.start_ns, s.end_ns, _str(a, "gen_ai.tool.name") or "", _str(a, "claude_code.tool.agent_id"), error,
-            int(bool(a.get("claude_code.tool.repaired"))))
-
-
-def _agent_values(s: SpanRecord) -> tuple[Any, ...]:
-    a = s.attributes
-    return (_str(a, "gen_ai.conversation.id") or "", _str(a, "claude_code.agent_id") or f"{s.span_id:016x}",
-            s.start_ns, s.end_ns, _str(a, "gen_ai.agent.name") or "subagent",
-            int(bool(a.get("claude_code.agent.background"))), int(s.status is StatusCode.ERROR))
-
-
-def _turn_values(s: SpanRecord) -> tuple[Any, ...]:
-    a = s.attributes
-    return (_str(a, "gen_ai.conversation.id") or "", f"{s.span_id:016x}", s.start_ns, s.end_ns,
-            _str(a, "claude_code.cwd"), _project(a), _str(a, "claude_code.version"),
-            _str(a, "claude_code.turn.outcome") or "incomplete", _int(a, "claude_code.turn.api_calls"),
-            _int(a, "claude_code.turn.tool_calls"), _int(a, "claude_code.turn.api_errors"),
-            _int(a, "claude_code.turn.orphaned_tools"), _int(a, "claude_code.turn.lost_tools"),
-            int(bool(a.get("claude_code.turn.stalled"))))

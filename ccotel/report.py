@@ -22,13 +22,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta, timezone, tzinfo
 from typing import TYPE_CHECKING, Any
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import orjson
 
-from . import rules
-from .ledger import LEDGER_FILE, AgentRow, CallRow, Ledger, LedgerError, ToolRow, TurnRow
-from .state import host_id, is_url, resolve_state
+from .ledger import LEDGER_FILE, SLOT_NS, AgentRow, CallRow, Ledger, LedgerError, ToolRow, TurnRow, nano_usd
 
 if TYPE_CHECKING:  # the transcript reader and rich are imported where they are used
     from rich.console import Console
@@ -61,7 +58,7 @@ class SessionUsage:
     cache_creation_tokens: int = 0
     cache_read_tokens: int = 0
     api_calls: int = 0
-    cost_usd: float = 0.0
+    cost_nano: int = 0  # nano-dollars (ledger.nano_usd), as the report sums them
     models: set[str] = field(default_factory=set)
     unpriced_models: set[str] = field(default_factory=set)  # calls of these models have no price: cost is low
     # model -> [input, output, cache creation, cache read, calls, cost]
@@ -73,12 +70,16 @@ class SessionUsage:
     def total_tokens(self) -> int:
         return self.input_tokens + self.output_tokens + self.cache_creation_tokens + self.cache_read_tokens
 
+    @property
+    def cost_usd(self) -> float:
+        return self.cost_nano / 1e9
+
     def add(self, u: UsageTuple, cost: float | None, model: str | None, first_ns: int, last_ns: int) -> None:
         self.input_tokens += u[0]
         self.output_tokens += u[1]
         self.cache_read_tokens += u[2]
         self.cache_creation_tokens += u[3]
-        self.cost_usd += cost or 0.0
+        self.cost_nano += 0 if cost is None else nano_usd(cost)
         self.api_calls += 1
         if model:
             self.models.add(model)
@@ -140,7 +141,7 @@ WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", 
 # Files written this long before the ledger's last write are read again from the transcripts: a
 # turn still open then (its calls not yet finished) is in the file, not yet in the ledger.
 REREAD_GRACE_NS = 15 * 60 * 1_000_000_000
-_SLOT_NS = 900 * 1_000_000_000  # zone offsets change on quarter hours: one date lookup per slot
+_SLOT_NS = SLOT_NS  # zone offsets change on quarter hours: one date lookup per slot
 
 
 @dataclass(frozen=True)
@@ -173,7 +174,12 @@ class ModelTotals:
     cache_write: int = 0
     cache_read: int = 0
     calls: int = 0
-    cost: float = 0.0
+    cost_nano: int = 0  # nano-dollars (ledger.nano_usd): summed exactly, in any order
+
+    @property
+    def cost(self) -> float:
+        """USD (the sum divided once)."""
+        return self.cost_nano / 1e9
 
 
 @dataclass
@@ -188,7 +194,7 @@ class Row:
     cache_write_5m: int = 0
     cache_write_1h: int = 0
     reasoning: int = 0
-    cost: float = 0.0
+    cost_nano: int = 0  # nano-dollars (ledger.nano_usd): summed exactly, in any order
     api_calls: int = 0
     api_errors: int = 0
     tool_calls: int = 0
@@ -211,6 +217,11 @@ class Row:
     def total_tokens(self) -> int:
         return self.input + self.output + self.cache_read + self.cache_write
 
+    @property
+    def cost(self) -> float:
+        """USD (the sum divided once)."""
+        return self.cost_nano / 1e9
+
     def seen(self, ns: int) -> None:
         if ns:
             self.first_ns = min(self.first_ns, ns) if self.first_ns else ns
@@ -229,9 +240,10 @@ class Row:
         self.cache_write_5m += u[4]
         self.cache_write_1h += u[5]
         self.reasoning += u[6]
-        self.cost += c.cost or 0.0
+        cost = 0 if c.cost is None else nano_usd(c.cost)
+        self.cost_nano += cost
         self.api_calls += 1
-        model = rules.reported_model(c.model) or "unknown"
+        model = _reported_model(c.model) or "unknown"
         self.models.add(model)
         if c.cost is None:
             self.unpriced.add(model)
@@ -241,12 +253,12 @@ class Row:
         m.cache_write += u[3]
         m.cache_read += u[2]
         m.calls += 1
-        m.cost += c.cost or 0.0
+        m.cost_nano += cost
 
     def add_calls(self, model: str | None, failed: bool, n: int, usage: Sequence[int], priced: int,
-                  first_ns: int, last_ns: int) -> None:
-        """``n`` calls of one model at once (their sums), as ``add_call`` adds them but the cost
-        (added per call, in the calls' order: summarize_ledger)."""
+                  cost: int, first_ns: int, last_ns: int) -> None:
+        """``n`` calls of one model at once (their sums; ``cost`` in nano-dollars), as ``add_call``
+        adds them one by one."""
         self.seen(first_ns)
         self.seen(last_ns)
         if failed:
@@ -260,7 +272,8 @@ class Row:
         self.cache_write_1h += usage[5]
         self.reasoning += usage[6]
         self.api_calls += n
-        name = rules.reported_model(model) or "unknown"
+        self.cost_nano += cost
+        name = _reported_model(model) or "unknown"
         self.models.add(name)
         if priced < n:
             self.unpriced.add(name)
@@ -270,11 +283,12 @@ class Row:
         m.cache_write += usage[3]
         m.cache_read += usage[2]
         m.calls += n
+        m.cost_nano += cost
 
     def merge(self, other: Row) -> None:
         """Add another row's figures (the totals line)."""
         for name in ("input", "output", "cache_read", "cache_write", "cache_write_5m", "cache_write_1h",
-                     "reasoning", "cost", "api_calls", "api_errors", "tool_calls", "tool_errors", "subagents",
+                     "reasoning", "cost_nano", "api_calls", "api_errors", "tool_calls", "tool_errors", "subagents",
                      "orphans", "kills", "ghosts", "resets"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.seen(other.first_ns)
@@ -283,7 +297,7 @@ class Row:
         self.unpriced |= other.unpriced
         for model, m in other.by_model.items():
             mine = self.by_model.setdefault(model, ModelTotals())
-            for name in ("input", "output", "cache_write", "cache_read", "calls", "cost"):
+            for name in ("input", "output", "cache_write", "cache_read", "calls", "cost_nano"):
                 setattr(mine, name, getattr(mine, name) + getattr(m, name))
 
     def health(self) -> dict[str, int]:
@@ -306,7 +320,8 @@ def open_ledger(state_dir: str | None, roots: Sequence[str], host: str | None = 
     a PostgreSQL state (a fleet), the fleet's shared ledger (``host``: this host's id)."""
     if not state_dir or state_dir == "none":
         return None
-    if is_url(state_dir):
+    if state_dir.startswith(("postgresql://", "postgres://")):  # state.is_url (state.py: not loaded for SQLite)
+        from .state import host_id
         from .state_pg import open_report_ledger  # psycopg: only for a fleet
 
         return open_report_ledger(state_dir, host_id(host), roots)
@@ -448,6 +463,12 @@ class _Rows:
         return Report(q.view, ordered, totals, source)
 
 
+def _reported_model(model: str | None) -> str | None:
+    """``rules.reported_model`` (a test holds them equal): rules loads records, ~15 ms of the
+    start of a report the ledger answers alone."""
+    return model if model and model != "<synthetic>" else None
+
+
 def summarize(data: Data, q: Query) -> Report:
     """Sum the data into the rows of ``q.view`` (items outside --since/--until left out)."""
     rows = _Rows(q, _where([(c.session_id, c.project, c.cwd) for c in data.calls]
@@ -472,40 +493,23 @@ def summarize(data: Data, q: Query) -> Report:
 
 def summarize_ledger(ledger: Ledger, q: Query) -> Report:
     """``summarize(gather(options, ledger), q)`` for a ledger no transcript was written after
-    (``written_since`` is False), byte for byte, summed in SQLite: one Python step per group of
-    calls (session, model, quarter hour) rather than per call, except the cost sums, which are
-    added in the calls' order as ``summarize`` adds them (a float sum depends on its order)."""
-    slot_ns = None if q.view in ("session", "project") and q.since is None and q.until is None else _SLOT_NS
-    sequence = ledger.call_sequence(slot_ns)
+    (``written_since`` is False), byte for byte, from the totals the ledger keeps per (session,
+    model, quarter hour): one Python step per group of calls rather than per call (costs are
+    integers of nano-dollars: their sum does not depend on the calls' order)."""
+    by_slot = not (q.view in ("session", "project") and q.since is None and q.until is None)
+    slot_ns = _SLOT_NS if by_slot else None
+    totals = ledger.call_totals(by_slot)
     turns = list(ledger.turns())
-    rows = _Rows(q, _where([(sid, project, cwd) for sid, _m, _s, _c, project, cwd in sequence]
+    rows = _Rows(q, _where([(sid, project, cwd) for sid, _t, _r, project, cwd in ledger.session_places()]
                            + [(t.session_id, t.project, t.cwd) for t in turns]))
     if q.view == "project":
-        # A project's row takes its place from the session that made it: made in the calls' order.
-        for sid, _model, slot, _cost, _project, _cwd in sequence:
-            if rows.inside(slot * (slot_ns or 0)):
-                rows.row(slot * (slot_ns or 0), sid)
+        _project_rows(ledger, rows, totals, slot_ns)
     with_calls = set()
-    for sid, model, failed, slot, n, *usage, priced, first_ns, last_ns in ledger.call_sums(slot_ns):
+    for sid, model, failed, slot, n, *usage, priced, cost, first_ns, last_ns in totals:
         with_calls.add(sid)
         ns = slot * (slot_ns or 0)  # any time in the slot: the date lookups are per slot
         if rows.inside(ns):
-            rows.row(ns, sid).add_calls(model, bool(failed), n, usage, priced, first_ns or 0, last_ns)
-    # One add per priced call (the per-call step left): its row and model totals looked up once
-    # per (session, model, slot), None when outside --since/--until.
-    targets: dict[tuple[str, str | None, int], tuple[Row, ModelTotals] | None] = {}
-    for sid, model, slot, cost, _project, _cwd in sequence:
-        if cost is None:
-            continue
-        key = (sid, model, slot)
-        if key not in targets:
-            ns = slot * (slot_ns or 0)
-            r = rows.row(ns, sid) if rows.inside(ns) else None
-            targets[key] = None if r is None else (r, r.by_model[rules.reported_model(model) or "unknown"])
-        target = targets[key]
-        if target is not None:
-            target[0].cost += cost  # as Row.add_call adds it
-            target[1].cost += cost
+            rows.row(ns, sid).add_calls(model, bool(failed), n, usage, priced, cost, first_ns or 0, last_ns)
     for sid, slot, n, failed, orphaned in ledger.tool_sums(slot_ns):
         ns = slot * (slot_ns or 0)
         if rows.inside(ns):
@@ -519,6 +523,20 @@ def summarize_ledger(ledger: Ledger, q: Query) -> Report:
             rows.row(ns, sid).subagents += n
     rows.add_turns(turns, with_calls)
     return rows.report("ledger")
+
+
+def _project_rows(ledger: Ledger, rows: _Rows, totals: list[tuple[Any, ...]], slot_ns: int | None) -> None:
+    """Make the project view's rows as ``summarize`` makes them: a project's row takes its place
+    from the session whose call (inside --since/--until) came first, so the rows are made in the
+    order of each session's first such call (its earliest inside slot, then the call's order)."""
+    first_slot: dict[str, int] = {}
+    for sid, _model, _failed, slot, *_rest in totals:
+        if (sid not in first_slot or slot < first_slot[sid]) and rows.inside(slot * (slot_ns or 0)):
+            first_slot[sid] = slot
+    order = sorted((ledger.first_call(sid, slot * slot_ns) if slot_ns else ledger.first_call(sid, -(2**63)), sid, slot)
+                   for sid, slot in first_slot.items())
+    for _first, sid, slot in order:
+        rows.row(slot * (slot_ns or 0), sid)
 
 
 def written_since(roots: Sequence[str], since_ns: int) -> bool:
@@ -619,7 +637,7 @@ def as_json(report: Report) -> dict[str, Any]:
 
 
 def report_models(r: Row) -> list[tuple[str, ModelTotals]]:
-    return sorted(r.by_model.items(), key=lambda mt: -mt[1].cost)
+    return sorted(r.by_model.items(), key=lambda mt: -mt[1].cost_nano)
 
 
 @dataclass(frozen=True)
@@ -780,6 +798,8 @@ def parse_day(value: str) -> date:
 
 
 def parse_zone(value: str) -> tzinfo:
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError  # only when --timezone is given
+
     try:
         return ZoneInfo(value)
     except (ZoneInfoNotFoundError, ValueError):
@@ -818,7 +838,7 @@ def run(args: argparse.Namespace) -> int:
     """``ccotel report``: print the view (a table, or JSON with --json). Exit 0."""
     roots = tuple(args.root or _default_roots())
     overrides = _load_overrides(args.prices) if args.prices else None  # a bad file fails either way
-    state_dir = resolve_state(getattr(args, "state", None), args.state_dir)
+    state_dir = _state_location(getattr(args, "state", None), args.state_dir)
     ledger = None if args.no_ledger else open_ledger(state_dir, roots, getattr(args, "host_id", None))
     q = Query(view=args.view, tz=args.timezone, since=args.since, until=args.until,
               start_of_week=WEEKDAYS.index(args.start_of_week), order=args.order)
@@ -842,6 +862,17 @@ def run(args: argparse.Namespace) -> int:
         return 0
     render(report, _console(), q, breakdown=args.breakdown)
     return 0
+
+
+def _state_location(state: str | None, state_dir: str | None) -> str | None:
+    """``state.resolve_state(state, state_dir)``, loading state.py (the tail and parse modules,
+    msgspec: ~20 ms of a report's start) only for the default dir, which it alone knows."""
+    location = state or state_dir or os.environ.get("CCOTEL_STATE")
+    if not location:
+        from .state import resolve_state
+
+        return resolve_state(None, None)
+    return None if location == "none" else location
 
 
 def _load_overrides(path: str) -> dict[str, Price]:

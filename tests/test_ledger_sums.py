@@ -69,23 +69,18 @@ def test_sums_in_sqlite_equal_the_row_by_row_report(tmp_path, seed):
         assert orjson.dumps(as_json(summarize_ledger(ledger, q))) == reference(ledger, q), q
 
 
-def test_the_cost_sum_follows_the_calls_order(tmp_path):
-    """Costs whose float sum differs by order: the sums are those of the calls in time order
-    (then as written), not of another order (the test above would not see a wrong order often)."""
-    costs = [0.1, 1e17, 0.3, -1e17]
-    calls = [(f"k{i}", "s", 10 - i, 0, "/w", "-w", "m", None, 0, 1, 1, 0, 0, 0, 0, 0, c, 1, None)
-             for i, c in enumerate(costs)]  # written in reverse time order
+@pytest.mark.parametrize("reverse", [False, True])
+def test_the_cost_sum_is_exact_in_any_order(tmp_path, reverse):
+    """Costs whose float sum differs by order (0.1 + 0.2 + 0.3): summed as integer nano-dollars,
+    the total is exact whichever order the calls are written and read in."""
+    costs = [0.1, 0.2, 0.3]
+    assert sum(costs) != sum(reversed(costs))  # the case means something as floats
+    calls = [(f"k{i}", "s", 10 - i if reverse else i, 0, "/w", "-w", "m", None, 0, 1, 1, 0, 0, 0, 0, 0, c, 1, None)
+             for i, c in enumerate(costs)]
     ledger = Ledger(str(tmp_path / LEDGER_FILE))
     ledger._write((calls, [], [], []))  # noqa: SLF001
     report = summarize_ledger(ledger, Query(view="session"))
-    in_time_order = 0.0
-    for c in reversed(costs):
-        in_time_order += c
-    as_written = 0.0
-    for c in costs:
-        as_written += c
-    assert in_time_order != as_written  # the case means something
-    assert report.rows[0].cost == in_time_order
+    assert report.rows[0].cost_nano == 600_000_000
     assert orjson.dumps(as_json(report)) == reference(ledger, Query(view="session"))
 
 
@@ -136,3 +131,34 @@ def test_a_report_from_the_ledger_loads_nothing_heavy(tmp_path):
             "              if m.startswith(heavy)}))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_a_report_from_the_ledger_imports_only_what_it_needs(tmp_path):
+    """The ledger path loads neither the transcript side (records, rules, parse, tail, msgspec) nor
+    state.py (given --state-dir) nor zoneinfo (no --timezone): a start of ~0.1 s, most of the report."""
+    root = load_fixture("s06_kill_orphan_resume").config_dir
+    build_ledger(root, tmp_path / "state" / LEDGER_FILE).close()
+    for p in root.rglob("*"):
+        os.utime(p, ns=(10**9, 10**9))  # older than the ledger
+    state = str(tmp_path / "state")
+    code = ("import sys, io, contextlib\nfrom ccotel.cli import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()) as out:\n"
+            f"    main(['report', 'daily', '--json', '--root', {str(root)!r}, '--state-dir', {state!r}])\n"
+            "assert '\"source\": \"ledger\"' in out.getvalue(), out.getvalue()[-300:]\n"
+            "print(sorted(m for m in sys.modules if m.startswith(('ccotel', 'msgspec', 'rich', 'zoneinfo'))))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split("\n")[0] == str(["ccotel", "ccotel.cli", "ccotel.ledger", "ccotel.report",
+                                             "ccotel.stopping"]), out.stdout
+
+
+def test_the_reports_copies_of_small_rules_are_the_rules(monkeypatch):
+    """report.py keeps two one-line rules of modules it does not load (rules, state): equal."""
+    from ccotel import report, rules, state
+
+    for model in (None, "", "<synthetic>", rules.SYNTHETIC_MODEL, "claude-x"):
+        assert report._reported_model(model) == rules.reported_model(model)  # noqa: SLF001
+    for env in ({}, {"CCOTEL_STATE": "/e"}, {"CCOTEL_STATE": ""}, {"CCOTEL_STATE": "none"}):
+        for given in ((None, None), ("/s", None), (None, "/d"), ("/s", "/d"), ("none", None), (None, "none"),
+                      ("", "/d"), ("", "")):
+            monkeypatch.setattr(os, "environ", {**env, "HOME": "/h"})
+            assert report._state_location(*given) == state.resolve_state(*given), (env, given)  # noqa: SLF001
