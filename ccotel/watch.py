@@ -16,6 +16,7 @@ import os
 import select
 import sys
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -27,6 +28,8 @@ from watchdog.observers.polling import PollingObserver
 __all__ = ["Watcher"]
 
 log = logging.getLogger("ccotel.watch")
+
+_READ_GAP_S = 0.01
 
 
 class _Handler(FileSystemEventHandler):
@@ -97,10 +100,18 @@ class _InotifyTree:
 
     def _run(self) -> None:
         fd = self._ino.fileno()
+        last = 0.0
         while True:
             ready, _, _ = select.select([fd, self._stop_r], [], [])
             if self._stop_r in ready:
                 return
+            # Appends in a burst come a millisecond apart: a read follows the one before by at
+            # least _READ_GAP_S, so a batch is read per wake-up, not an event (the pipeline reads
+            # files every POLL_GAP_S at most while they come). A lone event waits for nothing.
+            wait = _READ_GAP_S - (time.monotonic() - last)
+            if wait > 0:
+                time.sleep(wait)
+            last = time.monotonic()
             try:
                 data = os.read(fd, 1 << 16)
             except OSError:
