@@ -173,6 +173,14 @@ class _InotifyTree:
                 pass  # already gone with its directory
 
 
+def _has_inotify_simple() -> bool:
+    try:
+        import inotify_simple  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def _parse_events(data: bytes) -> list[Any]:
     from inotify_simple import parse_events
 
@@ -220,34 +228,33 @@ class Watcher:
         return gone
 
     def start(self) -> None:
-        if not self.force_polling and sys.platform.startswith("linux"):
-            try:
-                self._tree = _InotifyTree(self._mark_batch)
-                self._schedule()
-                self._tree.start()
-                self.mode = "inotify"
-                return
-            except OSError as exc:  # inotify missing or out of watches
-                log.warning("inotify unavailable (%s); polling every %.1fs", exc, self.poll_interval_s)
-                self._stop_tree()
-                self._watched.clear()
-                self.force_polling = True
-            except ImportError:  # inotify_simple not installed: watchdog's inotify observer
-                self._tree = None
-        if not self.force_polling:
-            try:
-                self._observer = Observer()
-                self._schedule()
-                self._observer.start()
-                self.mode = "inotify"
-                return
-            except OSError as exc:  # inotify missing or out of watches
-                log.warning("inotify unavailable (%s); polling every %.1fs", exc, self.poll_interval_s)
-                self._stop_observer()
+        if not self.force_polling and self._start_native():
+            self.mode = "inotify"
+            return
         self._observer = PollingObserver(timeout=self.poll_interval_s)
         self._schedule()
         self._observer.start()
         self.mode = "polling"
+
+    def _start_native(self) -> bool:
+        """inotify through inotify_simple on Linux (watchdog's native observer where it is not
+        installed, or not Linux); False when that fails (inotify missing, out of watches): polling."""
+        try:
+            if sys.platform.startswith("linux") and _has_inotify_simple():
+                self._tree = _InotifyTree(self._mark_batch)
+                self._schedule()
+                self._tree.start()
+            else:
+                self._observer = Observer()
+                self._schedule()
+                self._observer.start()
+            return True
+        except OSError as exc:
+            log.warning("inotify unavailable (%s); polling every %.1fs", exc, self.poll_interval_s)
+            self._stop_tree()
+            self._stop_observer()
+            self._watched.clear()  # the roots watched before it failed are polled instead
+            return False
 
     def ensure_roots(self) -> bool:
         """Schedule roots that appeared since start. True if a new one was added."""

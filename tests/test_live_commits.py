@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
+
+import pytest
 
 from ccotel.ledger import Ledger
 from ccotel.metrics import Metrics
@@ -63,7 +66,20 @@ def two_turns(tmp_path: Path) -> tuple[str, str, bytes]:
     return root, path, t.bytes()
 
 
-def test_live_commits_wait_for_the_interval_and_write_the_ledger_with_the_state(tmp_path):
+@dataclass
+class Live:
+    """A pipeline following live with commits an hour apart, after its two turns were appended."""
+
+    root: str
+    path: str
+    lines: bytes
+    state_dir: str
+    delivered: list[SpanRecord]
+    pipeline: Pipeline
+
+
+@pytest.fixture
+def live(tmp_path: Path) -> Live:
     root, path, lines = two_turns(tmp_path)
     state_dir = str(tmp_path / "st")
     delivered: list[SpanRecord] = []
@@ -75,6 +91,11 @@ def test_live_commits_wait_for_the_interval_and_write_the_ledger_with_the_state(
         f.write(lines)
     p.poll([path])
     p.tick()
+    return Live(root, path, lines, state_dir, delivered, p)
+
+
+def test_live_commits_wait_for_the_interval_and_write_the_ledger_with_the_state(live: Live) -> None:
+    p, delivered, state_dir, lines = live.pipeline, live.delivered, live.state_dir, live.lines
     assert delivered, "spans go out at once; only the commit waits"
     assert written(state_dir) == (set(), 0, 0, 0.0)  # nothing acknowledged, checkpointed, recorded or counted yet
     p.process_acks()  # forced (a stop): everything at once
@@ -85,27 +106,17 @@ def test_live_commits_wait_for_the_interval_and_write_the_ledger_with_the_state(
     assert acked and acked < {s.span_id for s in delivered} and 0 < offset < len(lines)
 
 
-def test_killed_between_two_live_commits_sends_again_and_counts_once(tmp_path):
-    root, path, lines = two_turns(tmp_path)
-    state_dir = str(tmp_path / "st")
-    delivered: list[SpanRecord] = []
-    p = start(root, state_dir, delivered)
-    p.backfill()
-    p.go_live(3600.0)
-    p.process_acks()
-    with open(path, "ab") as f:
-        f.write(lines)
-    p.poll([path])
-    p.tick()
-    first = sorted(s.span_id for s in delivered)
-    del p  # SIGKILL: nothing after the last commit was written
+def test_killed_between_two_live_commits_sends_again_and_counts_once(live: Live) -> None:
+    first = sorted(s.span_id for s in live.delivered)
+    state_dir = live.state_dir
+    del live.pipeline  # SIGKILL: nothing after the last commit was written
     again: list[SpanRecord] = []
-    b = start(root, state_dir, again)
+    b = start(live.root, state_dir, again)
     b.backfill(close_all=True)
     b.process_acks()
     assert sorted(s.span_id for s in again if s.span_id in set(first)) == first  # the same spans, same ids
     _acked, offset, calls, counted = written(state_dir)
-    assert (offset, calls, counted) == (len(lines), 4, 4.0)  # read to the end, recorded and counted once
+    assert (offset, calls, counted) == (len(live.lines), 4, 4.0)  # read to the end, recorded and counted once
 
 
 def test_without_go_live_every_process_acks_writes(tmp_path):

@@ -3,6 +3,7 @@ directory, one reader thread), elsewhere through watchdog."""
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import sys
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from ccotel import watch
 from ccotel.watch import Watcher
 
 
@@ -119,5 +121,46 @@ def test_a_root_that_appears_later_is_watched(tmp_path: Path) -> None:
         f.write_bytes(b"{}\n")
         assert str(f) in collect(w, {str(f)})
         os.remove(f)
+    finally:
+        w.stop()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="inotify is Linux's")
+def test_watchdog_where_inotify_simple_is_not_installed(tree: tuple[Path, Path], monkeypatch) -> None:
+    root, projects = tree
+    monkeypatch.setattr(watch, "_has_inotify_simple", lambda: False)
+    w = Watcher((str(root),))
+    w.start()
+    try:
+        assert w.mode == "inotify" and w._tree is None and w._observer is not None
+        collect(w, {str(projects)})
+        f = projects / "-p" / "s5.jsonl"
+        f.write_bytes(b"{}\n")
+        assert str(f) in collect(w, {str(f)})
+    finally:
+        w.stop()
+
+
+def _no_watches(*_args: object, **_kwargs: object) -> None:
+    raise OSError(errno.ENOSPC, "inotify watch limit reached")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="inotify is Linux's")
+@pytest.mark.parametrize("backend", ["inotify_simple", "watchdog"])
+def test_out_of_watches_falls_back_to_polling(tree: tuple[Path, Path], monkeypatch, backend: str) -> None:
+    """Either native backend failing mid-way (the root already counted as watched) polls every root."""
+    root, projects = tree
+    if backend == "inotify_simple":
+        monkeypatch.setattr(watch._InotifyTree, "add_tree", _no_watches)
+    else:
+        monkeypatch.setattr(watch, "_has_inotify_simple", lambda: False)
+        monkeypatch.setattr(watch.Observer, "start", _no_watches)
+    w = Watcher((str(root),), poll_interval_s=0.1)
+    w.start()
+    try:
+        assert w.mode == "polling" and w._tree is None
+        f = projects / "-p" / "s6.jsonl"
+        f.write_bytes(b"{}\n")
+        assert str(f) in collect(w, {str(f)})
     finally:
         w.stop()
