@@ -242,41 +242,52 @@ def _has_surrogate(s: str) -> bool:
 
 _MAX_INT64 = 1 << 63
 
-# Unix seconds at the start of a 'YYYY-MM-DDTHH:MM' (a timestamp's first 16 characters); bounded.
-_MINUTE_SECS: dict[str, int] = {}
+# Unix ns at the start of a 'YYYY-MM-DDTHH:MM' (a timestamp's first 16 characters), for the
+# prefixes of timestamps the general parser accepted in Claude Code's shape; bounded.
+_MINUTE_NS: dict[str, int] = {}
+_MINUTE_NS_MAX = 4096
+_LAST_MINUTE_NS = _MAX_INT64 - 100_000_000_000  # a minute's start plus 99.999 s still fits
 
 
 def parse_timestamp(value: Any) -> int | None:
-    """ISO-8601 as Claude Code writes it (2025-06-01T12:34:56.789Z) -> Unix ns."""
-    last = _LAST[0]
-    if type(value) is str and value == last[0]:
-        return last[1]  # the lines of one streamed response are written in the same millisecond
+    """ISO-8601 as Claude Code writes it (2025-06-01T12:34:56.789Z) -> Unix ns.
+
+    The usual shape costs a dict lookup and one int(): the minute's start is cached the first
+    time the general parser reads a timestamp of that minute, and the seconds and milliseconds
+    are added (timegm is linear in them). Only ASCII digits take this path (int() also reads
+    '+5', ' 5' and other scripts' digits): anything else goes to the general parser, so both
+    give the same value for every string (tests/test_parse_timestamp_fast.py)."""
+    if type(value) is str and len(value) == 24:
+        minute = _MINUTE_NS.get(value[:16])
+        if minute is not None and value[19] == "." and value[23] in "Zz":
+            frac = value[17:19] + value[20:23]  # seconds and milliseconds
+            if frac.isdigit() and frac.isascii():
+                return minute + int(frac) * 1_000_000
     ns = _parse_timestamp(value)
-    _LAST[0] = (value, ns)  # one store: another thread never sees half of it
+    if ns is not None and type(value) is str and len(value) == 24:
+        _remember_minute(value, ns)
     return ns
 
 
-_LAST: list[tuple[Any, int | None]] = [(None, None)]  # the last timestamp parsed, and its value
+def _remember_minute(value: str, ns: int) -> None:
+    """Cache the start of the minute of a 24-character timestamp the general parser accepted."""
+    frac = value[17:19] + value[20:23]
+    if not (value[19] == "." and value[23] in "Zz" and frac.isdigit() and frac.isascii()):
+        return
+    minute = ns - int(frac) * 1_000_000
+    if 0 <= minute <= _LAST_MINUTE_NS:
+        if len(_MINUTE_NS) >= _MINUTE_NS_MAX:
+            _MINUTE_NS.clear()
+        _MINUTE_NS[value[:16]] = minute
 
 
 def _parse_timestamp(value: Any) -> int | None:
+    """The general parser (no caches): the reference parse_timestamp's fast path is held to."""
     if not isinstance(value, str) or len(value) < 19:
         return None
     try:
         if value[4] != "-" or value[10] not in "T ":
             return None
-        if len(value) == 24 and value[19] == "." and value[23] in "Zz" and value[20:23].isdigit():
-            # The shape Claude Code writes. Same arithmetic as below (timegm is linear in the day,
-            # hour, minute and second), with the minute's start cached: lines come minutes apart.
-            minute = _MINUTE_SECS.get(value[:16])
-            if minute is None:
-                minute = calendar.timegm((int(value[0:4]), int(value[5:7]), int(value[8:10]), 0, 0, 0, 0, 0, 0)) \
-                    + int(value[11:13]) * 3600 + int(value[14:16]) * 60
-                if len(_MINUTE_SECS) >= 4096:
-                    _MINUTE_SECS.clear()
-                _MINUTE_SECS[value[:16]] = minute
-            ns = (minute + int(value[17:19])) * 1_000_000_000 + int(value[20:23]) * 1_000_000
-            return ns if 0 <= ns < _MAX_INT64 else None
         secs = calendar.timegm(
             (int(value[0:4]), int(value[5:7]), int(value[8:10]),
              int(value[11:13]), int(value[14:16]), int(value[17:19]), 0, 0, 0)
