@@ -25,7 +25,7 @@ from . import rules
 from .discover import find, session_groups, unread_bytes
 from .parse import _JUsage, parse_line, parse_timestamp
 from .pricing import Pricing
-from .records import TranscriptFile, Usage
+from .records import AdvisorCall, TranscriptFile, Usage
 from .report import SessionUsage, UsageTuple, session_usage
 from .shard import Group, balance, default_workers, plan_shards, process_context
 from .tail import lines_with
@@ -142,22 +142,36 @@ _decoder = msgspec.json.Decoder(_RLine)
 
 def _quick(line: bytes) -> _Line | None:
     """An assistant line of the usual shape, decoded into a small struct. None: let
-    ``parse_line`` decide (glued objects, odd types, anything unusual)."""
+    ``parse_line`` decide (glued objects, odd types, anything unusual); (): not an assistant line."""
     try:
         o = _decoder.decode(line)
     except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError):
         return None
     if o.type != "assistant":
         return ()
-    msg = o.message
-    ts = parse_timestamp(o.timestamp)
-    if (msg is None or (ts is None and o.timestamp is not None)
-            or (o.madeBy is not None and not isinstance(o.madeBy, str))):
+    msg, made_by, stamp = o.message, o.madeBy, o.timestamp
+    if msg is None or (made_by is not None and type(made_by) is not str):
         return None
-    record, advisors = msg.usage.record() if msg.usage is not None else (None, ())
-    usage = _as_tuple(record)
-    return (msg.id, o.requestId, o.uuid, o.sessionId, usage, o.isApiErrorMessage is True, msg.model, ts or 0,
-            o.madeBy, advisors, o.cwd)
+    ts = 0
+    if stamp is not None:
+        ts = parse_timestamp(stamp)  # type: ignore[assignment]
+        if ts is None:
+            return None
+    u = msg.usage
+    advisors: tuple[AdvisorCall, ...] = ()
+    if u is None:
+        usage = None
+    elif u.iterations is None and u.output_tokens_details is None:
+        # no advisor iterations or thinking details: the counts as written (what record() gives)
+        cc = u.cache_creation
+        usage = (u.input_tokens or 0, u.output_tokens or 0, u.cache_read_input_tokens or 0,
+                 u.cache_creation_input_tokens or 0, (cc.ephemeral_5m_input_tokens or 0) if cc is not None else 0,
+                 (cc.ephemeral_1h_input_tokens or 0) if cc is not None else 0, 0)
+    else:
+        record, advisors = u.record()
+        usage = _as_tuple(record)
+    return (msg.id, o.requestId, o.uuid, o.sessionId, usage, o.isApiErrorMessage is True, msg.model, ts,
+            made_by, advisors, o.cwd)
 
 
 def _slow(line: bytes, offset: int) -> list[_Line]:
@@ -166,31 +180,52 @@ def _slow(line: bytes, offset: int) -> list[_Line]:
             for e in parse_line(line, offset).entries if e.type == "assistant"]
 
 
+class _GroupCalls:
+    """The calls of one session group as its lines are read, by call key, in the order they first
+    appear."""
+
+    __slots__ = ("calls", "seen_uuids", "last_mid", "last_key")
+
+    def __init__(self) -> None:
+        self.calls: dict[str, _Call] = {}
+        self.seen_uuids: set[tuple[str, str]] = set()
+        self.last_mid: str | None = None  # message id and key of the file's last response line
+        self.last_key = ""
+
+    def take(self, line: _Line, tf: TranscriptFile) -> None:
+        mid, rid, uuid, sid, usage, api_error, model, ts, made_by, advisors, cwd = line
+        sid = sid or tf.session_id
+        if mid is None or uuid is None or sid is None or not rules.is_api_call(model, made_by, api_error):
+            return
+        seen = self.seen_uuids
+        if (sid, uuid) in seen:
+            return  # the same line again (a re-emitted line): the assembler drops it too
+        seen.add((sid, uuid))
+        # A line that lost its requestId belongs to the response just before it with the same
+        # message id (the assembler's rule for its owner's current response).
+        key = self.last_key if rid is None and self.last_mid == mid else rules.call_key(mid, rid)
+        self.last_mid, self.last_key = mid, key
+        calls = self.calls
+        _merge_line(calls, key, sid, usage, api_error, model, ts, tf.project, cwd)
+        for i, adv in enumerate(advisors):  # each advisor iteration: a call of its own model
+            _merge_line(calls, f"{key}#advisor{i}", sid, _as_tuple(adv.usage), False, adv.model, ts,
+                        tf.project, cwd)
+
+
 def _read_group(group: Group, max_line_bytes: int) -> dict[str, _Call]:
     """The calls of one session group, by call key, in the order they first appear."""
-    calls: dict[str, _Call] = {}
-    seen_uuids: set[tuple[str, str]] = set()
+    into = _GroupCalls()
+    take = into.take
     for _root, tf in group:
-        last: tuple[str, str] | None = None  # message id and key of the file's last response line
+        into.last_mid = None
         for offset, raw in lines_with(tf.path, _NEEDLE, max_line_bytes, _CHUNK):
             one = _quick(raw)
-            for mid, rid, uuid, sid, usage, api_error, model, ts, made_by, advisors, cwd in \
-                    ((one,) if one else () if one is not None else _slow(raw, offset)):
-                sid = sid or tf.session_id
-                if mid is None or uuid is None or sid is None or not rules.is_api_call(model, made_by, api_error):
-                    continue
-                if (sid, uuid) in seen_uuids:
-                    continue  # the same line again (a re-emitted line): the assembler drops it too
-                seen_uuids.add((sid, uuid))
-                # A line that lost its requestId belongs to the response just before it with the
-                # same message id (the assembler's rule for its owner's current response).
-                key = last[1] if rid is None and last is not None and last[0] == mid else rules.call_key(mid, rid)
-                last = (mid, key)
-                _merge_line(calls, key, sid, usage, api_error, model, ts, tf.project, cwd)
-                for i, adv in enumerate(advisors):  # each advisor iteration: a call of its own model
-                    _merge_line(calls, f"{key}#advisor{i}", sid, _as_tuple(adv.usage), False, adv.model, ts,
-                                tf.project, cwd)
-    return calls
+            if one:
+                take(one, tf)
+            elif one is None:
+                for line in _slow(raw, offset):
+                    take(line, tf)
+    return into.calls
 
 
 def _merge_line(calls: dict[str, _Call], key: str, sid: str, usage: UsageTuple | None, api_error: bool,

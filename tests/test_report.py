@@ -42,6 +42,22 @@ def test_realdata_report_equals_spans_in_one_and_three_processes(realdata_config
     assert figures(build_report(Options(roots=(root,)), workers=3, parallel_min_bytes=0)) == ref
 
 
+def test_the_quick_line_read_equals_the_parser_on_every_real_assistant_line(realdata_config_dir):  # noqa: F811
+    """The report's decoder (a small struct, usage counts taken as written when there are no
+    advisor iterations or thinking details) gives what the full parser gives, line by line."""
+    from ccotel.report_read import _NEEDLE, _quick, _slow
+
+    checked = iterations = 0
+    for path in sorted(Path(realdata_config_dir).rglob("*.jsonl")):
+        for offset, raw in _lines_with(str(path), _NEEDLE, 64 << 20):
+            one = _quick(raw)
+            if one:
+                assert [one] == _slow(raw, offset), (path, offset)
+                checked += 1
+                iterations += b'"iterations"' in raw
+    assert checked > 10_000 and iterations > 0
+
+
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from bench.corpus import generate
