@@ -9,7 +9,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
-.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
+# compat: a plain path in a .pth, as an installed package is found; the default editable finder
+# hook costs every Python start ~25-50 ms of imports (pathlib, re, urllib), which the benchmarks'
+# short runs (a report from the ledger, worker processes) would measure and no user pays.
+.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]' --config-settings editable_mode=compat
 .venv/bin/python -m tests.harness.install
 .venv/bin/python -m tests.support.install_ccusage
 .venv/bin/python -m tests.support.install_phoenix
