@@ -287,18 +287,37 @@ class Row:
 
     def merge(self, other: Row) -> None:
         """Add another row's figures (the totals line)."""
-        for name in ("input", "output", "cache_read", "cache_write", "cache_write_5m", "cache_write_1h",
-                     "reasoning", "cost_nano", "api_calls", "api_errors", "tool_calls", "tool_errors", "subagents",
-                     "orphans", "kills", "ghosts", "resets"):
-            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.input += other.input
+        self.output += other.output
+        self.cache_read += other.cache_read
+        self.cache_write += other.cache_write
+        self.cache_write_5m += other.cache_write_5m
+        self.cache_write_1h += other.cache_write_1h
+        self.reasoning += other.reasoning
+        self.cost_nano += other.cost_nano
+        self.api_calls += other.api_calls
+        self.api_errors += other.api_errors
+        self.tool_calls += other.tool_calls
+        self.tool_errors += other.tool_errors
+        self.subagents += other.subagents
+        self.orphans += other.orphans
+        self.kills += other.kills
+        self.ghosts += other.ghosts
+        self.resets += other.resets
         self.seen(other.first_ns)
         self.seen(other.last_ns)
         self.models |= other.models
         self.unpriced |= other.unpriced
         for model, m in other.by_model.items():
-            mine = self.by_model.setdefault(model, ModelTotals())
-            for name in ("input", "output", "cache_write", "cache_read", "calls", "cost_nano"):
-                setattr(mine, name, getattr(mine, name) + getattr(m, name))
+            mine = self.by_model.get(model)
+            if mine is None:
+                mine = self.by_model[model] = ModelTotals()
+            mine.input += m.input
+            mine.output += m.output
+            mine.cache_write += m.cache_write
+            mine.cache_read += m.cache_read
+            mine.calls += m.calls
+            mine.cost_nano += m.cost_nano
 
     def health(self) -> dict[str, int]:
         return {"orphans": self.orphans, "kills": self.kills, "ghostSessions": self.ghosts, "resets": self.resets}
