@@ -10,10 +10,11 @@ exposed by one custom Collector reading this object at scrape time; no global re
 
 from __future__ import annotations
 
+import bisect
 import re
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -160,7 +161,8 @@ class Metrics:
         self.genai = genai  # GenAI semantic-convention metrics over OTLP, counted with these
         # "pending": counted from spans not final yet (exposed, never checkpointed)
         self._channels: dict[str, dict[Key, float]] = {"read": {}, "delivered": {}, "pending": {}}
-        self._pending: dict[int, list[tuple[Key, float]]] = {}
+        self._pending: dict[int, list[tuple[Key, float]]] = {}  # span key -> increments held (not final)
+        self._buckets = _BucketKeys()
         self.gauges = gauges or (lambda: {})
         self.started = time.time()
 
@@ -178,17 +180,15 @@ class Metrics:
         """Count what a span says happened, when it is built: metrics never wait for the trace
         backend. With ``span_key`` the increments are held as "pending" until ``settle`` (the span
         is final: delivered or dropped for good), and only settled ones are checkpointed: a crash
-        before then re-reads the span's lines, builds it again and counts it again, once."""
-        incs = _span_increments(s)
+        before then re-reads the span's lines, builds it again and counts it again, once. Held
+        increments are added up only when exposed (``series``): a span is counted once per
+        series when it settles, not added to "pending" and taken out of it again."""
+        incs = _span_increments(s, self._buckets)
         with self._lock:
             if span_key is None:
-                target = self._channels["delivered"]
+                _add(self._channels["delivered"], incs)
             else:
-                target = self._channels["pending"]
-                held = self._pending.setdefault(span_key, [])
-                held.extend(incs)
-            for k, v in incs:
-                target[k] = target.get(k, 0.0) + v
+                self._pending.setdefault(span_key, []).extend(incs)
         if self.genai is not None:
             self.genai.observe(s)  # outside our lock: the SDK has its own
 
@@ -198,7 +198,9 @@ class Metrics:
         counted = []
         with self._lock:
             for span_key in span_keys:
-                if self._pending.pop(span_key, None) is not None:
+                held = self._pending.pop(span_key, None)
+                if held is not None:
+                    _add(self._channels["pending"], held)
                     counted.append(span_key)
         if self.genai is not None:
             self.genai.expect_again(counted)  # built again when the traces catch up: recorded once
@@ -215,15 +217,11 @@ class Metrics:
     def settle(self, span_keys: Iterable[int]) -> None:
         """These spans are final: their held increments move to the checkpointed channel."""
         with self._lock:
-            pending, delivered = self._channels["pending"], self._channels["delivered"]
+            delivered, pending = self._channels["delivered"], self._pending
             for span_key in span_keys:
-                for k, v in self._pending.pop(span_key, ()):
-                    left = pending.get(k, 0.0) - v
-                    if abs(left) < 1e-9:
-                        pending.pop(k, None)
-                    else:
-                        pending[k] = left
-                    delivered[k] = delivered.get(k, 0.0) + v
+                held = pending.pop(span_key, None)
+                if held is not None:
+                    _add(delivered, held)
 
     # -- persistence -------------------------------------------------------------
 
@@ -247,6 +245,8 @@ class Metrics:
             for values in self._channels.values():
                 for k, v in values.items():
                     out[k] = out.get(k, 0.0) + v
+            for held in self._pending.values():
+                _add(out, held)
             return out
 
     def totals(self) -> dict[str, float]:
@@ -256,7 +256,8 @@ class Metrics:
     def value(self, name: str, *labels: str) -> float:
         key = _key(name, labels)
         with self._lock:
-            return sum(values.get(key, 0.0) for values in self._channels.values())
+            held = sum(v for incs in self._pending.values() for k, v in incs if k == key)
+            return sum(values.get(key, 0.0) for values in self._channels.values()) + held
 
     # -- exposition --------------------------------------------------------------
 
@@ -332,41 +333,71 @@ def serve(metrics: Metrics, addr: str = "127.0.0.1", port: int = 9477) -> tuple[
     return start_http_server(port, addr=addr, registry=registry_for(metrics))
 
 
-def _span_increments(s: SpanRecord) -> list[tuple[Key, float]]:
-    """(series key, increment) of everything a span says happened."""
+_BUCKET_LABELS = tuple(repr(le) for le in DURATION_BUCKETS)  # the "le" label of each bucket
+
+
+def _add(values: dict[Key, float], incs: Iterable[tuple[Key, float]]) -> None:
+    for k, v in incs:
+        values[k] = values.get(k, 0.0) + v
+
+
+class _BucketKeys:
+    """A tool's histogram bucket increments, made once per tool (one series per tool either way)."""
+
+    def __init__(self) -> None:
+        self._by_tool: dict[str, tuple[tuple[Key, float], ...]] = {}
+
+    def from_(self, tool: str, seconds: float) -> tuple[tuple[Key, float], ...]:
+        """The increments of every bucket ``seconds`` falls in (``seconds <= le``)."""
+        keys = self._by_tool.get(tool)
+        if keys is None:
+            keys = self._by_tool[tool] = tuple((("ccotel_tool_duration_seconds_bucket", tool, label), 1.0)
+                                               for label in _BUCKET_LABELS)
+        return keys[bisect.bisect_left(DURATION_BUCKETS, seconds):]
+
+
+def _span_increments(s: SpanRecord, buckets: _BucketKeys | None = None) -> list[tuple[Key, float]]:
+    """(series key, increment) of everything a span says happened. Built by hand (no helper call
+    per increment, bucket labels made once): a live span's counts are ~10 increments, and this
+    ran for every span built while following."""
     out: list[tuple[Key, float]] = []
-
-    def inc(name: str, *labels: str, value: float = 1.0) -> None:
-        out.append((_key(name, labels), value))
-
     a = s.attributes
     op = a.get("gen_ai.operation.name")
     if op == "chat":
         model = str(a.get("gen_ai.response.model") or "unknown")
         if s.status is StatusCode.ERROR:
-            inc("ccotel_api_errors", str(a.get("error.type", "api_error")))
+            out.append((("ccotel_api_errors", str(a.get("error.type", "api_error"))), 1.0))
             return out
-        inc("ccotel_api_calls", model)
+        out.append((("ccotel_api_calls", model), 1.0))
         for kind, attr in _TOKEN_ATTRS:
             if attr in a:
-                inc("ccotel_tokens", model, kind, value=float(a[attr]))
+                out.append((("ccotel_tokens", model, kind), float(a[attr])))
         if "claude_code.cost.usd" in a:
-            inc("ccotel_cost_usd", model, value=float(a["claude_code.cost.usd"]))
+            out.append((("ccotel_cost_usd", model), float(a["claude_code.cost.usd"])))
         elif a.get("claude_code.cost.unpriced"):
-            inc("ccotel_unpriced_calls", model)
+            out.append((("ccotel_unpriced_calls", model), 1.0))
     elif op == "execute_tool":
         tool = str(a.get("gen_ai.tool.name", "unknown"))
         outcome = str(a.get("error.type", "ok")) if s.status is StatusCode.ERROR else "ok"
-        inc("ccotel_tool_calls", tool, outcome)
+        out.append((("ccotel_tool_calls", tool, outcome), 1.0))
         seconds = max(s.end_ns - s.start_ns, 0) / 1e9
-        for le in DURATION_BUCKETS:
-            if seconds <= le:
-                inc("ccotel_tool_duration_seconds_bucket", tool, repr(le))
-        inc("ccotel_tool_duration_seconds_sum", tool, value=seconds)
-        inc("ccotel_tool_duration_seconds_count", tool)
+        out += (buckets or _BucketKeys()).from_(tool, seconds)
+        out.append((("ccotel_tool_duration_seconds_sum", tool), seconds))
+        out.append((("ccotel_tool_duration_seconds_count", tool), 1.0))
         if outcome == "orphaned" or a.get("claude_code.tool.repaired"):
-            inc("ccotel_orphaned_tool_uses", tool)  # once: seen live, or only from the repair
-    elif op == "invoke_agent" and s.parent_span_id is None and a.get("gen_ai.agent.name") == "claude-code":
+            out.append((("ccotel_orphaned_tool_uses", tool), 1.0))  # once: seen live, or only from the repair
+    elif op == "invoke_agent":
+        _agent_increments(s, a, out)
+    return out
+
+
+def _agent_increments(s: SpanRecord, a: Mapping[str, object], out: list[tuple[Key, float]]) -> None:
+    """A turn's (the session's root invoke_agent) or a subagent's counts."""
+
+    def inc(name: str, *labels: str, value: float = 1.0) -> None:
+        out.append((_key(name, labels), value))
+
+    if s.parent_span_id is None and a.get("gen_ai.agent.name") == "claude-code":
         outcome = str(a.get("claude_code.turn.outcome", "incomplete"))
         inc("ccotel_turns", outcome)
         if outcome == "interrupted":
@@ -379,11 +410,9 @@ def _span_increments(s: SpanRecord) -> list[tuple[Key, float]]:
         if a.get("claude_code.turn.stalled"):
             fate = {"completed": "recovered", "interrupted": "recovered"}.get(outcome, outcome)
             inc("ccotel_stalled_turns", fate)
-        _compactions(s, inc)
-    elif op == "invoke_agent":
+    else:
         inc("ccotel_subagents", str(a.get("gen_ai.agent.name", "subagent")))
-        _compactions(s, inc)
-    return out
+    _compactions(s, inc)
 
 
 def _compactions(s: SpanRecord, inc: Callable[..., None]) -> None:
