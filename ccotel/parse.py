@@ -24,7 +24,7 @@ from .records import AdvisorCall, Block, Entry, Usage
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
-__all__ = ["ParseResult", "parse_line", "parse_timestamp", "text_key", "ERROR_REASONS"]
+__all__ = ["ParseResult", "fast_entry", "parse_line", "parse_timestamp", "text_key", "ERROR_REASONS"]
 
 # Every reason a line or a field can be rejected for; the metric label set is this tuple.
 ERROR_REASONS = (
@@ -68,13 +68,13 @@ def _fast_constructor(cls: type[_T], probe: dict[str, Any]) -> Callable[[dict[st
     defaults = {f.name: f.default for f in fields}
     required = {f.name for f in fields if f.default is dataclasses.MISSING}
     new = object.__new__
-    set_dict = object.__setattr__
 
     def make(kw: dict[str, Any]) -> _T:
-        d = defaults.copy()
-        d.update(kw)
+        # filled in place: object.__setattr__(obj, "__dict__", a copy) costs more than the copy
         obj: _T = new(cls)
-        set_dict(obj, "__dict__", d)
+        d = obj.__dict__
+        d.update(defaults)
+        d.update(kw)
         return obj
 
     try:
@@ -104,7 +104,7 @@ def parse_line(data: bytes, offset: int, capture_content: bool = False, fast: bo
     if not data.strip():
         return result
     if fast:
-        entry = _fast_entry(data, offset, capture_content)
+        entry = fast_entry(data, offset, capture_content)
         if entry is not None:
             result.entries.append(entry)
             return result
@@ -810,7 +810,10 @@ class _StepAside(Exception):
     """This line is not of the usual shape: the checked path reads it."""
 
 
-def _fast_entry(data: bytes, offset: int, capture: bool) -> Entry | None:
+def fast_entry(data: bytes, offset: int, capture: bool = False) -> Entry | None:
+    """The entry of a line of the usual shape, else None: then ``parse_line(..., fast=False)``
+    gives exactly what ``parse_line`` would (the fast path reports no errors, and a blank line
+    never decodes). The reader's per-line call: no ParseResult and its lists for most lines."""
     try:
         if not data.isascii():
             data.decode("utf-8")  # msgspec does not check the UTF-8 of fields it skips; the checked path counts it
@@ -819,6 +822,9 @@ def _fast_entry(data: bytes, offset: int, capture: bool) -> Entry | None:
     except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError, orjson.JSONDecodeError,
             _StepAside, RecursionError, ValueError):
         return None
+
+
+_fast_entry = fast_entry  # the name tests/test_parse_fastpath.py knows
 
 
 def _entry_of(o: _JLine, offset: int, capture: bool) -> Entry:
@@ -837,7 +843,8 @@ def _entry_of(o: _JLine, offset: int, capture: bool) -> Entry:
     if etype == "assistant":
         kw["request_id"] = o.requestId
         kw["is_api_error"] = o.isApiErrorMessage is True
-        _line_fields(kw, o.madeBy, o.requestRef, o.requestedModel, o.effort)
+        if o.madeBy is not None or o.requestRef is not None or o.requestedModel is not None or o.effort is not None:
+            _line_fields(kw, o.madeBy, o.requestRef, o.requestedModel, o.effort)  # sets only strings: None is a no-op
         if msg is not None:
             kw["message_id"], kw["model"], kw["stop_reason"] = msg.id, msg.model, msg.stop_reason
             u = msg.usage

@@ -23,7 +23,7 @@ from .discover import Checkpoint, classify, mtime_ns, size_of, within_root
 from .drift import FormatDrift
 from .metrics import Metrics
 from .orchestrator import OrchestratorLog, Pattern
-from .parse import parse_line
+from .parse import fast_entry, parse_line
 from .records import Entry, TranscriptFile
 from .tail import ReadResult, Tailer, lines_with
 
@@ -220,18 +220,30 @@ class Reader:
         if res.lines:
             self._load_meta(state)  # before its lines: agentType and the spawning tool call
         new_bytes = new_lines = 0
-        for line in res.lines:
-            self.stats.lines += 1
-            self.stats.bytes += line.end - line.offset
-            fresh = line.end > state.read_to  # not read before a restart
-            if fresh:
-                new_lines += 1
-                new_bytes += line.end - line.offset
-            parsed = parse_line(line.data, line.offset, self.capture)
-            for err in parsed.errors:
-                self.error(err, f"{state.tf.path}@{line.offset}", count=fresh)
-            for entry in parsed.entries:
-                self._entry(state, entry, line.data, fresh, now if live else 0)
+        read_to, capture, arrival = state.read_to, self.capture, now if live else 0
+        stats = self.stats
+        lines = line_bytes = 0
+        try:
+            for line in res.lines:
+                lines += 1
+                size = line.end - line.offset
+                line_bytes += size
+                fresh = line.end > read_to  # not read before a restart
+                if fresh:
+                    new_lines += 1
+                    new_bytes += size
+                entry = fast_entry(line.data, line.offset, capture)
+                if entry is not None:  # most lines: what parse_line would give, without its lists
+                    self._entry(state, entry, line.data, fresh, arrival)
+                    continue
+                parsed = parse_line(line.data, line.offset, capture, fast=False)
+                for err in parsed.errors:
+                    self.error(err, f"{state.tf.path}@{line.offset}", count=fresh)
+                for entry in parsed.entries:
+                    self._entry(state, entry, line.data, fresh, arrival)
+        finally:  # counted once per slice, and exactly also when a line raised
+            stats.lines += lines
+            stats.bytes += line_bytes
         if res.lines:
             state.changed_ns = now
         state.read_to = max(state.read_to, state.tailer.offset)
@@ -245,11 +257,12 @@ class Reader:
         for drift in self.drift.observe(entry, data):
             if fresh and self.metrics is not None and self.counting():
                 self.metrics.inc("ccotel_format_unknown", *drift)
-        if entry.type == "cost-state":
+        etype = entry.type
+        if etype == "cost-state":
             self._reported_cost(state, entry, fresh)
         if rules.is_assistant_record(entry):
             state.has_assistant = True
-        elif entry.type == "user":
+        elif etype == "user":
             state.has_user = True
         self.assembler.add(entry, state.tf, arrival_ns)
 
