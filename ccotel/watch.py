@@ -29,7 +29,10 @@ __all__ = ["Watcher"]
 
 log = logging.getLogger("ccotel.watch")
 
-_READ_GAP_S = 0.01
+# The least time between two reads of the inotify fd: the runner's POLL_GAP_S. While lines come,
+# the pipeline polls no more often than that anyway, so reading events more often only wakes
+# this thread (and the main one) more often, and reading them less often would delay a poll.
+_READ_GAP_S = 0.02
 
 
 class _Handler(FileSystemEventHandler):

@@ -164,3 +164,10 @@ def test_out_of_watches_falls_back_to_polling(tree: tuple[Path, Path], monkeypat
         assert str(f) in collect(w, {str(f)})
     finally:
         w.stop()
+
+
+def test_the_inotify_read_gap_is_the_poll_gap() -> None:
+    """A read gap above the runner's poll gap would delay polls; below it, it only costs wake-ups."""
+    from ccotel.runner import POLL_GAP_S
+
+    assert watch._READ_GAP_S == POLL_GAP_S
