@@ -163,6 +163,7 @@ class Metrics:
         self._channels: dict[str, dict[Key, float]] = {"read": {}, "delivered": {}, "pending": {}}
         self._pending: dict[int, list[tuple[Key, float]]] = {}  # span key -> increments held (not final)
         self._buckets = _BucketKeys()
+        self._text_keys: dict[Key, str] = {}  # encode_key of each series saved (as many as the series)
         self.gauges = gauges or (lambda: {})
         self.started = time.time()
 
@@ -229,7 +230,14 @@ class Metrics:
         """Values to checkpoint, keys prefixed by channel ("read:"/"delivered:"); all if None."""
         with self._lock:
             channels = [channel] if channel else ["read", "delivered"]
-            return {f"{c}:{encode_key(k)}": v for c in channels for k, v in self._channels[c].items()}
+            return {f"{c}:{self._encoded(k)}": v for c in channels for k, v in self._channels[c].items()}
+
+    def _encoded(self, k: Key) -> str:
+        """encode_key, once per series (every live commit snapshots every series)."""
+        text = self._text_keys.get(k)
+        if text is None:
+            text = self._text_keys[k] = encode_key(k)
+        return text
 
     def restore(self, values: dict[str, float]) -> None:
         with self._lock:
