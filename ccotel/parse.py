@@ -11,18 +11,15 @@ import calendar
 import dataclasses
 import hashlib
 import json
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+from typing import Annotated, Any
 
 import msgspec
 import orjson
 
 from . import rules
 from .records import AdvisorCall, Block, Entry, Usage
-
-if TYPE_CHECKING:
-    from _typeshed import DataclassInstance
+from .records import fast_constructor as _fast_constructor
 
 __all__ = ["ParseResult", "fast_entry", "parse_line", "parse_timestamp", "text_key", "ERROR_REASONS"]
 
@@ -43,47 +40,6 @@ _TASK_TOOLS = rules.TASK_TOOLS
 _decoder = json.JSONDecoder()
 _STR_OR_NONE = frozenset((str, type(None)))
 _BOOL_OR_NONE = frozenset((bool, type(None)))
-
-
-_T = TypeVar("_T", bound="DataclassInstance")
-
-
-def _fast_constructor(cls: type[_T], probe: dict[str, Any]) -> Callable[[dict[str, Any]], _T]:
-    """``make(kw)`` equal to ``cls(**kw)`` for a frozen dataclass, without the generated
-    ``__init__`` (one ``object.__setattr__`` per field: 40 of them for an Entry, a third of the
-    parse time). Only used where that is exactly equivalent: plain defaults, no ``__post_init__``,
-    no slots; checked on a probe at import, else the class itself is called.
-    """
-    def slow(kw: dict[str, Any]) -> _T:
-        return cls(**kw)
-
-    try:
-        fields = dataclasses.fields(cls)
-    except TypeError:
-        return slow
-    if "__slots__" in cls.__dict__ or hasattr(cls, "__post_init__"):
-        return slow
-    if any(not f.init or f.default_factory is not dataclasses.MISSING for f in fields):
-        return slow
-    defaults = {f.name: f.default for f in fields}
-    required = {f.name for f in fields if f.default is dataclasses.MISSING}
-    new = object.__new__
-
-    def make(kw: dict[str, Any]) -> _T:
-        # filled in place: object.__setattr__(obj, "__dict__", a copy) costs more than the copy
-        obj: _T = new(cls)
-        d = obj.__dict__
-        d.update(defaults)
-        d.update(kw)
-        return obj
-
-    try:
-        a, b = make(probe), cls(**probe)
-    except Exception:  # noqa: BLE001
-        return slow
-    if not required <= probe.keys() or type(a) is not type(b) or a != b or vars(a) != vars(b):
-        return slow
-    return make
 
 
 @dataclass

@@ -24,11 +24,17 @@ from . import ids, rules
 from .assemble import AgentRun, Call, Finished, ToolCall, Turn
 from .content import ContentPolicy
 from .pricing import DEFAULT_PRICING, Pricing
-from .records import SpanEvent, SpanKind, SpanRecord, StatusCode, Usage
+from .records import SpanEvent, SpanKind, SpanRecord, StatusCode, Usage, fast_constructor
 
 __all__ = ["Conventions", "build_span", "build_spans"]
 
 PROVIDER = "anthropic"
+
+# SpanRecord without its frozen __init__ (one object.__setattr__ per field: half a span's
+# construction); records.fast_constructor checks on a probe that it is exactly equivalent.
+_new_span = fast_constructor(SpanRecord, {"trace_id": 1, "span_id": 2, "parent_span_id": None, "name": "n",
+                                          "kind": SpanKind.CLIENT, "start_ns": 1, "end_ns": 2,
+                                          "attributes": {"a": 1}})
 
 
 @dataclass(frozen=True)
@@ -112,13 +118,13 @@ def _turn(t: Turn, f: Finished, content: ContentPolicy | None) -> SpanRecord:
         for ts, trig, pre in t.compactions
     )
     error = t.outcome in ("orphaned", "interrupted", "killed")
-    return SpanRecord(
-        trace_id=f.trace_id, span_id=t.span_id, parent_span_id=None,
-        name="invoke_agent claude-code", kind=SpanKind.INTERNAL,
-        start_ns=t.start_ns, end_ns=max(t.last_ns, t.start_ns), attributes=attrs,
-        status=StatusCode.ERROR if error else StatusCode.UNSET,
-        status_message=t.outcome if error else None, events=events,
-    )
+    return _new_span({
+        "trace_id": f.trace_id, "span_id": t.span_id, "parent_span_id": None,
+        "name": "invoke_agent claude-code", "kind": SpanKind.INTERNAL,
+        "start_ns": t.start_ns, "end_ns": max(t.last_ns, t.start_ns), "attributes": attrs,
+        "status": StatusCode.ERROR if error else StatusCode.UNSET,
+        "status_message": t.outcome if error else None, "events": events,
+    })
 
 
 def _agent(a: AgentRun, f: Finished) -> SpanRecord:
@@ -141,13 +147,13 @@ def _agent(a: AgentRun, f: Finished) -> SpanRecord:
         attrs["gen_ai.tool.call.id"] = a.tool_use_id
     if a.spawn_depth is not None:
         attrs["claude_code.agent.spawn_depth"] = a.spawn_depth
-    return SpanRecord(
-        trace_id=f.trace_id, span_id=a.span_id, parent_span_id=f.parent_span_id,
-        name=f"invoke_agent {agent_type}", kind=SpanKind.INTERNAL,
-        start_ns=a.start_ns, end_ns=max(a.last_ns, a.start_ns), attributes=attrs,
-        status=StatusCode.ERROR if a.interrupted else StatusCode.UNSET,
-        status_message="interrupted" if a.interrupted else None,
-    )
+    return _new_span({
+        "trace_id": f.trace_id, "span_id": a.span_id, "parent_span_id": f.parent_span_id,
+        "name": f"invoke_agent {agent_type}", "kind": SpanKind.INTERNAL,
+        "start_ns": a.start_ns, "end_ns": max(a.last_ns, a.start_ns), "attributes": attrs,
+        "status": StatusCode.ERROR if a.interrupted else StatusCode.UNSET,
+        "status_message": "interrupted" if a.interrupted else None,
+    })
 
 
 def _chat(c: Call, f: Finished, conventions: Conventions, pricing: Pricing) -> SpanRecord:
@@ -187,12 +193,12 @@ def _chat(c: Call, f: Finished, conventions: Conventions, pricing: Pricing) -> S
     if c.is_api_error:
         status, message = StatusCode.ERROR, c.error_text or "api_error"
         attrs["error.type"] = rules.api_error_type(c.error_text)
-    return SpanRecord(
-        trace_id=f.trace_id, span_id=ids.span_id("chat", c.key), parent_span_id=f.parent_span_id,
-        name=f"chat {model}" if model else "chat", kind=SpanKind.CLIENT,
-        start_ns=c.start_ns, end_ns=max(c.end_ns, c.start_ns), attributes=attrs,
-        status=status, status_message=message,
-    )
+    return _new_span({
+        "trace_id": f.trace_id, "span_id": ids.span_id("chat", c.key), "parent_span_id": f.parent_span_id,
+        "name": f"chat {model}" if model else "chat", "kind": SpanKind.CLIENT,
+        "start_ns": c.start_ns, "end_ns": max(c.end_ns, c.start_ns), "attributes": attrs,
+        "status": status, "status_message": message,
+    })
 
 
 def _usage_attrs(attrs: dict[str, Any], model: str | None, u: Usage, conventions: Conventions,
@@ -230,11 +236,11 @@ def _advisor(c: Call, index: int, chat: SpanRecord, conventions: Conventions, pr
     if c.request_id:
         attrs["claude_code.request_id"] = c.request_id
     _usage_attrs(attrs, adv.model, adv.usage, conventions, pricing.cost(adv.model, adv.usage, c.start_ns))
-    return SpanRecord(
-        trace_id=chat.trace_id, span_id=ids.span_id("chat", c.key, "advisor", str(index)),
-        parent_span_id=chat.span_id, name=f"chat {adv.model}", kind=SpanKind.CLIENT,
-        start_ns=chat.start_ns, end_ns=chat.end_ns, attributes=attrs,
-    )
+    return _new_span({
+        "trace_id": chat.trace_id, "span_id": ids.span_id("chat", c.key, "advisor", str(index)),
+        "parent_span_id": chat.span_id, "name": f"chat {adv.model}", "kind": SpanKind.CLIENT,
+        "start_ns": chat.start_ns, "end_ns": chat.end_ns, "attributes": attrs,
+    })
 
 
 
@@ -263,11 +269,11 @@ def _tool(t: ToolCall, f: Finished, content: ContentPolicy | None) -> SpanRecord
         status, message = StatusCode.ERROR, "killed, repaired on resume" if t.repaired else t.error_type
         attrs["error.type"] = t.error_type or "tool_error"
     end = t.end_ns if t.end_ns is not None else t.start_ns
-    return SpanRecord(
+    return _new_span({
         # tool_use ids are unique per API call; a session copied elsewhere is another trace
-        trace_id=f.trace_id, span_id=ids.span_id("tool", owner.session_id if owner else "", t.tool_use_id),
-        parent_span_id=f.parent_span_id,
-        name=f"execute_tool {t.name}", kind=SpanKind.INTERNAL,
-        start_ns=t.start_ns, end_ns=max(end, t.start_ns), attributes=attrs,
-        status=status, status_message=message,
-    )
+        "trace_id": f.trace_id, "span_id": ids.span_id("tool", owner.session_id if owner else "", t.tool_use_id),
+        "parent_span_id": f.parent_span_id,
+        "name": f"execute_tool {t.name}", "kind": SpanKind.INTERNAL,
+        "start_ns": t.start_ns, "end_ns": max(end, t.start_ns), "attributes": attrs,
+        "status": status, "status_message": message,
+    })
