@@ -59,8 +59,7 @@ def _chat_key(s: SpanRecord, chat_keys: dict[int, str], advisors_seen: dict[int,
 
 
 def _int(a: dict[str, Any], name: str) -> int:
-    v = a.get(name, 0)
-    return int(v) if isinstance(v, (int, float)) else 0
+    return _as_int(a.get(name, 0))
 
 
 def _str(a: dict[str, Any], name: str) -> str | None:
@@ -68,26 +67,47 @@ def _str(a: dict[str, Any], name: str) -> str | None:
     return v if isinstance(v, str) and v else None
 
 
+def _as_int(v: Any) -> int:
+    return int(v) if isinstance(v, (int, float)) else 0
+
+
+# A cwd's projects/<dir> (a regex substitution) once per cwd: a history has a few dozen.
+_PROJECT_OF: dict[str, str | None] = {}
+
+
+def _project_of_cwd(cwd: str | None) -> str | None:
+    if cwd is None:
+        return None
+    project = _PROJECT_OF.get(cwd)
+    if project is None:
+        project = project_dir_of(cwd)
+        if len(_PROJECT_OF) >= 1024:
+            _PROJECT_OF.clear()
+        _PROJECT_OF[cwd] = project
+    return project
+
+
 def _project(a: dict[str, Any]) -> str | None:
     # The transcript's projects/<dir>, when spans carry it; else the dir Claude Code makes of the cwd.
-    return _str(a, "claude_code.project_dir") or project_dir_of(_str(a, "claude_code.cwd"))
+    return _str(a, "claude_code.project_dir") or _project_of_cwd(_str(a, "claude_code.cwd"))
+
+
+# The call row's counts, in its column order: fresh input, output, cache read, cache write, 5m, 1h, reasoning.
+_CALL_COUNTS = ("claude_code.usage.input_tokens", "gen_ai.usage.output_tokens", "gen_ai.usage.cache_read.input_tokens",
+                "gen_ai.usage.cache_write.input_tokens", "claude_code.usage.cache_creation.ephemeral_5m_input_tokens",
+                "claude_code.usage.cache_creation.ephemeral_1h_input_tokens", "gen_ai.usage.reasoning.output_tokens")
 
 
 def _call_values(key: str, s: SpanRecord) -> tuple[Any, ...]:
     a = s.attributes
     api_error = s.status is StatusCode.ERROR and "error.type" in a
-    cost = a.get("claude_code.cost.usd")
-    fresh = _int(a, "claude_code.usage.input_tokens")
-    cache_read = _int(a, "gen_ai.usage.cache_read.input_tokens")
-    cache_write = _int(a, "gen_ai.usage.cache_write.input_tokens")
+    cost: Any = a.get("claude_code.cost.usd")
+    priced = isinstance(cost, (int, float))
+    # _int of each count, with plain ints (all spans.py writes) taken as they are: one call a row, not seven
+    counts = [v if type(v) is int else _as_int(v) for v in map(a.get, _CALL_COUNTS)]
     return (key, _str(a, "gen_ai.conversation.id") or "", s.end_ns, s.start_ns, _str(a, "claude_code.cwd"),
             _project(a), _str(a, "gen_ai.response.model"), _str(a, "claude_code.agent_id"), int(api_error),
-            fresh, _int(a, "gen_ai.usage.output_tokens"), cache_read, cache_write,
-            _int(a, "claude_code.usage.cache_creation.ephemeral_5m_input_tokens"),
-            _int(a, "claude_code.usage.cache_creation.ephemeral_1h_input_tokens"),
-            _int(a, "gen_ai.usage.reasoning.output_tokens"),
-            float(cost) if isinstance(cost, (int, float)) else None, int(isinstance(cost, (int, float))),
-            _str(a, "claude_code.version"))
+            *counts, float(cost) if priced else None, int(priced), _str(a, "claude_code.version"))
 
 
 def _tool_values(s: SpanRecord) -> tuple[Any, ...]:
