@@ -254,9 +254,10 @@ class Reader:
 
     def _entry(self, state: FileState, entry: Entry, data: bytes, fresh: bool, arrival_ns: int) -> None:
         self.stats.entries += 1
-        for drift in self.drift.observe(entry, data):
-            if fresh and self.metrics is not None and self.counting():
-                self.metrics.inc("ccotel_format_unknown", *drift)
+        if self.metrics is not None:  # drift is only ever counted (a backfill without metrics skips it)
+            for drift in self.drift.observe(entry, data):
+                if fresh and self.counting():
+                    self.metrics.inc("ccotel_format_unknown", *drift)
         etype = entry.type
         if etype == "cost-state":
             self._reported_cost(state, entry, fresh)
