@@ -121,14 +121,36 @@ def _key(k: str) -> bytes:
     return kb
 
 
+# Per (tag, key): the bytes before an int value's varint, by the varint's length (index 1..10):
+# tag, KeyValue length, key field, value tag, AnyValue length, int tag. Bounded like _KEYS.
+_INT_HEADS: dict[tuple[bytes, str], tuple[bytes, ...]] = {}
+
+
+def _int_heads(tag: bytes, k: str) -> tuple[bytes, ...]:
+    heads = _INT_HEADS.get((tag, k))
+    if heads is None:
+        kb = _key(k) + _T_2LD
+        heads = (b"",) + tuple(tag + _varint(len(kb) + 2 + n) + kb + _VT[1 + n] + _T_INT3 for n in range(1, 11))
+        if len(_INT_HEADS) < 1024:
+            _INT_HEADS[(tag, k)] = heads
+    return heads
+
+
 def _key_values(attrs: dict[str, Any], tag: bytes) -> bytes:
+    # This runs ~15 times a span. Non-negative ints (token counts) are a per-key prefix and the
+    # varint; short repeated strings are cached whole; the rest is built field by field.
     out: list[bytes] = []
     append = out.append
     cache = _KV_CACHE
     for k, v in attrs.items():
+        t = type(v)
+        if t is int and v >= 0:
+            vb = _VT[v] if v < _VT_LIMIT else _varint(v)
+            heads = _INT_HEADS.get((tag, k)) or _int_heads(tag, k)
+            append(heads[len(vb)] + vb)
+            continue
         if v is None:
             continue
-        t = type(v)
         if ((t is str and len(v) <= _KV_STR_VALUE_MAX) or (t is tuple and len(v) == 1 and type(v[0]) is str
                                                            and len(v[0]) <= _KV_STR_VALUE_MAX)) \
                 and k not in _NEVER_CACHED:
