@@ -227,38 +227,10 @@ class Row:
             self.first_ns = min(self.first_ns, ns) if self.first_ns else ns
             self.last_ns = max(self.last_ns, ns)
 
-    def add_call(self, c: CallRow) -> None:
-        self.seen(c.time_ns)
-        if c.api_error:
-            self.api_errors += 1
-            return
-        u = c.usage
-        self.input += u[0]
-        self.output += u[1]
-        self.cache_read += u[2]
-        self.cache_write += u[3]
-        self.cache_write_5m += u[4]
-        self.cache_write_1h += u[5]
-        self.reasoning += u[6]
-        cost = 0 if c.cost is None else nano_usd(c.cost)
-        self.cost_nano += cost
-        self.api_calls += 1
-        model = _reported_model(c.model) or "unknown"
-        self.models.add(model)
-        if c.cost is None:
-            self.unpriced.add(model)
-        m = self.by_model.setdefault(model, ModelTotals())
-        m.input += u[0]
-        m.output += u[1]
-        m.cache_write += u[3]
-        m.cache_read += u[2]
-        m.calls += 1
-        m.cost_nano += cost
-
     def add_calls(self, model: str | None, failed: bool, n: int, usage: Sequence[int], priced: int,
                   cost: int, first_ns: int, last_ns: int) -> None:
-        """``n`` calls of one model at once (their sums; ``cost`` in nano-dollars), as ``add_call``
-        adds them one by one."""
+        """``n`` calls of one model (their sums; ``cost`` in nano-dollars, ``priced`` of them with a
+        price), from the ledger's totals or report._call_sums."""
         self.seen(first_ns)
         self.seen(last_ns)
         if failed:
@@ -492,11 +464,14 @@ def summarize(data: Data, q: Query) -> Report:
     """Sum the data into the rows of ``q.view`` (items outside --since/--until left out)."""
     rows = _Rows(q, _where([(c.session_id, c.project, c.cwd) for c in data.calls]
                            + [(t.session_id, t.project, t.cwd) for t in data.turns]))
+    slot_ns = _SLOT_NS if _by_slot(q) else None
     with_calls = set()
-    for c in data.calls:
-        with_calls.add(c.session_id)
-        if rows.inside(c.time_ns):
-            rows.row(c.time_ns, c.session_id).add_call(c)
+    for (sid, model, failed, slot), (n, *usage, priced, cost, first_ns, last_ns) in _call_sums(data.calls,
+                                                                                             slot_ns).items():
+        with_calls.add(sid)
+        ns = slot * (slot_ns or 0)  # any time in the slot: the date lookups are per slot
+        if rows.inside(ns):
+            rows.row(ns, sid).add_calls(model, failed, n, usage, priced, cost, first_ns, last_ns)
     for tool in data.tools:
         if rows.inside(tool.time_ns):
             r = rows.row(tool.time_ns, tool.session_id)
@@ -510,12 +485,47 @@ def summarize(data: Data, q: Query) -> Report:
     return rows.report(data.source)
 
 
+def _by_slot(q: Query) -> bool:
+    """Do the rows depend on when a call was made (its quarter hour), or on its session alone?"""
+    return not (q.view in ("session", "project") and q.since is None and q.until is None)
+
+
+def _call_sums(calls: Iterable[CallRow], slot_ns: int | None) -> dict[tuple[str, str | None, bool, int], list[int]]:
+    """The calls summed per (session, model, failed, slot), as the ledger's call_totals keeps them:
+    calls, the seven usage sums, calls with a cost, their cost in nano-dollars, the earliest
+    non-zero time (0: none) and the latest; in the order each group's first call comes."""
+    sums: dict[tuple[str, str | None, bool, int], list[int]] = {}
+    for c in calls:
+        t = c.time_ns
+        key = (c.session_id, c.model, c.api_error, t // slot_ns if slot_ns else 0)
+        s = sums.get(key)
+        if s is None:
+            s = sums[key] = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]
+        s[0] += 1
+        if not c.api_error:
+            u = c.usage
+            s[1] += u[0]
+            s[2] += u[1]
+            s[3] += u[2]
+            s[4] += u[3]
+            s[5] += u[4]
+            s[6] += u[5]
+            s[7] += u[6]
+            if c.cost is not None:
+                s[8] += 1
+                s[9] += nano_usd(c.cost)
+        if t:
+            s[10] = min(s[10], t) if s[10] else t
+            s[11] = max(s[11], t)
+    return sums
+
+
 def summarize_ledger(ledger: Ledger, q: Query) -> Report:
     """``summarize(gather(options, ledger), q)`` for a ledger no transcript was written after
     (``written_since`` is False), byte for byte, from the totals the ledger keeps per (session,
     model, quarter hour): one Python step per group of calls rather than per call (costs are
     integers of nano-dollars: their sum does not depend on the calls' order)."""
-    by_slot = not (q.view in ("session", "project") and q.since is None and q.until is None)
+    by_slot = _by_slot(q)
     slot_ns = _SLOT_NS if by_slot else None
     totals = ledger.call_totals(by_slot)
     turns = list(ledger.turns())
