@@ -841,11 +841,17 @@ def bench_restart(res: Results, root: Path, exp: dict[str, Any], log_dir: Path, 
         workers = re.search(r"peak RSS ([0-9 /]+) MB", d.stderr())
         worker_peaks = [float(x) for x in workers.group(1).split(" / ")] if workers else []
         peak = hwm + sum(worker_peaks)  # the workers run while ccotel run waits for them: together
+        # ccotel run's high-water mark while its workers ran (it logs it once they have ended): its
+        # own peak afterwards (reading what they left) is when no worker exists any more.
+        during = re.search(r"high-water mark of this process during the catch-up: ([0-9.]+) MB", d.stderr())
+        together = max(float(during.group(1)) + sum(worker_peaks), hwm) if during else None
         res.add("peak_rss", "4. peak RSS of all ccotel processes after the 1 GB catch-up", peak, "MB", floor_rss,
                 "floor", "<= 200 MB", _met(peak <= 200),
                 notes=f"sum of ccotel run's VmHWM ({hwm:.0f} MB) and its catch-up workers' peaks "
                       f"({' / '.join(f'{w:.0f}' for w in worker_peaks) or 'none'} MB);"
-                      f" VmRSS {rss:.0f} MB when caught up")
+                      f" VmRSS {rss:.0f} MB when caught up"
+                      + (f"; ccotel run's VmHWM while its workers ran {float(during.group(1)):.0f} MB: at most "
+                         f"{together:.0f} MB at any one time" if during and together is not None else ""))
         # restart: a new tool call is written right after the process starts; time until its span arrives
         load2 = LiveLoad(files, "restart")
         t_start = time.perf_counter()

@@ -58,6 +58,8 @@ class CatchUpResult:
     seconds: float = 0.0
     worker_seconds: list[float] = field(default_factory=list)
     worker_peak_rss_mb: list[float] = field(default_factory=list)
+    # this process's RSS high-water mark when its workers are done: what it held while they ran
+    caller_peak_rss_mb: float = 0.0
     # for the caller's detectors (workers run none): Pipeline.adopt_detector_state
     ghosts: list[str] = field(default_factory=list)
     unseen_agents: list[tuple[str, str, int]] = field(default_factory=list)
@@ -119,6 +121,11 @@ def catch_up_in_parallel(options: Options, state_dir: str, exporter: str, worker
         _stop_workers(procs, stopper)
         raise
     result.seconds = time.monotonic() - t0
+    result.caller_peak_rss_mb = _peak_rss_mb()
+    # What all processes held together at most (every worker has ended: this process's peak
+    # from here on no longer adds to theirs). Not "peak RSS ...": bench/run.py reads that of the workers.
+    log.info("RSS high-water mark of this process during the catch-up: %.0f MB (with its workers' at most %.0f MB)",
+             result.caller_peak_rss_mb, result.caller_peak_rss_mb + sum(result.worker_peak_rss_mb))
     return result
 
 
@@ -228,8 +235,12 @@ def _worker(options: Options, state_dir: str, exporter: str, groups: list[Group]
     writer.send({"ghosts": ghosts, "unseen_agents": unseen, "files": pipeline.stats.files,
                  "lines": pipeline.stats.lines, "exported": queue.exported,
                  "errors": dict(pipeline.stats.errors), "seconds": time.monotonic() - t0,
-                 "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024})
+                 "peak_rss_mb": _peak_rss_mb()})
     writer.close()
+
+
+def _peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
 
 
 def _die_with_parent(parent_pid: int) -> None:
