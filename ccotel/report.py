@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from .ledger import LEDGER_FILE, SLOT_NS, AgentRow, CallRow, Ledger, LedgerError, ToolRow, TurnRow, nano_usd
+from .model_name import reported_model
 
 if TYPE_CHECKING:  # the transcript reader and rich are imported where they are used
     from rich.console import Console
@@ -245,7 +246,7 @@ class Row:
         self.reasoning += usage[6]
         self.api_calls += n
         self.cost_nano += cost
-        name = _reported_model(model) or "unknown"
+        name = reported_model(model) or "unknown"
         self.models.add(name)
         if priced < n:
             self.unpriced.add(name)
@@ -452,12 +453,6 @@ class _Rows:
         for r in ordered:
             totals.merge(r)
         return Report(q.view, ordered, totals, source)
-
-
-def _reported_model(model: str | None) -> str | None:
-    """``rules.reported_model`` (a test holds them equal): rules loads records, ~15 ms of the
-    start of a report the ledger answers alone."""
-    return model if model and model != "<synthetic>" else None
 
 
 def summarize(data: Data, q: Query) -> Report:

@@ -55,6 +55,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
+from .model_name import SYNTHETIC_MODEL, reported_model
 from .records import AdvisorCall, Entry, Usage
 
 __all__ = [
@@ -96,7 +97,6 @@ __all__ = [
     "retention_days",
 ]
 
-SYNTHETIC_MODEL = "<synthetic>"
 TASK_TOOLS = frozenset({"Task", "Agent"})
 # stop_reasons after which the model owes nothing more in this turn
 FINAL_STOP = frozenset({"end_turn", "stop_sequence", "max_tokens", "refusal"})
@@ -143,11 +143,6 @@ def api_error_type(text: str | None) -> str:
 def is_assistant_record(e: Entry) -> bool:
     """What tells a real session from a ghost: any assistant line, a failed call included."""
     return e.type == "assistant"
-
-
-def reported_model(model: str | None) -> str | None:
-    """The model a call is reported and priced under (None for synthetic lines)."""
-    return model if model and model != SYNTHETIC_MODEL else None
 
 
 def is_billed_model(model: str | None) -> bool:

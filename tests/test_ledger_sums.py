@@ -147,16 +147,14 @@ def test_a_report_from_the_ledger_imports_only_what_it_needs(tmp_path):
             "assert '\"source\": \"ledger\"' in out.getvalue(), out.getvalue()[-300:]\n"
             "print(sorted(m for m in sys.modules if m.startswith(('ccotel', 'msgspec', 'rich', 'zoneinfo'))))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.split("\n")[0] == str(["ccotel", "ccotel.cli", "ccotel.ledger", "ccotel.report",
-                                             "ccotel.stopping"]), out.stdout
+    assert out.stdout.split("\n")[0] == str(["ccotel", "ccotel.cli", "ccotel.ledger", "ccotel.model_name",
+                                             "ccotel.report", "ccotel.stopping"]), out.stdout
 
 
-def test_the_reports_copies_of_small_rules_are_the_rules(monkeypatch):
-    """report.py keeps two one-line rules of modules it does not load (rules, state): equal."""
-    from ccotel import report, rules, state
+def test_the_reports_copy_of_the_state_location_rule_is_the_rule(monkeypatch):
+    """report.py keeps a copy of state.resolve_state (state loads SQLite's state schema): equal."""
+    from ccotel import report, state
 
-    for model in (None, "", "<synthetic>", rules.SYNTHETIC_MODEL, "claude-x"):
-        assert report._reported_model(model) == rules.reported_model(model)  # noqa: SLF001
     for env in ({}, {"CCOTEL_STATE": "/e"}, {"CCOTEL_STATE": ""}, {"CCOTEL_STATE": "none"}):
         for given in ((None, None), ("/s", None), (None, "/d"), ("/s", "/d"), ("none", None), (None, "none"),
                       ("", "/d"), ("", "")):
