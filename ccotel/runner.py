@@ -186,7 +186,11 @@ def _gather(watcher: Watcher, dirty: set[str], last_poll: float) -> float:
     """Lines written fast come as one event per write, and every read of a file has a fixed cost
     (stat, identity, open) larger than its lines': a poll follows the last one by at least
     POLL_GAP_S, gathering what else changed meanwhile. A lone append (the last poll long past)
-    waits for nothing. Returns the time this poll starts."""
+    waits for nothing. A watcher that spaces its batches so itself (inotify) is not waited for
+    again: two gaps out of phase would add up in an append's wait. Returns the time this poll
+    starts."""
+    if watcher.spaces_batches:
+        return time.monotonic()
     wait = POLL_GAP_S - (time.monotonic() - last_poll)
     if wait > 0:
         time.sleep(wait)

@@ -29,9 +29,9 @@ __all__ = ["Watcher"]
 
 log = logging.getLogger("ccotel.watch")
 
-# The least time between two reads of the inotify fd: the runner's POLL_GAP_S. While lines come,
-# the pipeline polls no more often than that anyway, so reading events more often only wakes
-# this thread (and the main one) more often, and reading them less often would delay a poll.
+# The least time between two reads of the inotify fd, the runner's POLL_GAP_S: while lines come,
+# each read is one batch for one poll (the runner then polls at once: one gate, so no second gap
+# out of phase with this one adds to an append's wait).
 _READ_GAP_S = 0.02
 
 
@@ -109,8 +109,8 @@ class _InotifyTree:
             if self._stop_r in ready:
                 return
             # Appends in a burst come a millisecond apart: a read follows the one before by at
-            # least _READ_GAP_S, so a batch is read per wake-up, not an event (the pipeline reads
-            # files every POLL_GAP_S at most while they come). A lone event waits for nothing.
+            # least _READ_GAP_S, so a batch is read per wake-up, not an event, and the pipeline
+            # polls once per batch. A lone event waits for nothing.
             wait = _READ_GAP_S - (time.monotonic() - last)
             if wait > 0:
                 time.sleep(wait)
@@ -204,6 +204,12 @@ class Watcher:
         self._observer: BaseObserver | None = None
         self._tree: _InotifyTree | None = None
         self._watched: set[str] = set()
+
+    @property
+    def spaces_batches(self) -> bool:
+        """Events are read in batches at least _READ_GAP_S apart (inotify itself): the runner
+        polls as each comes. watchdog's observers report each event as it comes."""
+        return self._tree is not None
 
     def mark(self, path: str) -> None:
         with self._lock:

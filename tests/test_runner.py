@@ -45,3 +45,35 @@ def test_a_state_without_a_ledger_gets_one_filled_from_the_transcripts(tmp_path)
     assert _calls(st) == made_while_reading
     assert main(args) == 0  # filled once: a third start reads nothing again
     assert _calls(st) == made_while_reading
+
+
+class _Watcher:
+    def __init__(self, spaces: bool) -> None:
+        self.spaces_batches = spaces
+        self.waits = 0
+
+    def wait(self, timeout_s: float) -> set[str]:
+        self.waits += 1
+        return {"late"}
+
+
+def test_polls_are_spaced_once_by_the_watcher_or_by_the_runner() -> None:
+    """inotify's reader spaces its batches POLL_GAP_S apart: the runner polls at once (a second gap
+    out of phase with it would add to an append's wait). Other watchers: the runner waits out the
+    gap since the last poll and gathers what came meanwhile; a lone append waits for nothing."""
+    import time as _time
+
+    from ccotel.runner import POLL_GAP_S, _gather
+
+    dirty: set[str] = {"a"}
+    spacing = _Watcher(True)
+    t0 = _time.monotonic()
+    _gather(spacing, dirty, last_poll=t0)  # type: ignore[arg-type]
+    assert _time.monotonic() - t0 < POLL_GAP_S / 2 and spacing.waits == 0 and dirty == {"a"}
+    plain = _Watcher(False)
+    t0 = _time.monotonic()
+    started = _gather(plain, dirty, last_poll=t0)  # type: ignore[arg-type]
+    assert started - t0 >= POLL_GAP_S * 0.9 and dirty == {"a", "late"}
+    t0 = _time.monotonic()
+    _gather(plain, dirty, last_poll=t0 - 1.0)  # type: ignore[arg-type]
+    assert _time.monotonic() - t0 < POLL_GAP_S / 2 and plain.waits == 1
