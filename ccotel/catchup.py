@@ -24,6 +24,7 @@ import logging
 import os
 import resource
 import signal
+import sys
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -240,7 +241,18 @@ def _worker(options: Options, state_dir: str, exporter: str, groups: list[Group]
 
 
 def _peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+    """This process's RSS high-water mark, MB. Linux: VmHWM, of this program only. ru_maxrss
+    keeps, across exec, the RSS of the process it was forked from: a spawned worker would report
+    ccotel run's RSS at the spawn, and ccotel run that of whatever started it."""
+    try:
+        with open("/proc/self/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"VmHWM:"):
+                    return int(line.split()[1]) / 1024  # kB
+    except (OSError, ValueError, IndexError):
+        pass
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / (1 << 20) if sys.platform == "darwin" else peak / 1024  # bytes on macOS, KiB elsewhere
 
 
 def _die_with_parent(parent_pid: int) -> None:

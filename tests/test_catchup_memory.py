@@ -26,3 +26,27 @@ def test_peaks_of_the_workers_and_of_the_caller_are_reported(tmp_path, caplog):
     assert caller == round(done.caller_peak_rss_mb)
     assert together == round(done.caller_peak_rss_mb + sum(done.worker_peak_rss_mb))
     assert not re.search(r"peak RSS [0-9]", line)  # bench/run.py takes the workers' peaks from "peak RSS a / b MB"
+
+
+def _child_peak(out) -> None:  # noqa: ANN001 - a multiprocessing queue
+    from ccotel.catchup import _peak_rss_mb
+
+    out.put(_peak_rss_mb())
+
+
+def test_a_spawned_worker_reports_its_own_peak_not_its_parents():
+    """ru_maxrss keeps, across exec, the RSS of the process a child was forked from: a worker
+    spawned by a 150 MB ccotel run reported >= 150 MB though it held a tenth of that."""
+    import multiprocessing
+
+    held = bytearray(150 << 20)
+    for i in range(0, len(held), 4096):
+        held[i] = 1  # touched: resident
+    ctx = multiprocessing.get_context("spawn")
+    out = ctx.Queue()
+    p = ctx.Process(target=_child_peak, args=(out,))
+    p.start()
+    peak = out.get(timeout=60)
+    p.join(timeout=60)
+    assert 5 < peak < 100, peak
+    del held
