@@ -60,6 +60,15 @@ class Delivery:
                 self._owners_by_path.setdefault(path, {})[owner.token] = off
             self._maybe_done.add(owner.token)
 
+    def history_in_flight(self) -> list[tuple[str, int]]:
+        """(token, anchor of its first file) of the closed owners read as history (not counted)
+        whose spans are not all final: their offsets are not committed yet, so a restart would
+        read them again. (An open one is not among them: its lines from now on are live, and it
+        counts once they come.)"""
+        with self.lock:
+            return [(token, anchor_of(next(iter(owner.first_offsets))) if owner.first_offsets else PERMANENT)
+                    for token, owner in self.owners.items() if not owner.live and owner.closed]
+
     def take(self, owner: Owner, spans: Sequence[SpanRecord]) -> list[SpanRecord]:
         """The spans of an owner about to be sent: those not delivered before a restart, now in
         flight, and counted at once (metrics never wait for the trace backend)."""

@@ -29,9 +29,10 @@ from .reader import FileState
 from .records import FileKind
 from .state import PERMANENT, State, anchor_of
 
-__all__ = ["Detectors", "CAUGHT_UP"]
+__all__ = ["Detectors", "CAUGHT_UP", "HISTORY_OWNER"]
 
 CAUGHT_UP = "caught_up"  # the mark of the first catch-up: from then on, and after any restart, events count
+HISTORY_OWNER = "history:"  # + an owner's token: read before CAUGHT_UP, not final when it was committed
 _SCAN_NS = 60 * 10 ** 9  # at most one scan of the evidence a minute (it lists every project dir)
 
 
@@ -60,9 +61,21 @@ class Detectors:
         """Events are counted once ccotel has caught up, or from the start after a restart."""
         return self.caught_up or CAUGHT_UP in self.marks
 
-    def catch_up_done(self) -> None:
+    def catch_up_done(self, history_owners: Iterable[tuple[str, int]] = ()) -> None:
+        """The first catch-up is complete. ``history_owners``: (token, anchor of its file) of the
+        owners read as history whose spans are not all final yet. CAUGHT_UP is committed with the
+        next checkpoint, and their offsets later: a restart in between reads them again after the
+        mark, so each is marked as history too (HISTORY_OWNER), in the same transaction as
+        CAUGHT_UP; the mark goes when its file is forgotten."""
+        if not self.caught_up and CAUGHT_UP not in self.marks:
+            for token, anchor in history_owners:
+                self._mark(HISTORY_OWNER + token, anchor)
         self.caught_up = True
         self._mark(CAUGHT_UP, PERMANENT)
+
+    def history_owners(self) -> set[str]:
+        """Owners marked as history at the first catch-up (never counted, whenever read again)."""
+        return {m[len(HISTORY_OWNER):] for m in self.marks if m.startswith(HISTORY_OWNER)}
 
     def take_marks(self) -> list[tuple[str, int]]:
         marks, self._new_marks = self._new_marks, []

@@ -105,6 +105,7 @@ class Pipeline:
                              self.checkpoints, options.content is not None, options.max_line_bytes, stall,
                              options.unterminated_grace_ns)
         self.delivery = Delivery(state, metrics, clock)
+        self.delivery.not_live |= self.detectors.history_owners()  # read as history: never counted
         self._commit_every_ns = 0  # live: the least time between two commits from tick (go_live)
         self._last_commit_ns = 0
         self._unrecorded: list[SpanRecord] = []  # live: spans not in the ledger yet (written before each commit)
@@ -190,7 +191,7 @@ class Pipeline:
             self._emit()
             self.reader.complete = False
             if final:
-                self.detectors.catch_up_done()
+                self.detectors.catch_up_done(self.delivery.history_in_flight())
             self.process_acks()
         except BaseException:
             # Stopped (a signal): what the backend acknowledged is committed, ledger rows first;

@@ -13,6 +13,7 @@ from pathlib import Path
 import orjson
 
 from ccotel.catchup import catch_up_in_parallel
+from ccotel.detectors import HISTORY_OWNER
 from ccotel.export import ExportQueue, OtlpSink
 from ccotel.metrics import Metrics
 from ccotel.pipeline import Options, Pipeline
@@ -64,7 +65,10 @@ def compare(root: Path, tmp_path: Path, monkeypatch, workers: int) -> int:
     db_one, db_many = State(str(tmp_path / "state-one")), State(str(tmp_path / "state-many"))
     assert db_many.files() == db_one.files()
     assert db_many.calls() == db_one.calls() and db_many.prompts() == db_one.prompts()
-    assert db_many.marks() == db_one.marks() == {"caught_up"}
+    # history:<owner> marks record which history owners were still in flight when the caught-up
+    # mark was committed (detectors.catch_up_done): timing, not data; the rest are equal
+    marks_one, marks_many = ({m for m in db.marks() if not m.startswith(HISTORY_OWNER)} for db in (db_one, db_many))
+    assert marks_many == marks_one == {"caught_up"}
     return processes
 
 

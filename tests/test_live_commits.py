@@ -185,3 +185,29 @@ def test_a_backfill_commits_about_once_a_second_not_per_session(tmp_path, monkey
     acked, offset, calls, counted = written(state_dir)
     assert len(delivered) == 30 * 4 and (acked, calls, counted) == (set(), 60, 0.0)
     assert offset == max(os.path.getsize(os.path.join(proj(root), f)) for f in os.listdir(proj(root)))
+
+
+def test_history_in_flight_when_caught_up_is_committed_is_not_counted_after_a_kill(tmp_path):
+    """The first catch-up commits its caught-up mark while the backend has not yet taken the
+    last spans of the history (their offsets wait for them). Killed then, the next start reads
+    those lines again after the mark: they are still history, never counted (tests/test_crash.py
+    saw 242 history API calls counted this way under load)."""
+    root = str(tmp_path / "claude")
+    t = Transcript(SID, t_ms=int(time.time() * 1000) - 3_600_000)
+    one_tool_turn(t, "1")
+    one_tool_turn(t, "2")
+    t.write(os.path.join(proj(root), f"{SID}.jsonl"))
+    state_dir = str(tmp_path / "state")
+    os.makedirs(state_dir)
+    held: list[SpanRecord] = []
+    first = Pipeline(Options(roots=(root,)), emit=held.extend, state=State(state_dir), metrics=Metrics())
+    first.backfill()  # the backend never answers: every span is in flight when the mark is committed
+    assert held
+    # killed here: nothing more is committed. The next start: the backend takes everything.
+    delivered: list[SpanRecord] = []
+    second = start(root, state_dir, delivered)
+    second.backfill()
+    second.process_acks()
+    assert {s.span_id for s in delivered} == {s.span_id for s in held}  # sent again: nothing lost
+    _acked, _offset, _calls, counted = written(state_dir)
+    assert counted == 0  # history: traces only
