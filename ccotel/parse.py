@@ -700,14 +700,18 @@ class _JUsage(msgspec.Struct):
     output_tokens_details: Any = None
     iterations: list[_JIteration] | None = None
 
-    def record(self) -> tuple[Usage, tuple[AdvisorCall, ...]]:
+    def counts(self) -> tuple[int, int, int, int, int, int]:
+        """input, output, cache read, cache creation, its 5m and 1h parts, as written (absent: 0).
+        With no iterations and no thinking details these are the call's usage (``record``)."""
         cc = self.cache_creation
+        return (self.input_tokens or 0, self.output_tokens or 0, self.cache_read_input_tokens or 0,
+                self.cache_creation_input_tokens or 0, (cc.ephemeral_5m_input_tokens or 0) if cc is not None else 0,
+                (cc.ephemeral_1h_input_tokens or 0) if cc is not None else 0)
+
+    def record(self) -> tuple[Usage, tuple[AdvisorCall, ...]]:
         details = self.output_tokens_details
         thinking = _int(details.get("thinking_tokens")) if type(details) is dict else None
-        return _usage_record(self.input_tokens or 0, self.output_tokens or 0, self.cache_read_input_tokens or 0,
-                             self.cache_creation_input_tokens or 0,
-                             (cc.ephemeral_5m_input_tokens or 0) if cc is not None else 0,
-                             (cc.ephemeral_1h_input_tokens or 0) if cc is not None else 0, thinking or 0,
+        return _usage_record(*self.counts(), thinking or 0,
                              [i.row() for i in self.iterations] if self.iterations else [])
 
 

@@ -162,11 +162,7 @@ def _quick(line: bytes) -> _Line | None:
     if u is None:
         usage = None
     elif u.iterations is None and u.output_tokens_details is None:
-        # no advisor iterations or thinking details: the counts as written (what record() gives)
-        cc = u.cache_creation
-        usage = (u.input_tokens or 0, u.output_tokens or 0, u.cache_read_input_tokens or 0,
-                 u.cache_creation_input_tokens or 0, (cc.ephemeral_5m_input_tokens or 0) if cc is not None else 0,
-                 (cc.ephemeral_1h_input_tokens or 0) if cc is not None else 0, 0)
+        usage = (*u.counts(), 0)  # no advisor iterations or thinking details: what record() gives
     else:
         record, advisors = u.record()
         usage = _as_tuple(record)
