@@ -427,18 +427,26 @@ class _Rows:
         return r
 
     def add_turns(self, turns: Sequence[TurnRow], with_calls: set[str]) -> None:
-        """Kills and resets; in the session view a session's first prompt starts it; ghosts."""
+        """Kills and resets; in the session view a session's first prompt starts it; ghosts. The
+        result does not depend on the turns' order: a session's prompts count as its activity
+        when it has a row once its calls, tools, subagents, kills and resets are in."""
         first_turn: dict[str, TurnRow] = {}
         for t in turns:
             if t.session_id not in with_calls and (t.session_id not in first_turn
                                                    or t.time_ns < first_turn[t.session_id].time_ns):
                 first_turn[t.session_id] = t
             killed, reset = t.outcome == "killed", t.lost_tools > 0  # reset: resumed without an orphaned call
-            if self.inside(t.time_ns) and (killed or reset or (self.q.view == "session" and t.session_id in self.rows)):
+            if (killed or reset) and self.inside(t.time_ns):
                 r = self.row(t.time_ns, t.session_id)
-                r.seen(t.time_ns)  # a session starts with its first prompt
+                r.seen(t.time_ns)
                 r.kills += killed
                 r.resets += reset
+        if self.q.view == "session":  # a session starts with its first prompt
+            rows = self.rows
+            for t in turns:
+                r = rows.get(t.session_id)
+                if r is not None and self.inside(t.time_ns):
+                    r.seen(t.time_ns)
         for sid, t in first_turn.items():  # a ghost: prompts and no assistant record at all
             if self.inside(t.time_ns):
                 r = self.row(t.time_ns, sid)
@@ -457,8 +465,9 @@ class _Rows:
 
 def summarize(data: Data, q: Query) -> Report:
     """Sum the data into the rows of ``q.view`` (items outside --since/--until left out)."""
+    turns = _in_time_order(data.turns)
     rows = _Rows(q, _where([(c.session_id, c.project, c.cwd) for c in data.calls]
-                           + [(t.session_id, t.project, t.cwd) for t in data.turns]))
+                           + [(t.session_id, t.project, t.cwd) for t in turns]))
     slot_ns = _SLOT_NS if _by_slot(q) else None
     with_calls = set()
     for (sid, model, failed, slot), (n, *usage, priced, cost, first_ns, last_ns) in _call_sums(data.calls,
@@ -476,7 +485,7 @@ def summarize(data: Data, q: Query) -> Report:
     for a in data.agents:
         if rows.inside(a.time_ns):
             rows.row(a.time_ns, a.session_id).subagents += 1
-    rows.add_turns(data.turns, with_calls)
+    rows.add_turns(turns, with_calls)
     return rows.report(data.source)
 
 
@@ -523,7 +532,7 @@ def summarize_ledger(ledger: Ledger, q: Query) -> Report:
     by_slot = _by_slot(q)
     slot_ns = _SLOT_NS if by_slot else None
     totals = ledger.call_totals(by_slot)
-    turns = list(ledger.turns())
+    turns = _in_time_order(ledger.turns())
     rows = _Rows(q, _where([(sid, project, cwd) for sid, _t, _r, project, cwd in ledger.session_places()]
                            + [(t.session_id, t.project, t.cwd) for t in turns]))
     if q.view == "project":
@@ -602,6 +611,12 @@ def _where(places: Iterable[tuple[str, str | None, str | None]]) -> dict[str, tu
         if have is None or (have[1] is None and cwd) or (have[0] is None and project):
             out[sid] = (project or (have[0] if have else None), cwd or (have[1] if have else None))
     return out
+
+
+def _in_time_order(turns: Iterable[TurnRow]) -> list[TurnRow]:
+    """Turns by time (ties by span id): whatever order they were written in, a session without a
+    call is placed by its earliest turn, and the rows its turns make are made in one order."""
+    return sorted(turns, key=lambda t: (t.time_ns, t.span_id))
 
 
 def _period(d: date, q: Query) -> str:

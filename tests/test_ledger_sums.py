@@ -16,7 +16,7 @@ from zoneinfo import ZoneInfo
 import orjson
 import pytest
 
-from ccotel.ledger import LEDGER_FILE, Ledger
+from ccotel.ledger import LEDGER_FILE, Ledger, TurnRow
 from ccotel.report import Data, Query, as_json, summarize, summarize_ledger, written_since
 from tests.harness.fixtures import load_fixture
 from tests.test_ledger import build_ledger
@@ -67,6 +67,28 @@ def test_sums_in_sqlite_equal_the_row_by_row_report(tmp_path, seed):
     ledger = random_ledger(tmp_path / LEDGER_FILE, seed)
     for q in QUERIES:
         assert orjson.dumps(as_json(summarize_ledger(ledger, q))) == reference(ledger, q), q
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_the_report_does_not_depend_on_the_turns_order(tmp_path, seed):
+    """A session's prompts start it (the session view) whatever order its turns are read in: a
+    killed turn that makes a session's row counts the prompts before it too."""
+    ledger = random_ledger(tmp_path / LEDGER_FILE, seed)
+    turns = list(ledger.turns())
+    data = Data(list(ledger.calls()), list(ledger.tools()), list(ledger.agents()), turns, "ledger")
+    shuffled = Data(data.calls, data.tools, data.agents, random.Random(seed).sample(turns, len(turns)), "ledger")
+    for q in QUERIES:
+        assert orjson.dumps(as_json(summarize(shuffled, q))) == orjson.dumps(as_json(summarize(data, q))), q
+
+
+def test_a_killed_turn_after_a_prompt_starts_the_session_at_the_prompt():
+    """A session with no call: a prompt at 100, then a killed turn at 200. In either order the
+    session's first activity is the prompt's."""
+    prompt = TurnRow("g", "u1", 100, 0, None, None, "ok", 0, 0, 0)
+    killed = TurnRow("g", "u2", 200, 0, None, None, "killed", 0, 0, 0)
+    for turns in ([prompt, killed], [killed, prompt]):
+        row = summarize(Data([], [], [], turns, "ledger"), Query(view="session")).rows[0]
+        assert (row.first_ns, row.last_ns, row.kills, row.ghosts) == (100, 200, 1, 1), turns
 
 
 @pytest.mark.parametrize("reverse", [False, True])
