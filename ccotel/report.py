@@ -444,9 +444,9 @@ class _Rows:
         if self.q.view == "session":  # a session starts with its first prompt
             rows = self.rows
             for t in turns:
-                r = rows.get(t.session_id)
-                if r is not None and self.inside(t.time_ns):
-                    r.seen(t.time_ns)
+                started = rows.get(t.session_id)
+                if started is not None and self.inside(t.time_ns):
+                    started.seen(t.time_ns)
         for sid, t in first_turn.items():  # a ghost: prompts and no assistant record at all
             if self.inside(t.time_ns):
                 r = self.row(t.time_ns, sid)
