@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from ccotel.state import State
+from ccotel.stopping import STOP_GRACE_S
 from tests.otlp_receiver import OtlpReceiver
 
 STOP_LIMIT_S = 2.0
@@ -182,9 +183,13 @@ def test_signal_while_discovering_and_a_second_signal_during_shutdown(corpus, tm
     print(f"\nstop during start-up: {early:.3f} s; second SIGTERM 50 ms after the first: {second:.3f} s")
     STOP_TIMES.append(("run, start-up", early))
     STOP_TIMES.append(("run --workers 2, second SIGTERM after 50 ms", second))
-    assert early < STOP_LIMIT_S and second < 0.5 + 0.05
+    # The second signal's path is proved by the log; the time only has to stay below the grace
+    # period the first one starts (a missed second signal ends by the watchdog at 1.75 s). Under
+    # a loaded CI machine the exit itself took 0.86 s once: 1.2 s leaves room for that.
+    assert early < STOP_LIMIT_S and second < 1.2 < STOP_GRACE_S
     assert proc.returncode == -signal.SIGTERM
-    assert "again: exiting now" in (tmp_path / "b.log").read_text()
+    log = (tmp_path / "b.log").read_text()
+    assert "again: exiting now" in log and "still stopping" not in log, log[-2000:]
 
 
 def test_signal_while_the_backend_is_down_and_the_queue_is_full(corpus, tmp_path):
