@@ -15,7 +15,7 @@ from genai_prices import calc_price
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ccotel.pricing import Pricing, load_overrides
+from ccotel.pricing import Price, Pricing, Rate, load_overrides
 from ccotel.records import Usage
 
 MODELS = ["claude-opus-5", "claude-sonnet-5", "claude-fable-5", "claude-opus-5-5", "claude-opus-4-6",
@@ -105,3 +105,23 @@ def test_tiered_prices_take_the_tiered_path():
     price = Pricing(cache_path="").price(TIERED, AT_NS)
     assert price is not None and price._flat is None  # noqa: SLF001
     assert Pricing(cache_path="").price("claude-opus-4-6", AT_NS)._flat is not None  # noqa: SLF001
+
+
+_rates = st.builds(Rate, st.floats(0, 100, allow_nan=False),
+                   st.lists(st.tuples(st.integers(0, 500_000), st.floats(0, 100, allow_nan=False)), max_size=3)
+                   .map(lambda ts: tuple(sorted(ts))))
+
+
+@settings(max_examples=500, deadline=None)
+@given(rates=st.tuples(_rates, _rates, _rates, _rates, _rates),
+       counts=st.tuples(*(st.integers(0, 400_000) for _ in range(6))))
+def test_a_call_below_every_tier_is_priced_as_rate_at_prices_it(rates, counts):
+    """Price.cost_of takes the base rates without Rate.at when the call's whole input is not above
+    any tier's threshold: the same float as the five lookups, on either side of the thresholds."""
+    price = Price(*rates)
+    fresh, out, read, write, w5, w1 = counts
+    total = fresh + read + write
+    w1_billed = w1 if w5 + w1 else 0
+    plain = (fresh * rates[0].at(total) + out * rates[1].at(total) + (write - w1_billed) * rates[2].at(total)
+             + w1_billed * rates[3].at(total) + read * rates[4].at(total)) / 1e6
+    assert price.cost_of(fresh, out, read, write, w5, w1) == plain
