@@ -666,7 +666,7 @@ class _JBlock(msgspec.Struct):
     tool_use_id: _OptStr = None
     is_error: bool | None = None
     text: Any = None  # a text block's text: only a str is kept (non-str is None, no error)
-    content: str | list[_JText] | None = None
+    content: msgspec.Raw = msgspec.Raw(b"null")  # a tool_result's: decoded by _result_text, often in part
 
 
 class _JCacheCreation(msgspec.Struct):
@@ -771,6 +771,11 @@ class _JLine(msgspec.Struct):
 _line_decoder = msgspec.json.Decoder(_JLine)
 _tool_use_result_decoder = msgspec.json.Decoder(_JToolUseResult)
 _str_decoder = msgspec.json.Decoder(str)
+_content_decoder = msgspec.json.Decoder(str | list[_JText] | None)
+# A character of a JSON string takes at most 12 bytes (an escaped surrogate pair), so the first
+# _CLASSIFY_PREFIX characters of a string lie in its first _HEAD_BYTES - 16 bytes (the quote
+# included); 16 more leave room to step back from a cut inside an escape or a UTF-8 sequence.
+_HEAD_BYTES = 1 + 12 * _CLASSIFY_PREFIX + 16
 
 
 class _StepAside(Exception):
@@ -888,19 +893,42 @@ def _fast_blocks(content: list[_JBlock], capture: bool) -> tuple[Block, ...]:
         elif btype == "tool_result":
             if b.tool_use_id is None:
                 raise _StepAside  # bad_field
-            c = b.content
-            text = c if isinstance(c, str) else None
-            if isinstance(c, list):
-                parts = [t.text for t in c if t.text is not None]
-                text = "\n".join(parts) if parts else None
             out.append(_new_block({"type": "tool_result", "id": b.tool_use_id, "is_error": b.is_error is True,
-                                   "text": _keep_text(text, capture)}))
+                                   "text": _result_text(b.content, capture)}))
         elif btype == "text":
             out.append(_new_block({"type": "text", "text": _keep_text(b.text if isinstance(b.text, str) else None,
                                                                        capture)}))
         else:
             out.append(_new_block({"type": btype}))
     return tuple(out)
+
+
+def _result_text(raw: msgspec.Raw, capture: bool) -> str | None:
+    """A tool_result's text as _keep_text(_text_of(content)) gives it. With content capture off
+    only the head of a long string is kept, and only its head is decoded: tool output is most of
+    a transcript's bytes (the line decoder has checked the whole string's JSON, and the reader
+    its UTF-8)."""
+    if not capture and len(raw) > _HEAD_BYTES and memoryview(raw)[0] == 0x22:  # '"'
+        return _string_head(raw)
+    c = _content_decoder.decode(raw)
+    text = c if isinstance(c, str) else None
+    if isinstance(c, list):
+        parts = [t.text for t in c if t.text is not None]
+        text = "\n".join(parts) if parts else None
+    return _keep_text(text, capture)
+
+
+def _string_head(raw: msgspec.Raw) -> str:
+    """The first _CLASSIFY_PREFIX characters of a JSON string longer than _HEAD_BYTES: its first
+    bytes, closed with a quote. A cut inside an escape or a UTF-8 sequence does not decode; a
+    cut a few bytes earlier does, and changes nothing before it."""
+    view = memoryview(raw)
+    for cut in range(_HEAD_BYTES, _HEAD_BYTES - 16, -1):
+        try:
+            return _str_decoder.decode(view[:cut].tobytes() + b'"')[:_CLASSIFY_PREFIX]
+        except msgspec.DecodeError:
+            continue
+    raise _StepAside  # not reached for a valid string (an escape is at most 12 bytes): the checked path
 
 
 def _fast_tool_use_result(t: _JToolUseResult) -> dict[str, Any]:

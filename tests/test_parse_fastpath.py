@@ -144,3 +144,27 @@ def test_generated_lines_equal(obj, msg, etype):
         import json
         data = json.dumps(obj).encode()
     assert_same(data)
+
+
+_TRICKY = st.sampled_from(['a', '"', '\\', '\n', '\t', '\x01', '\x7f', 'é', '€', '\u2028', '😀', '\U0010fffd', '/'])
+
+
+@settings(max_examples=400, deadline=None)
+@given(head=st.text(st.one_of(_TRICKY, st.characters(blacklist_categories=("Cs",))), max_size=120),
+       tail=st.text(_TRICKY, min_size=0, max_size=400), pad=st.integers(0, 1200), ascii_only=st.booleans(),
+       as_list=st.booleans())
+def test_a_long_tool_result_is_read_by_its_head_alone(head, tail, pad, ascii_only, as_list):
+    """With content capture off, a long tool_result string is decoded only as far as the kept
+    prefix needs (escapes of every length at the cut): the same text as the whole decode, and the
+    same entry as the checked path, whether the line is written escaped (json) or not (orjson)."""
+    import json
+
+    text = head + tail + "x" * pad
+    content: Any = [{"type": "text", "text": text}] if as_list else text
+    line = {"type": "user", "uuid": "u", "sessionId": "s", "timestamp": "2025-06-01T12:00:00.000Z",
+            "message": {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": content}]}}
+    for data in (json.dumps(line, ensure_ascii=ascii_only).encode(), orjson.dumps(line)):
+        fast = parse._fast_entry(data, 0, False)
+        assert fast is not None, data[:300]
+        assert fast.blocks[0].text == text[:parse._CLASSIFY_PREFIX]
+        assert_same(data)
