@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -32,6 +33,9 @@ __all__ = ["Reader", "FileState", "ReadStats"]
 # A history is read into the assembler this many bytes at a time: a 25 MB session costs a few MB
 # of lines in memory, not 25 (the workers' peak RSS), at no cost in speed.
 _READ_SLICE = 4 << 20
+# How long a file checked to be inside its root is read without resolving its path again, while the
+# path still opens that same file (Reader._trust): as long as within_root reuses a directory's.
+_INSIDE_TTL_S = 10.0
 
 log = logging.getLogger("ccotel.pipeline")
 
@@ -65,6 +69,8 @@ class FileState:
     unreadable: bool = False
     changed_ns: int = 0
     mtime_ns: int = 0  # the file's mtime at the last read (from its fstat: the detectors' sweep age)
+    inside: tuple[int, int] = (-1, -1)  # (device, inode) of the file the path led to inside the root ...
+    inside_until: float = 0.0  # ... until then (time.monotonic; Reader._trust)
 
 
 class Reader:
@@ -179,8 +185,8 @@ class Reader:
         arrival time counts as activity); history read during a catch-up has only its timestamps.
         A long history is read in slices of about _READ_SLICE bytes: memory holds one slice of
         lines, not the file."""
-        if not within_root(state.root, state.tf.path):
-            self.error("path_outside_root")
+        only = state.inside if time.monotonic() < state.inside_until else None
+        if only is None and not self._inside(state):
             return
         now = self.clock()
         # A last line without its newline is taken, even broken, once its writer is surely gone: the
@@ -189,9 +195,17 @@ class Reader:
         quiet_before = now - self.stall_ns if accept_unterminated and not force else None
         while True:
             res = state.tailer.read(accept_unterminated=accept_unterminated, max_bytes=_READ_SLICE,
-                                    force_tail=force, quiet_before_ns=quiet_before)
+                                    force_tail=force, quiet_before_ns=quiet_before, only=only)
+            if res.other_file:  # not the file checked: the path is checked again before a read
+                state.inside_until = 0.0
+                if not self._inside(state):
+                    return
+                only = None
+                continue
             if not self._take(state, res, now, live) or not res.more:
                 break
+        if only is None:
+            self._trust(state)
         if "unreadable" in res.errors:
             return
         state.mtime_ns = res.mtime_ns or state.mtime_ns
@@ -201,6 +215,33 @@ class Reader:
         else:
             self._partial.add(state.tf.path)
         self.dirty.add(state.tf.path)
+
+    def _inside(self, state: FileState) -> bool:
+        """The path, every symlink resolved, is under the file's root (else counted, not read)."""
+        if within_root(state.root, state.tf.path):
+            return True
+        self.error("path_outside_root")
+        return False
+
+    @staticmethod
+    def _trust(state: FileState) -> None:
+        """After a read checked by within_root: the file read is the one the path names now (its
+        device and inode), so reads in the next _INSIDE_TTL_S open the path and read it only if
+        it is still that file, without resolving the path again (two lstat calls and the
+        resolution's Python, per read). A file replaced, or reached through a directory swapped
+        for a symlink, is another inode: checked again before anything is read. The same file
+        moved out of the root and linked back is read until the entry expires, as within_root's
+        own directory cache allows (discover._DIR_TTL_S)."""
+        ident = state.tailer.identity
+        if ident is None:
+            return
+        try:
+            st = os.stat(state.tf.path)
+        except OSError:
+            return
+        if (st.st_dev, st.st_ino) == (ident.dev, ident.ino):
+            state.inside = (ident.dev, ident.ino)
+            state.inside_until = time.monotonic() + _INSIDE_TTL_S
 
     def _take(self, state: FileState, res: ReadResult, now: int, live: bool) -> bool:
         """One slice of a file's lines into the assembler; False if the file could not be read."""

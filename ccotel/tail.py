@@ -13,7 +13,6 @@ import hashlib
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import BinaryIO
 
 from .parse import is_complete_json
 from .records import RawLine
@@ -21,6 +20,8 @@ from .records import RawLine
 __all__ = ["FileIdentity", "Tailer", "ReadResult", "identity_of", "lines_with"]
 
 _CHUNK = 1 << 20
+# A read asks this much past the size the fstat gave: a short read then shows the end of the file.
+_SLACK = 1 << 12
 _FINGERPRINT_BYTES = 256
 
 
@@ -63,6 +64,7 @@ class ReadResult:
     mtime_ns: int = 0
     more: bool = False  # stopped at max_bytes: more whole lines may follow
     gone: bool = False
+    other_file: bool = False  # not the file read(only=...) names: nothing read
 
     def error(self, reason: str, end: int = -1) -> None:
         self.errors.append(reason)
@@ -82,34 +84,43 @@ class Tailer:
     max_line_bytes: int = 32 << 20
 
     def read(self, accept_unterminated: bool = False, max_bytes: int = 1 << 62,
-             force_tail: bool = False, quiet_before_ns: int | None = None) -> ReadResult:
+             force_tail: bool = False, quiet_before_ns: int | None = None,
+             only: tuple[int, int] | None = None) -> ReadResult:
         """New whole lines, about ``max_bytes`` of them (at least one line when there is one). An
         unterminated last line is taken if ``accept_unterminated`` and it is complete JSON, or
         always with ``force_tail`` or when the file was last written before ``quiet_before_ns``
-        (the writer is known to be done with it). One open and one fstat per read: the head
-        fingerprint is read through the same descriptor."""
+        (the writer is known to be done with it). ``only``: the (device, inode) the caller
+        checked the path leads to; another file is not read at all (``res.other_file``).
+
+        One descriptor per read, used by position (pread): an open, an fstat, the head
+        fingerprint and the new bytes, no buffered file object (whose 1 MiB reads allocated a
+        1 MiB buffer per read, and a second read to see the end)."""
         res = ReadResult()
         try:
-            f = open(self.path, "rb")
+            f = open(self.path, "rb", buffering=0, opener=_open_nonblocking)
         except FileNotFoundError:
             res.gone = True
             return res
         except OSError:
             res.error("unreadable")
             return res
+        fd = f.fileno()
         try:
-            with f:
-                st = os.fstat(f.fileno())
-                res.size, res.mtime_ns = st.st_size, st.st_mtime_ns
-                self._check_identity(st, res, f.fileno())
-                if st.st_size <= self.offset:
-                    return res
-                force_tail = force_tail or (quiet_before_ns is not None and st.st_mtime_ns <= quiet_before_ns)
-                f.seek(self.offset)
-                self._read_lines(f, res, accept_unterminated or force_tail, force_tail, max_bytes)
-                res.size = max(res.size, f.tell())
+            st = os.fstat(fd)
+            if only is not None and (st.st_dev, st.st_ino) != only:
+                res.other_file = True
+                return res
+            res.size, res.mtime_ns = st.st_size, st.st_mtime_ns
+            self._check_identity(st, res, fd)
+            if st.st_size <= self.offset:
+                return res
+            force_tail = force_tail or (quiet_before_ns is not None and st.st_mtime_ns <= quiet_before_ns)
+            end = self._read_lines(fd, res, accept_unterminated or force_tail, force_tail, max_bytes, st.st_size)
+            res.size = max(res.size, end)
         except OSError:
             res.error("unreadable")
+        finally:
+            f.close()
         return res
 
     def _check_identity(self, st: os.stat_result, res: ReadResult, fd: int) -> None:
@@ -135,8 +146,15 @@ class Tailer:
         self.offset = 0
         res.reset = True
 
-    def _read_lines(self, f: BinaryIO, res: ReadResult, take_tail: bool, force_tail: bool,
-                    max_bytes: int) -> None:
+    def _read_lines(self, fd: int, res: ReadResult, take_tail: bool, force_tail: bool,
+                    max_bytes: int, size: int) -> int:
+        """The lines from self.offset on, read by position; returns the file position reached.
+        ``size``: the file's size at the fstat. A read is sized to what the fstat showed (plus
+        room to see the end): a short read past that size, ending on a newline, is the end of
+        the file then, and no further read is made to see it. With a partial line pending, the
+        end is confirmed by an empty read as before (a short read of a file system that gives
+        less must not make a partial line look like the last one)."""
+        pos = self.offset  # where the next read starts
         start = self.offset  # where the current, unfinished line begins
         buf = bytearray()  # its bytes while it is short
         length = 0  # its length once it is long (then only measured)
@@ -148,10 +166,12 @@ class Tailer:
                 # Enough for this call, and at least one line done: the rest is read by the next
                 # (a line longer than the budget is still read whole, never cut).
                 res.more = True
-                return
-            chunk = f.read(_CHUNK)
+                return pos
+            want = min(_CHUNK, size - pos + _SLACK) if pos < size else _CHUNK  # past the size: it grew
+            chunk = os.pread(fd, want, pos)
             if not chunk:
                 break
+            pos += len(chunk)
             budget -= len(chunk)
             i = 0
             while True:
@@ -174,20 +194,23 @@ class Tailer:
                         long_line, length, buf = True, len(buf), bytearray()
                 if nl < 0:
                     break
-                size = length if long_line else len(buf)
-                self._line(f, res, start, size, None if long_line else buf)
-                start += size + 1
+                size_ = length if long_line else len(buf)
+                self._line(fd, res, start, size_, None if long_line else buf)
+                start += size_ + 1
                 self.offset = start
                 buf, length, long_line = bytearray(), 0, False
                 i = nl + 1
-        size = length if long_line else len(buf)
-        if size and take_tail:
+            if len(chunk) < want and pos >= size and start == pos:
+                break  # a short read past the fstat's size, every byte in whole lines: the end
+        line_len = length if long_line else len(buf)
+        if line_len and take_tail:
             data = None if long_line else bytes(buf)
             if force_tail or (data is not None and is_complete_json(data)):
-                self._line(f, res, start, size, buf if data is not None else None, end=start + size)
-                self.offset = start + size
+                self._line(fd, res, start, line_len, buf if data is not None else None, end=start + line_len)
+                self.offset = start + line_len
+        return pos
 
-    def _line(self, f: BinaryIO, res: ReadResult, start: int, size: int, buf: bytearray | None,
+    def _line(self, fd: int, res: ReadResult, start: int, size: int, buf: bytearray | None,
               end: int | None = None) -> None:
         end = start + size + 1 if end is None else end
         if size > self.max_line_bytes:
@@ -195,14 +218,26 @@ class Tailer:
             return
         if size == 0:
             return
-        if buf is None:  # a long line within the limit: read it again from disk
-            here = f.tell()
-            f.seek(start)
-            data = f.read(size)
-            f.seek(here)
-        else:
-            data = bytes(buf)
+        data = _pread_exactly(fd, size, start) if buf is None else bytes(buf)  # None: a long line, read again
         res.lines.append(RawLine(start, end, data))
+
+
+def _open_nonblocking(path: str, flags: int) -> int:
+    """open()'s opener: what is not a regular file (a FIFO named like a transcript) never blocks the open."""
+    return os.open(path, flags | os.O_NONBLOCK)
+
+
+def _pread_exactly(fd: int, size: int, offset: int) -> bytes:
+    """``size`` bytes from ``offset`` (fewer only at the end of the file)."""
+    parts = []
+    while size > 0:
+        part = os.pread(fd, size, offset)
+        if not part:
+            break
+        parts.append(part)
+        size -= len(part)
+        offset += len(part)
+    return b"".join(parts)
 
 
 def lines_with(path: str, needle: bytes, max_line_bytes: int, chunk_size: int = _CHUNK) -> Iterator[tuple[int, bytes]]:
