@@ -8,6 +8,7 @@ the rest of the line and the file are still processed.
 from __future__ import annotations
 
 import calendar
+import codecs
 import dataclasses
 import hashlib
 import json
@@ -788,7 +789,7 @@ def fast_entry(data: bytes, offset: int, capture: bool = False) -> Entry | None:
     never decodes). The reader's per-line call: no ParseResult and its lists for most lines."""
     try:
         if not data.isascii():
-            data.decode("utf-8")  # msgspec does not check the UTF-8 of fields it skips; the checked path counts it
+            _check_utf8(data)  # msgspec does not check the UTF-8 of fields it skips; the checked path counts it
         line = _line_decoder.decode(data)
         return _entry_of(line, offset, capture)
     except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError, orjson.JSONDecodeError,
@@ -797,6 +798,21 @@ def fast_entry(data: bytes, offset: int, capture: bool = False) -> Entry | None:
 
 
 _fast_entry = fast_entry  # the name tests/test_parse_fastpath.py knows
+_UTF8_PIECE = 256 << 10
+
+
+def _check_utf8(data: bytes) -> None:
+    """Raise UnicodeDecodeError unless ``data`` is UTF-8. A long line is decoded a piece at a
+    time: a 4 MB line of tool output with one CJK character is a str of 8 MB decoded whole,
+    held for nothing."""
+    if len(data) <= _UTF8_PIECE:
+        data.decode("utf-8")
+        return
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    view = memoryview(data)
+    for start in range(0, len(data), _UTF8_PIECE):
+        decoder.decode(view[start:start + _UTF8_PIECE])
+    decoder.decode(b"", True)
 
 
 def _entry_of(o: _JLine, offset: int, capture: bool) -> Entry:

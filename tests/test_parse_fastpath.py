@@ -168,3 +168,32 @@ def test_a_long_tool_result_is_read_by_its_head_alone(head, tail, pad, ascii_onl
         assert fast is not None, data[:300]
         assert fast.blocks[0].text == text[:parse._CLASSIFY_PREFIX]
         assert_same(data)
+
+
+@settings(max_examples=500, deadline=None)
+@given(text=st.text(_TRICKY, max_size=60),
+       junk=st.lists(st.tuples(st.integers(0, 300), st.binary(min_size=1, max_size=3)), max_size=2),
+       piece=st.integers(1, 9))
+def test_a_long_line_is_checked_for_utf8_piece_by_piece(text, junk, piece):
+    """_check_utf8 in pieces (sequences cut at a piece's end, bad bytes anywhere, a sequence cut
+    at the end of the line) rejects exactly what one decode rejects."""
+    data = bytearray(text.encode())
+    for at, raw in junk:
+        data[at % (len(data) + 1):at % (len(data) + 1)] = raw
+    data = bytes(data)
+    saved = parse._UTF8_PIECE
+    parse._UTF8_PIECE = piece
+    try:
+        try:
+            data.decode("utf-8")
+            whole = True
+        except UnicodeDecodeError:
+            whole = False
+        try:
+            parse._check_utf8(data)
+            pieces = True
+        except UnicodeDecodeError:
+            pieces = False
+    finally:
+        parse._UTF8_PIECE = saved
+    assert pieces == whole, data
