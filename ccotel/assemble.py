@@ -20,10 +20,11 @@ lines can be read before the main file says which tool spawned it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from . import ids, rules
+from .digests import Digests
 from .parse import text_key
 from .records import AdvisorCall, Entry, FileKind, TranscriptFile, Usage
 from .state import digest64
@@ -220,8 +221,9 @@ class Assembler:
         self.capture_content = capture_content
         self._sessions: dict[str, _Session] = {}
         # digests (state.digest64) of API calls and prompts already traced: counted once
-        self._seen_calls: set[int] = set()
-        self._seen_prompts: set[int] = set()
+        # Packed (digests.py): a 1 GB history's call digests as a set of ints held ~7 MB.
+        self._seen_calls = Digests()
+        self._seen_prompts = Digests()
         self._open_calls: dict[str, Call] = {}  # calls not emitted yet, by key: a copy elsewhere may finish them
         # (kind "call"/"prompt", digest, path) of copies seen in another file: that file holds them too
         self.replays: list[tuple[str, int, str]] = []
@@ -292,17 +294,18 @@ class Assembler:
         elif entry.type == "system":
             self._system(owner, entry, ts)
 
-    def preload(self, calls: set[int], prompts: set[int]) -> None:
-        """Digests of calls and prompts delivered before a restart."""
-        self._seen_calls |= calls
-        self._seen_prompts |= prompts
+    def preload(self, calls: Iterable[int], prompts: Iterable[int]) -> None:
+        """Digests of calls and prompts delivered before a restart, each in ascending order
+        (state.sorted_digests: not collected into a set first)."""
+        self._seen_calls.update_sorted(calls)
+        self._seen_prompts.update_sorted(prompts)
 
     def forget_seen(self, calls: set[int], prompts: set[int], keep: set[int]) -> None:
         """Digests no transcript on disk holds any more (state.held_only_by): no copy can come.
         ``keep``: digests of owners still open, whose late lines are recognised by them."""
         keep = keep | {digest64(k) for k in self._open_calls}
-        self._seen_calls -= calls - keep
-        self._seen_prompts -= prompts - keep
+        self._seen_calls.difference_update(calls - keep)
+        self._seen_prompts.difference_update(prompts - keep)
 
     def set_agent_meta(self, session_id: str, agent_id: str, meta: dict[str, object], now_ns: int = 0) -> None:
         """meta.json beside a 2.1.x subagent file: agentType, description, toolUseId, spawnDepth."""

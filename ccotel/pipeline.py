@@ -95,7 +95,7 @@ class Pipeline:
         self.started_ns = clock()
         self.assembler = Assembler(options.timeouts, capture_content=options.content is not None)
         if state is not None:
-            self.assembler.preload(state.calls(), state.prompts())
+            self.assembler.preload(*_seen_digests(state))
         stall = options.timeouts.stall_ns
         self.detectors = Detectors(options.roots, self.assembler, clock, metrics, state, stall)
         self.registries = [Registry(d, options.roots, metrics, self.detectors.marks, clock,
@@ -456,6 +456,14 @@ def discover(options: Options, checkpoints: Mapping[str, Checkpoint],
              cache: ScanCache | None = None) -> list[tuple[str, TranscriptFile]]:
     """Every transcript under the roots (with --since: those written since, or already followed)."""
     return find(options.roots, options.since_ns, checkpoints, on_error, cache)
+
+
+def _seen_digests(state: State) -> tuple[Iterable[int], Iterable[int]]:
+    """The digests of the calls and prompts delivered before, each in ascending order. SQLite
+    reads them so, one at a time; another backend (PostgreSQL) gives sets, sorted here."""
+    if type(state) is State:
+        return state.sorted_digests("calls"), state.sorted_digests("prompts")
+    return sorted(state.calls()), sorted(state.prompts())
 
 
 def _declare_series(metrics: Metrics, options: Options) -> None:
