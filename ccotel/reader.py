@@ -204,7 +204,7 @@ class Reader:
                 continue
             if not self._take(state, res, now, live) or not res.more:
                 break
-        if only is None:
+        if only is None and live:  # (history is read once: nothing to trust it for)
             self._trust(state)
         if "unreadable" in res.errors:
             return
