@@ -427,8 +427,19 @@ class Pipeline:
                 full = os.path.join(dirpath, name)
                 if full.endswith(".jsonl") and full not in self.files:
                     self.poll([full])
-                elif full.endswith(".meta.json"):
+                elif full.endswith(".meta.json") and not self._history_meta(full):
                     self.reader.meta_changed(full)
+
+    def _history_meta(self, meta_path: str) -> bool:
+        """The meta.json of a checkpointed transcript this process read no line of (history):
+        the reader loads it before that transcript's next lines, as a backfill does. A directory
+        walk does not load it: the watcher's first event names the whole tree, and after a
+        catch-up by workers every subagent of the history would be rebuilt in the assembler
+        for nothing (2,706 after the 1 GB catch-up: ~8 MB of ccotel run's peak). A new
+        transcript's meta (no checkpoint) is loaded by the walk as before."""
+        state = self.files.get(meta_path[: -len(".meta.json")] + ".jsonl")
+        return (state is not None and not state.meta_loaded and state.saved_offset >= 0
+                and state.tailer.offset == state.saved_offset)
 
     def _unreadable_dir(self, exc: OSError) -> None:
         """A directory under a root that cannot be read: its transcripts are not seen. Counted
