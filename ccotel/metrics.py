@@ -18,14 +18,14 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
-from prometheus_client.registry import Collector, CollectorRegistry
-
 from . import __version__
 from .records import SpanRecord, StatusCode
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # prometheus_client is loaded when metrics are served: catch-up workers only count
     from wsgiref.simple_server import WSGIServer
+
+    from prometheus_client.core import HistogramMetricFamily, Metric
+    from prometheus_client.registry import CollectorRegistry
 
     from .genai_metrics import GenAIMetrics
 
@@ -270,6 +270,8 @@ class Metrics:
     # -- exposition --------------------------------------------------------------
 
     def families(self) -> Iterator[Metric]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
         by_name: dict[str, list[tuple[tuple[str, ...], float]]] = {}
         for (name, *label_values), v in self.series().items():
             by_name.setdefault(name, []).append((tuple(label_values), v))
@@ -307,6 +309,8 @@ class Metrics:
 
     def _histogram(self, name: str, spec: Spec,
                    by_name: dict[str, list[tuple[tuple[str, ...], float]]]) -> HistogramMetricFamily:
+        from prometheus_client.core import HistogramMetricFamily
+
         fam = HistogramMetricFamily(name, spec.help, labels=list(spec.labels))
         counts = {labels: v for labels, v in by_name.get(name + "_count", [])}
         sums = {labels: v for labels, v in by_name.get(name + "_sum", [])}
@@ -320,7 +324,9 @@ class Metrics:
         return fam
 
 
-class _Collector(Collector):
+class _Collector:
+    """What CollectorRegistry asks of a collector (its ``collect``; registered without describe)."""
+
     def __init__(self, metrics: Metrics) -> None:
         self.metrics = metrics
 
@@ -329,6 +335,8 @@ class _Collector(Collector):
 
 
 def registry_for(metrics: Metrics) -> CollectorRegistry:
+    from prometheus_client.registry import CollectorRegistry
+
     reg = CollectorRegistry(auto_describe=False)
     reg.register(_Collector(metrics))
     return reg

@@ -18,6 +18,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from . import __version__
 from .export import ExportQueue, make_sink
@@ -27,7 +28,9 @@ from .pipeline import Options, Pipeline
 from .records import SpanRecord
 from .state import State, host_id, is_url, open_state
 from .stopping import EXIT_ERROR, EXIT_LOCKED, STOP_GRACE_S, Interrupted, Stopper, die, settle_state
-from .watch import Watcher
+
+if TYPE_CHECKING:
+    from .watch import Watcher  # watchdog: not loaded by catch-up workers, which never watch
 
 __all__ = ["Wired", "wire", "fill_ledger", "read_history", "wait_for_backend", "catch_up_traces", "follow", "Stopper",
            "Interrupted", "die", "settle_state", "EXIT_ERROR", "EXIT_LOCKED", "STOP_GRACE_S"]
