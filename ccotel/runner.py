@@ -40,8 +40,9 @@ log = logging.getLogger("ccotel")
 # Following live, the state and the ledger are written at most this often (a transaction per
 # small read cost more CPU than the lines): a SIGKILL sends again at most this much, same ids.
 # Each commit costs ~3 ms of fixed work (the ledger's and the state's transactions, the counters'
-# snapshot), whatever it holds: at 0.2 s, 59 commits were ~9 % of the live-CPU replay's CPU.
-COMMIT_EVERY_S = 0.5
+# snapshot) on the thread that polls: 0.5 s saved ~5 % of the live-CPU replay's CPU, but a commit
+# holding 0.5 s of lines delayed the lines behind it (busy p99 50-58 vs 38-50 ms, alternated).
+COMMIT_EVERY_S = 0.2
 # While lines arrive, what only time finishes (quiet turns, stalls, detectors) is looked at no
 # more often than this: poll emits what the lines finished, so appends wait for no tick.
 TICK_EVERY_S = 0.1
