@@ -92,9 +92,10 @@ class Price:
         w1 = write_1h if write_5m + write_1h else 0
         w5 = cache_write - w1
         flat = self._flat
-        total_input = fresh + cache_read + cache_write
-        if flat is None and total_input <= self._base_up_to:
-            flat = self._base
+        if flat is None:
+            total_input = fresh + cache_read + cache_write
+            if total_input <= self._base_up_to:
+                flat = self._base
         if flat is not None:
             return (fresh * flat[0] + output * flat[1] + w5 * flat[2] + w1 * flat[3] + cache_read * flat[4]) / 1e6
         return (fresh * self.input.at(total_input) + output * self.output.at(total_input)
