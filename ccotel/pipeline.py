@@ -344,8 +344,12 @@ class Pipeline:
             spans, self._unrecorded = self._unrecorded, []
             self._record(spans)
         commit = Commit()
-        self.delivery.take_acked(commit)
+        # Done owners first, then the acknowledgements kept back: one that lands in between
+        # (export thread) is then in this commit, and an owner it makes done waits for the next.
+        # The other order could commit an owner done (its offset moved past, its ids dropped)
+        # without its last span's id and count, which a kill before the next commit lost.
         moved = self.delivery.finish_owners(commit)
+        self.delivery.take_acked(commit)
         self.delivery.checkpoint_offsets(commit, moved, self.reader)
         commit.marks = self.detectors.take_marks()
         for registry in self.registries:

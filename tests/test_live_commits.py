@@ -211,3 +211,41 @@ def test_history_in_flight_when_caught_up_is_committed_is_not_counted_after_a_ki
     assert {s.span_id for s in delivered} == {s.span_id for s in held}  # sent again: nothing lost
     _acked, _offset, _calls, counted = written(state_dir)
     assert counted == 0  # history: traces only
+
+
+
+@pytest.mark.parametrize("step", ["take_acked", "finish_owners"])
+def test_an_acknowledgement_landing_mid_commit_is_not_lost_by_a_kill(tmp_path, monkeypatch, step):
+    """The export thread acknowledges a turn's last span while the pipeline thread builds a
+    commit, after either of its two steps (take the acknowledgements kept back, decide the done
+    owners). A turn made done must not be committed without that span's id and count: the
+    offset moves past its lines then, so a kill before the next commit would lose the count."""
+    root, path, lines = two_turns(tmp_path)
+    state_dir = str(tmp_path / "st")
+    sent: list[SpanRecord] = []
+    p = Pipeline(Options(roots=(root,)), emit=sent.extend, state=State(state_dir), metrics=Metrics(),
+                 ledger=Ledger.in_state_dir(state_dir, (root,)))
+    p.backfill()
+    p.go_live(3600.0)
+    p.process_acks()
+    with open(path, "ab") as f:
+        f.write(lines)
+    p.poll([path])
+    p.tick()
+    last = next(s for s in sent if s.attributes.get("gen_ai.operation.name") == "chat")  # turn 1's first call
+    p.acknowledge([s for s in sent if s is not last])
+    real = getattr(p.delivery, step)
+
+    def then_acknowledged(*args):
+        out = real(*args)
+        p.acknowledge([last])  # on the export thread, just after this step
+        return out
+
+    monkeypatch.setattr(p.delivery, step, then_acknowledged)
+    p.process_acks()
+    # SIGKILL before the next commit: p writes nothing more
+    b = start(root, state_dir, [])
+    b.backfill(close_all=True)
+    b.process_acks()
+    _acked, offset, _calls, counted = written(state_dir)
+    assert (offset, counted) == (len(lines), 4.0)  # read to the end; each API call counted once
