@@ -126,13 +126,15 @@ class Delivery:
                 self.metrics.inc("ccotel_spans_exported", value=float(delivered), channel="delivered")
             if delivered or result is None:
                 self.last_export_ns = self.clock()
-            if self.state is not None and commit.acked:
-                if self.coalesce:
-                    self._acked += commit.acked
-                    return
-                if self.metrics is not None:
-                    commit.counters = self.metrics.snapshot("delivered")
-                self.state.commit(commit)
+            if self.state is None or not commit.acked:
+                return
+            # Every acknowledgement goes through the ones kept back: a commit of the counters
+            # takes all of them (take_acked), since the counters hold every settled count.
+            self._acked += commit.acked
+            if not self.coalesce:
+                out = Commit()
+                self.take_acked(out)
+                self.state.commit(out)
 
     def take_acked(self, commit: Commit) -> None:
         """Add the acknowledgements kept back (``coalesce``) to ``commit``, with the counters they

@@ -193,18 +193,16 @@ class Pipeline:
             if final:
                 self.detectors.catch_up_done(self.delivery.history_in_flight())
             self.process_acks()
-        except BaseException:
-            # Stopped (a signal): what the backend acknowledged is committed, ledger rows first;
-            # the offsets of what was read are not.
-            self._commit_every_ns = was[0]
-            if self._unrecorded:
-                spans, self._unrecorded = self._unrecorded, []
-                self._record(spans)
-            if not was[1]:
-                self.delivery.stop_coalescing()
-            raise
         finally:
-            self._commit_every_ns, self.delivery.coalesce = was
+            # Done or stopped (a signal): acknowledgements kept back since the last commit are
+            # committed now, ledger rows first, and from here on as they come; the offsets of
+            # what was read after that commit are not (a stopped read must not pass its lines).
+            self._commit_every_ns = was[0]
+            if not was[1]:
+                if self._unrecorded:
+                    spans, self._unrecorded = self._unrecorded, []
+                    self._record(spans)
+                self.delivery.stop_coalescing()
         return kept
 
     def _flush_group(self, group: list[tuple[str, TranscriptFile]], close_all: bool) -> None:

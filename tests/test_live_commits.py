@@ -249,3 +249,39 @@ def test_an_acknowledgement_landing_mid_commit_is_not_lost_by_a_kill(tmp_path, m
     b.process_acks()
     _acked, offset, _calls, counted = written(state_dir)
     assert (offset, counted) == (len(lines), 4.0)  # read to the end; each API call counted once
+
+
+def test_an_acknowledgement_kept_back_after_a_catch_ups_last_commit_is_not_counted_twice(tmp_path, monkeypatch):
+    """A catch-up keeps acknowledgements back for its next commit. One that lands after its last
+    commit must be written with the first commit that writes the counters it settled: once the
+    catch-up is over the export thread commits on its own, and a commit of the counters without
+    that span's id made a restart after a kill send the span again and count it a second time."""
+    root, path, lines = two_turns(tmp_path)
+    state_dir = str(tmp_path / "st")
+    first = start(root, state_dir, [])
+    first.backfill()  # the first catch-up (of an empty file): from now on, and after a restart, calls count
+    first.process_acks()
+    with open(path, "ab") as f:  # written while ccotel was not running: counted by the next catch-up
+        f.write(lines)
+    sent: list[SpanRecord] = []
+    p = Pipeline(Options(roots=(root,)), emit=sent.extend, state=State(state_dir), metrics=Metrics(),
+                 ledger=Ledger.in_state_dir(state_dir, (root,)))
+    real = p.process_acks
+    held: list[SpanRecord] = []
+
+    def then_acknowledged(force: bool = True) -> None:
+        real(force)
+        if force and not held:  # the catch-up's last commit: turn 1's spans are acknowledged just after it
+            held.extend(s for s in sent if s.trace_id == sent[0].trace_id)
+            p.acknowledge(held)
+
+    monkeypatch.setattr(p, "process_acks", then_acknowledged)
+    p.backfill(close_all=True)
+    assert held and len(held) < len(sent)
+    p.acknowledge([s for s in sent if s not in held])  # on the export thread, the catch-up over
+    # SIGKILL: p writes nothing more
+    b = start(root, state_dir, [])
+    b.backfill(close_all=True)
+    b.process_acks()
+    _acked, offset, _calls, counted = written(state_dir)
+    assert (offset, counted) == (len(lines), 4.0)  # read to the end; each API call counted once
