@@ -639,14 +639,18 @@ def _iso(ns: int) -> str | None:
     return datetime.fromtimestamp(ns / 1e9, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
-def _figures(r: Row) -> dict[str, Any]:
-    """ccusage's fields (20.x) and ccotel's own beside them."""
+def _figures(r: Row, source: str) -> dict[str, Any]:
+    """ccusage's fields (20.x) and ccotel's own beside them. Read from the transcripts alone
+    (no ledger) a report sums the calls only: its tool, subagent and health figures are null,
+    not 0 (the table shows them as ``-``)."""
+    known = source != "transcripts"
     return {
         "inputTokens": r.input, "outputTokens": r.output, "cacheCreationTokens": r.cache_write,
         "cacheReadTokens": r.cache_read, "totalTokens": r.total_tokens, "totalCost": round(r.cost, 6),
         "cacheCreation5mTokens": r.cache_write_5m, "cacheCreation1hTokens": r.cache_write_1h,
         "reasoningTokens": r.reasoning, "apiCalls": r.api_calls, "apiErrors": r.api_errors,
-        "toolCalls": r.tool_calls, "toolErrors": r.tool_errors, "subagents": r.subagents, "health": r.health(),
+        "toolCalls": r.tool_calls if known else None, "toolErrors": r.tool_errors if known else None,
+        "subagents": r.subagents if known else None, "health": r.health() if known else None,
     }
 
 
@@ -662,7 +666,7 @@ def as_json(report: Report) -> dict[str, Any]:
         elif report.view == "project":
             doc.update({"projectPath": r.project, "cwd": r.cwd, "firstActivity": _iso(r.first_ns),
                         "lastActivity": _iso(r.last_ns)})
-        doc.update(_figures(r))
+        doc.update(_figures(r, report.source))
         doc["modelsUsed"] = sorted(r.models)
         doc["unpricedModels"] = sorted(r.unpriced)
         doc["modelBreakdowns"] = [
@@ -670,7 +674,7 @@ def as_json(report: Report) -> dict[str, Any]:
              "cacheReadTokens": t.cache_read, "cost": round(t.cost, 6), "apiCalls": t.calls}
             for m, t in sorted(report_models(r))]
         rows.append(doc)
-    totals = _figures(report.totals)
+    totals = _figures(report.totals, report.source)
     totals["unpricedModels"] = sorted(report.totals.unpriced)
     return {name: rows, "totals": totals, "source": report.source}
 

@@ -297,6 +297,10 @@ def test_run_prints_each_view_as_json_and_as_a_table(tmp_path, monkeypatch):
     assert session["sessionId"][:8] in table and "Health" in table
     no_ledger = orjson.loads(_run(*common, "--json", "--no-ledger"))
     assert no_ledger["source"] == "transcripts" and no_ledger["totals"]["totalTokens"] == doc["totals"]["totalTokens"]
+    # the transcripts alone give the calls: tools, subagents and health are unknown (null), not 0
+    assert doc["totals"]["toolCalls"] > 0 and isinstance(doc["totals"]["health"], dict)
+    for figures in (no_ledger["totals"], no_ledger["sessions"][0]):
+        assert [figures[k] for k in ("toolCalls", "toolErrors", "subagents", "health")] == [None] * 4
     assert as_json  # the same function the command prints with
 
 
