@@ -2,8 +2,10 @@
 (read appended lines, tick, commit, a catch-up at each start, going live) and of what the export
 thread does (acknowledge any spans in flight, in any order, at every point where it can run),
 with the process killed at random points (after which nothing is written, finally blocks
-included). Whatever the interleaving, the counters after a last clean pass must equal what the
-transcript holds, and every span must have been delivered.
+included). The files are written line by line in the order of their lines' times: a synthetic
+session, and real CLI transcripts with subagents (parallel, nested), a killed tool call and an
+advisor. Whatever the interleaving, the counters after a last clean pass must equal what a clean
+pass counts (API calls, tool calls, tokens), and every span must have been delivered.
 
 test_crash does this with real processes and SIGKILL and meets a window only when the timing
 does. Here the windows come from the random choices: the code before the eighth session's two
@@ -18,64 +20,114 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import orjson
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ccotel.ledger import Ledger
 from ccotel.metrics import Metrics
+from ccotel.parse import parse_timestamp
 from ccotel.pipeline import Options, Pipeline
 from ccotel.records import SpanRecord
 from ccotel.state import State
+from tests.harness.fixtures import load_fixture
 from tests.test_assemble import one_tool_turn, proj
 from tests.transcript import Transcript
 
 SID = "cccccccc-1111-4222-8333-444444444444"
 T0_MS = 1_800_000_000_000
-TURNS = 4  # 2 API calls each
+FIXTURES = ("2.1.330-s03_parallel_subagents", "2.1.330-s05_nested_subagent", "s06_kill_orphan_resume",
+            "2.1.330-s13_advisor")
 
 
-def _lines() -> list[bytes]:
+def synthetic() -> tuple[list[tuple[str, bytes]], list[tuple[str, bytes]]]:
+    """Four tool turns of one session (2 API calls each): (path, line) in the order written."""
     t = Transcript(SID, t_ms=T0_MS)
-    for n in range(TURNS):
+    for n in range(4):
         one_tool_turn(t, str(n))
-    return t.bytes().splitlines(keepends=True)
+    rel = os.path.relpath(os.path.join(proj(""), f"{SID}.jsonl"))
+    return [(rel, line) for line in t.bytes().splitlines(keepends=True)], []
+
+
+def recorded(name: str) -> tuple[list[tuple[str, bytes]], list[tuple[str, bytes]]]:
+    """A real CLI's transcripts (main and subagent files): every line in the order of its
+    timestamp, as Claude Code wrote them; the subagents' meta.json files."""
+    base = load_fixture(name).config_dir
+    lines, metas = [], []
+    for path in sorted((base / "projects").rglob("*")):
+        rel = str(path.relative_to(base))
+        if path.suffix == ".jsonl":
+            lines += [(_ts(line), rel, i, line) for i, line in enumerate(path.read_bytes().splitlines(keepends=True))]
+        elif path.is_file():
+            metas.append((rel, path.read_bytes()))
+    return [(rel, line) for _ts_, rel, _i, line in sorted(lines, key=lambda x: x[:3])], metas
+
+
+def _ts(line: bytes) -> int:
+    try:
+        return parse_timestamp(orjson.loads(line).get("timestamp") or "") or 0
+    except (orjson.JSONDecodeError, AttributeError):
+        return 0
 
 
 class World:
-    """One transcript written line by line, a state dir, and the spans the backend has."""
+    """Transcript files written line by line, a state dir, and the spans the backend has."""
 
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, source: tuple[list[tuple[str, bytes]], list[tuple[str, bytes]]]) -> None:
         self.root = str(tmp / "claude")
-        self.path = os.path.join(proj(self.root), f"{SID}.jsonl")
-        os.makedirs(os.path.dirname(self.path))
-        Path(self.path).touch()
+        self.lines, metas = source
+        for rel, data in metas:
+            os.makedirs(os.path.dirname(os.path.join(self.root, rel)), exist_ok=True)
+            Path(self.root, rel).write_bytes(data)
+        os.makedirs(os.path.join(self.root, os.path.dirname(self.lines[0][0])), exist_ok=True)
+        Path(self.root, self.lines[0][0]).touch()
         self.state_dir = str(tmp / "st")
-        self.lines = _lines()
+        self.stamps = [_ts(line) for _rel, line in self.lines]
+        for i in range(1, len(self.stamps)):  # a line without a timestamp: the one before's
+            self.stamps[i] = self.stamps[i] or self.stamps[i - 1]
         self.written = 0
         self.ticked = 0  # ns the clock moved past the last line written (ticks)
         self.delivered: set[int] = set()
 
-    def append(self, n: int) -> None:
-        with open(self.path, "ab") as f:
-            f.write(b"".join(self.lines[self.written:self.written + n]))
+    def append(self, n: int) -> set[str]:
+        """The next ``n`` lines; the paths written."""
+        paths = set()
+        for rel, line in self.lines[self.written:self.written + n]:
+            path = os.path.join(self.root, rel)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "ab") as f:
+                f.write(line)
+            paths.add(path)
         self.written = min(self.written + n, len(self.lines))
         self.ticked = 0
+        return paths
 
     def clock(self) -> int:
-        """Just after the last line written (its timestamp: 100 ms a line), plus the ticks since."""
-        return (T0_MS + 100 * self.written) * 1_000_000 + 50_000_000 + self.ticked
+        """Just after the last line written (its timestamp), plus the ticks since."""
+        last = self.stamps[self.written - 1] if self.written else self.stamps[0] - 1_000_000_000
+        return last + 50_000_000 + self.ticked
 
     def pipeline(self, emit: object) -> Pipeline:
         return Pipeline(Options(roots=(self.root,)), emit=emit, clock=self.clock,  # type: ignore[arg-type]
                         state=State(self.state_dir), metrics=Metrics(),
                         ledger=Ledger.in_state_dir(self.state_dir, (self.root,)))
 
-    def counted(self) -> float:
+    def counted(self) -> dict[str, float]:
+        """API calls, tool calls and tokens in the state's counters."""
         s = State(self.state_dir)
         try:
-            return sum(v for k, v in s.counters().items() if k.partition(":")[2].startswith("ccotel_api_calls"))
+            return _facts({k.partition(":")[2]: v for k, v in s.counters().items()})
         finally:
             s.close()
+
+
+def _facts(totals: dict[str, float]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for k, v in totals.items():
+        if k.startswith(("ccotel_api_calls", "ccotel_tool_calls", "ccotel_tokens")) and v:
+            out[k] = out.get(k, 0.0) + v
+    return out
 
 
 def one_life(w: World, rng: random.Random, steps: int) -> None:
@@ -129,8 +181,7 @@ def run_until_killed(w: World, p: Pipeline, rng: random.Random, steps: int, ack_
         if op == "kill":
             break
         if op == "append":
-            w.append(rng.randint(1, 4))
-            p.poll([w.path])
+            p.poll(sorted(w.append(rng.randint(1, 4))))
         elif op == "ack":
             ack_some()
         elif op == "commit":
@@ -146,8 +197,18 @@ def run_until_killed(w: World, p: Pipeline, rng: random.Random, steps: int, ack_
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(seed=st.integers(0, 2**32 - 1), lives=st.integers(1, 8), steps=st.integers(0, 30))
 def test_every_api_call_is_counted_once_whatever_the_kills(tmp_path_factory, seed, lives, steps):
-    w = World(tmp_path_factory.mktemp("model"))
-    rng = random.Random(seed)
+    check(World(tmp_path_factory.mktemp("model"), synthetic()), random.Random(seed), lives, steps)
+
+
+@pytest.mark.parametrize("name", FIXTURES)
+@settings(max_examples=int(os.environ.get("MODEL_EXAMPLES", "150")) // 4, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 2**32 - 1), lives=st.integers(1, 8), steps=st.integers(0, 30))
+def test_a_real_clis_subagents_are_counted_once_whatever_the_kills(tmp_path_factory, name, seed, lives, steps):
+    check(World(tmp_path_factory.mktemp("model"), recorded(name)), random.Random(seed), lives, steps)
+
+
+def check(w: World, rng: random.Random, lives: int, steps: int) -> None:
     first = w.pipeline(lambda spans: first.acknowledge(spans))
     first.backfill()  # the first catch-up, of an empty file: from here on calls count
     first.process_acks()
@@ -160,9 +221,14 @@ def test_every_api_call_is_counted_once_whatever_the_kills(tmp_path_factory, see
     last = w.pipeline(lambda spans: (last.acknowledge(spans), w.delivered.update(s.span_id for s in spans)))
     last.backfill(close_all=True)
     last.process_acks()
-    expected = {s.span_id for s in _spans_of(w)}
-    assert expected <= w.delivered  # nothing lost
-    assert w.counted() == 2 * TURNS  # each API call counted once
+    clean = _spans_of(w)
+    assert {s.span_id for s in clean} <= w.delivered  # nothing lost
+    counted = Metrics()
+    for span in clean:
+        counted.observe_span(span)
+    expected = _facts(counted.totals())
+    assert any(k.startswith("ccotel_api_calls") for k in expected)
+    assert w.counted() == expected  # each API call, tool call and token counted once
 
 
 def _then(obj: object, name: str, step: Callable[[], None], before: bool = False) -> None:
