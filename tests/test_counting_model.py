@@ -4,7 +4,8 @@ thread does (acknowledge any spans in flight, in any order, at every point where
 with the process killed at random points (after which nothing is written, finally blocks
 included). The files are written line by line in the order of their lines' times: a synthetic
 session, and real CLI transcripts with subagents (parallel, nested), a killed tool call and an
-advisor. Whatever the interleaving, the counters after a last clean pass must equal what a clean
+advisor; and two sessions at once, whose catch-ups run in one pipeline per session first (as
+catchup.py's worker processes do, on the same state). Whatever the interleaving, the counters after a last clean pass must equal what a clean
 pass counts (API calls, tool calls, tokens), and every span must have been delivered.
 
 test_crash does this with real processes and SIGKILL and meets a window only when the timing
@@ -28,7 +29,7 @@ from hypothesis import strategies as st
 from ccotel.ledger import Ledger
 from ccotel.metrics import Metrics
 from ccotel.parse import parse_timestamp
-from ccotel.pipeline import Options, Pipeline
+from ccotel.pipeline import Options, Pipeline, session_groups
 from ccotel.records import SpanRecord
 from ccotel.state import State
 from tests.harness.fixtures import load_fixture
@@ -64,6 +65,18 @@ def recorded(name: str) -> tuple[list[tuple[str, bytes]], list[tuple[str, bytes]
     return [(rel, line) for _ts_, rel, _i, line in sorted(lines, key=lambda x: x[:3])], metas
 
 
+def together(*sources: tuple[list[tuple[str, bytes]], list[tuple[str, bytes]]]
+             ) -> tuple[list[tuple[str, bytes]], list[tuple[str, bytes]]]:
+    """Several sessions written at once: their lines taken in turn."""
+    lines: list[tuple[str, bytes]] = []
+    queues = [list(src[0]) for src in sources]
+    while any(queues):
+        for q in queues:
+            if q:
+                lines.append(q.pop(0))
+    return lines, [m for src in sources for m in src[1]]
+
+
 def _ts(line: bytes) -> int:
     try:
         return parse_timestamp(orjson.loads(line).get("timestamp") or "") or 0
@@ -84,8 +97,8 @@ class World:
         Path(self.root, self.lines[0][0]).touch()
         self.state_dir = str(tmp / "st")
         self.stamps = [_ts(line) for _rel, line in self.lines]
-        for i in range(1, len(self.stamps)):  # a line without a timestamp: the one before's
-            self.stamps[i] = self.stamps[i] or self.stamps[i - 1]
+        for i in range(1, len(self.stamps)):  # the clock never goes back (sessions of other times)
+            self.stamps[i] = max(self.stamps[i], self.stamps[i - 1])
         self.written = 0
         self.ticked = 0  # ns the clock moved past the last line written (ticks)
         self.delivered: set[int] = set()
@@ -130,9 +143,12 @@ def _facts(totals: dict[str, float]) -> dict[str, float]:
     return out
 
 
-def one_life(w: World, rng: random.Random, steps: int) -> None:
-    """A process: a catch-up (the backend acknowledging some spans as they go), then random steps
-    of both threads; then killed (the pipeline is dropped: it writes nothing more)."""
+def one_life(w: World, rng: random.Random, steps: int, workers: bool = False) -> None:
+    """A process: a catch-up (the backend acknowledging some spans as they go; with ``workers``,
+    first one pipeline per session, as catchup.py's worker processes), then random steps of both
+    threads; then killed (the pipeline is dropped: it writes nothing more)."""
+    if workers and not catch_up_in_workers(w, rng):
+        return  # killed while its workers ran: they die with it
     in_flight: list[SpanRecord] = []
 
     def ack_some() -> None:
@@ -167,6 +183,47 @@ def one_life(w: World, rng: random.Random, steps: int) -> None:
     except Killed:
         pass
     p.state.close()  # type: ignore[union-attr]
+
+
+def catch_up_in_workers(w: World, rng: random.Random) -> bool:
+    """catchup._worker for each session in turn (each its own pipeline on the shared state, not
+    counting before the first catch-up's mark): read, the backend acknowledges, commit. False if
+    the process was killed meanwhile (what the workers committed stays)."""
+    probe = w.pipeline(lambda _spans: None)
+    groups = session_groups(probe.discover(), probe.checkpoints)
+    probe.state.close()  # type: ignore[union-attr]
+    for group in groups:
+        in_flight: list[SpanRecord] = []
+
+        def emit(spans: list[SpanRecord], in_flight: list[SpanRecord] = in_flight) -> None:
+            in_flight.extend(spans)
+            taken = [s for s in in_flight if rng.random() < 0.5]  # the export thread, meanwhile
+            in_flight[:] = [s for s in in_flight if s not in taken]
+            acknowledge(taken)
+
+        p = w.pipeline(emit)
+
+        def acknowledge(spans: list[SpanRecord], p: Pipeline = p) -> None:
+            p.acknowledge(spans)
+            w.delivered.update(s.span_id for s in spans)
+
+        if rng.random() < 0.2:  # killed after one of its commits: what came after is never written
+            _then(p, "process_acks", lambda p=p: _die(p))  # type: ignore[misc]
+        try:
+            p.backfill(groups=[group], final=False)
+            acknowledge(in_flight)  # queue.flush
+            p.process_acks()
+        except Killed:
+            return False
+        finally:
+            p.state.close()  # type: ignore[union-attr]
+    return True
+
+
+def _die(p: Pipeline) -> None:
+    _unless([True], p.state, "_write")
+    _unless([True], p.ledger, "record")
+    raise Killed
 
 
 class Killed(Exception):
@@ -208,13 +265,21 @@ def test_a_real_clis_subagents_are_counted_once_whatever_the_kills(tmp_path_fact
     check(World(tmp_path_factory.mktemp("model"), recorded(name)), random.Random(seed), lives, steps)
 
 
-def check(w: World, rng: random.Random, lives: int, steps: int) -> None:
+@settings(max_examples=int(os.environ.get("MODEL_EXAMPLES", "150")) // 3, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 2**32 - 1), lives=st.integers(1, 8), steps=st.integers(0, 30))
+def test_catch_ups_in_workers_count_once_whatever_the_kills(tmp_path_factory, seed, lives, steps):
+    world = World(tmp_path_factory.mktemp("model"), together(synthetic(), recorded(FIXTURES[0])))
+    check(world, random.Random(seed), lives, steps, workers=True)
+
+
+def check(w: World, rng: random.Random, lives: int, steps: int, workers: bool = False) -> None:
     first = w.pipeline(lambda spans: first.acknowledge(spans))
     first.backfill()  # the first catch-up, of an empty file: from here on calls count
     first.process_acks()
     first.state.close()  # type: ignore[union-attr]
     for _ in range(lives):
-        one_life(w, rng, steps)
+        one_life(w, rng, steps, workers=workers and rng.random() < 0.5)
         if rng.random() < 0.5:
             w.append(rng.randint(1, 6))  # written while ccotel was down
     w.append(len(w.lines))
