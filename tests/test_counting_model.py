@@ -5,8 +5,9 @@ with the process killed at random points (after which nothing is written, finall
 included). The files are written line by line in the order of their lines' times: a synthetic
 session, and real CLI transcripts with subagents (parallel, nested), a killed tool call and an
 advisor; and two sessions at once, whose catch-ups run in one pipeline per session first (as
-catchup.py's worker processes do, on the same state). Whatever the interleaving, the counters after a last clean pass must equal what a clean
-pass counts (API calls, tool calls, tokens), and every span must have been delivered.
+catchup.py's worker processes do, on the same state). Whatever the interleaving, the counters
+after a last clean pass must equal what a clean pass counts (API calls, tool calls, tokens), and
+every span must have been delivered.
 
 test_crash does this with real processes and SIGKILL and meets a window only when the timing
 does. Here the windows come from the random choices: the code before the eighth session's two
