@@ -342,12 +342,13 @@ class Pipeline:
             spans, self._unrecorded = self._unrecorded, []
             self._record(spans)
         commit = Commit()
-        # Done owners first, then the acknowledgements kept back: one that lands in between
-        # (export thread) is then in this commit, and an owner it makes done waits for the next.
-        # The other order could commit an owner done (its offset moved past, its ids dropped)
-        # without its last span's id and count, which a kill before the next commit lost.
+        # Done owners first, the acknowledgements kept back last, just before the write: one
+        # that lands in between (export thread) is then in this commit, and an owner it makes
+        # done waits for the next. The other order could commit an owner done (its offset moved
+        # past, its ids dropped) without its last span's id and count, which a kill before the
+        # next commit lost; and acknowledgements taken early would be lost by anything raising
+        # before the write, while a later commit of the counters held their counts.
         moved = self.delivery.finish_owners(commit)
-        self.delivery.take_acked(commit)
         self.delivery.checkpoint_offsets(commit, moved, self.reader)
         commit.marks = self.detectors.take_marks()
         for registry in self.registries:
@@ -356,6 +357,7 @@ class Pipeline:
             commit.forget_files += gone
         replays, self.assembler.replays = self.assembler.replays, []
         self.delivery.anchor_replays(commit, replays)
+        self.delivery.take_acked(commit)
         self.delivery.write(commit)
 
     def _emit(self) -> None:

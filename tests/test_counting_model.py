@@ -175,9 +175,9 @@ def one_life(w: World, rng: random.Random, steps: int, workers: bool = False) ->
     _unless(dead, p.ledger, "record")
     # The export thread may run whenever the pipeline thread does not hold the delivery's lock:
     # between the steps of a commit (after the done owners, after the acknowledgements kept
-    # back are taken), and after each commit (inside a catch-up too).
+    # back are taken, just before the write), and after each commit (inside a catch-up too).
     _then(p.delivery, "finish_owners", ack_some)
-    _then(p.delivery, "checkpoint_offsets", ack_some, before=True)
+    _then(p.delivery, "write", ack_some, before=True)
     _then(p, "process_acks", ack_some)
     try:
         run_until_killed(w, p, rng, steps, ack_some)
