@@ -303,6 +303,12 @@ class Report:
     totals: Row
     source: str
 
+    @property
+    def knows_tools(self) -> bool:
+        """Tools, subagents and health come from the ledger: read from the transcripts alone (no
+        ledger) a report sums the calls only, and these figures are unknown, not 0."""
+        return self.source != "transcripts"
+
 
 # -- gathering -----------------------------------------------------------------------------------
 
@@ -639,11 +645,9 @@ def _iso(ns: int) -> str | None:
     return datetime.fromtimestamp(ns / 1e9, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
-def _figures(r: Row, source: str) -> dict[str, Any]:
-    """ccusage's fields (20.x) and ccotel's own beside them. Read from the transcripts alone
-    (no ledger) a report sums the calls only: its tool, subagent and health figures are null,
-    not 0 (the table shows them as ``-``)."""
-    known = source != "transcripts"
+def _figures(r: Row, known: bool) -> dict[str, Any]:
+    """ccusage's fields (20.x) and ccotel's own beside them; ``known``: Report.knows_tools (else
+    the tool, subagent and health figures are null, as the table shows them ``-``)."""
     return {
         "inputTokens": r.input, "outputTokens": r.output, "cacheCreationTokens": r.cache_write,
         "cacheReadTokens": r.cache_read, "totalTokens": r.total_tokens, "totalCost": round(r.cost, 6),
@@ -666,7 +670,7 @@ def as_json(report: Report) -> dict[str, Any]:
         elif report.view == "project":
             doc.update({"projectPath": r.project, "cwd": r.cwd, "firstActivity": _iso(r.first_ns),
                         "lastActivity": _iso(r.last_ns)})
-        doc.update(_figures(r, report.source))
+        doc.update(_figures(r, report.knows_tools))
         doc["modelsUsed"] = sorted(r.models)
         doc["unpricedModels"] = sorted(r.unpriced)
         doc["modelBreakdowns"] = [
@@ -674,7 +678,7 @@ def as_json(report: Report) -> dict[str, Any]:
              "cacheReadTokens": t.cache_read, "cost": round(t.cost, 6), "apiCalls": t.calls}
             for m, t in sorted(report_models(r))]
         rows.append(doc)
-    totals = _figures(report.totals, report.source)
+    totals = _figures(report.totals, report.knows_tools)
     totals["unpricedModels"] = sorted(report.totals.unpriced)
     return {name: rows, "totals": totals, "source": report.source}
 
@@ -751,8 +755,7 @@ def render(report: Report, console: Console, q: Query, breakdown: bool = False) 
         table.add_column("Project", overflow="fold", min_width=12)  # a path: folded, never cut
         table.add_column("Session", no_wrap=True)
         lead_width += 15 + 11
-    known = report.source != "transcripts"  # tools, subagents and health are in the ledger only
-    columns = _columns(report, known, breakdown)
+    columns = _columns(report, report.knows_tools, breakdown)
     shown = _fit(columns, report.rows, lead_width, console.width)
     for c in shown:
         if c.number:
@@ -777,7 +780,7 @@ def render(report: Report, console: Console, q: Query, breakdown: bool = False) 
     if report.totals.unpriced:
         console.print(f"* without the calls of models that have no price: {', '.join(sorted(report.totals.unpriced))} "
                       "(give them one with --prices)")
-    if report.source == "transcripts":
+    if not report.knows_tools:
         console.print("Tool calls, subagents and health come from the ledger, which `ccotel run` and `ccotel "
                       "backfill` write; none was used here (-).", style="dim")
 
