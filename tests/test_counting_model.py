@@ -153,10 +153,9 @@ def one_life(w: World, rng: random.Random, steps: int, workers: bool = False) ->
     in_flight: list[SpanRecord] = []
 
     def ack_some() -> None:
-        """The export thread: the backend took some of the spans in flight (each with even odds)."""
-        taken = [s for s in in_flight if rng.random() < 0.5]
+        """The export thread: the backend took some of the spans in flight."""
+        taken = _take_some(in_flight, rng)
         if taken:
-            in_flight[:] = [s for s in in_flight if s not in taken]
             p.acknowledge(taken)
             w.delivered.update(s.span_id for s in taken)
             if rng.random() < 0.1:  # right after the export thread's commit, wherever the pipeline thread is
@@ -198,9 +197,7 @@ def catch_up_in_workers(w: World, rng: random.Random) -> bool:
 
         def emit(spans: list[SpanRecord], in_flight: list[SpanRecord] = in_flight) -> None:
             in_flight.extend(spans)
-            taken = [s for s in in_flight if rng.random() < 0.5]  # the export thread, meanwhile
-            in_flight[:] = [s for s in in_flight if s not in taken]
-            acknowledge(taken)
+            acknowledge(_take_some(in_flight, rng))  # the export thread, meanwhile
 
         p = w.pipeline(emit)
 
@@ -219,6 +216,13 @@ def catch_up_in_workers(w: World, rng: random.Random) -> bool:
         finally:
             p.state.close()  # type: ignore[union-attr]
     return True
+
+
+def _take_some(in_flight: list[SpanRecord], rng: random.Random) -> list[SpanRecord]:
+    """Each span in flight with even odds, taken out of ``in_flight``."""
+    taken = [s for s in in_flight if rng.random() < 0.5]
+    in_flight[:] = [s for s in in_flight if s not in taken]
+    return taken
 
 
 def _die(p: Pipeline) -> None:
@@ -255,7 +259,14 @@ def run_until_killed(w: World, p: Pipeline, rng: random.Random, steps: int, ack_
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(seed=st.integers(0, 2**32 - 1), lives=st.integers(1, 8), steps=st.integers(0, 30))
 def test_every_api_call_is_counted_once_whatever_the_kills(tmp_path_factory, seed, lives, steps):
-    check(World(tmp_path_factory.mktemp("model"), synthetic()), random.Random(seed), lives, steps)
+    w = World(tmp_path_factory.mktemp("model"), synthetic())
+    check(w, random.Random(seed), lives, steps)
+    # and what the transcript holds, not only what a clean pass counts: 4 turns of 2 API calls
+    # (one Bash call each); output once per response, its final snapshot: 50 and 17 a turn
+    counted = w.counted()
+    assert counted["ccotel_api_calls\x1fclaude-opus-4-6"] == 8
+    assert counted["ccotel_tool_calls\x1fBash\x1fok"] == 4
+    assert counted["ccotel_tokens\x1fclaude-opus-4-6\x1foutput"] == 4 * (50 + 17)
 
 
 @pytest.mark.parametrize("name", FIXTURES)
