@@ -9,6 +9,7 @@ import logging
 import re
 import sys
 import time
+from collections.abc import Callable
 from datetime import datetime, timezone
 
 from . import __version__
@@ -36,119 +37,140 @@ def parse_since(value: str, now: float | None = None) -> int:
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
-    """Every command; ``only``: the options of that command alone (the others' modules, and what
-    they import, are not loaded: a ``ccotel check`` starts without the pipeline or rich)."""
+    """Every command; ``only``: that command alone (the others' options are not built, nor their
+    modules loaded: a ``ccotel check`` starts without the pipeline or rich)."""
     p = argparse.ArgumentParser(prog="ccotel", description="Claude Code transcripts -> OpenTelemetry traces")
     p.add_argument("--version", action="version", version=f"ccotel {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
-
-    def common(sp: argparse.ArgumentParser) -> None:
-        sp.add_argument("--root", action="append", default=None,
-                        help="Claude config dir to read (repeatable; default $CLAUDE_CONFIG_DIR or ~/.claude)")
-        sp.add_argument("--since", type=parse_since, default=None,
-                        help="only turns started after this date or duration ago (2025-06-01, 7d, 12h)")
-        sp.add_argument("--workers", type=int, default=None,
-                        help="processes that read a large history in parallel (default: the cores, at most 4)")
-        sp.add_argument("--parallel-min-mb", type=float, default=256.0,
-                        help="a history smaller than this (MB to read) is read by one process")
-        sp.add_argument("--prices", default=None, metavar="FILE",
-                        help="JSON of model -> USD per million tokens, overriding genai-prices' table")
-        sp.add_argument("-v", "--verbose", action="store_true")
-
-    def tracing(sp: argparse.ArgumentParser) -> None:
-        sp.add_argument("--traces-exporter", choices=("otlp", "console", "none"), default="otlp",
-                        help="where spans go; otlp uses the standard OTEL_EXPORTER_OTLP_* variables")
-        sp.add_argument("--capture-content", action="store_true",
-                        help="export prompt and tool input/output text (truncated, redacted); off by default")
-        sp.add_argument("--max-attribute-length", type=int, default=4096)
-        sp.add_argument("--redact", action="append", default=[], metavar="REGEX",
-                        help="extra pattern to redact from captured content (repeatable)")
-        sp.add_argument("--stall-timeout", type=float, default=180.0,
-                        help="seconds a tool call may go without a result before it counts as orphaned")
-
-    def durable(sp: argparse.ArgumentParser) -> None:
-        sp.add_argument("--state", default=None, metavar="DIR|URL",
-                        help="checkpoints, counter totals and the usage ledger: a dir (SQLite, one host; default "
-                             "$CCOTEL_STATE or $XDG_STATE_HOME/ccotel), a postgresql:// URL (one state for a fleet; "
-                             "password from PGPASSWORD or ~/.pgpass rather than the URL), or 'none' to keep nothing")
-        sp.add_argument("--state-dir", default=None, help="the same as --state (a dir)")
-        sp.add_argument("--host-id", default=None,
-                        help="this host's name in a shared (PostgreSQL) state (default $CCOTEL_HOST_ID, the host name)")
-
-    run = sub.add_parser("run", help="catch up on history, then follow transcripts live")
-    common(run)
-    tracing(run)
-    durable(run)
-    run.add_argument("--orchestrator-log", action="append", default=[], metavar="PATH[=SOURCE]",
-                     help="an orchestrator's log to count resets, aborts and watchdog kills from (repeatable)")
-    run.add_argument("--orchestrator-patterns", metavar="FILE",
-                     help="JSON list of extra patterns: [{\"metric\", \"regex\", \"reason\"}]")
-    run.add_argument("--metrics-addr", default="127.0.0.1:9477",
-                     help="host:port for Prometheus /metrics (loopback by default); 'none' to disable")
-    run.add_argument("--poll", action="store_true", help="poll instead of inotify")
-    run.add_argument("--no-status", action="store_true", help="no live status line")
-    if only in (None, "run"):
-        from . import registry
-
-        registry.add_arguments(run)
-
-    bf = sub.add_parser("backfill", help="export history once, then exit")
-    common(bf)
-    tracing(bf)
-    durable(bf)
-    bf.add_argument("--close-all", action="store_true",
-                    help="close every open turn, even ones whose session may still be running")
-
-    chk = sub.add_parser("check", help="health of one session: exit 1 if it should not be resumed")
-    chk.add_argument("--root", action="append", default=None)
-    chk.add_argument("-v", "--verbose", action="store_true")
-    if only in (None, "check"):
-        from . import check
-
-        check.add_arguments(chk)
-
-    # commands whose options live with them: their modules are imported only when needed
-    rep = sub.add_parser("report", help="usage, cost, tool calls and health by day, week, month, session or project")
-    rep.add_argument("--root", action="append", default=None,
-                     help="Claude config dir to read (repeatable; default $CLAUDE_CONFIG_DIR or ~/.claude)")
-    durable(rep)
-    if only in (None, "report"):
-        from . import report
-
-        report.add_arguments(rep)
-
-    trc = sub.add_parser("trace", help="a turn's spans as a waterfall in the terminal (no trace backend needed)")
-    trc.add_argument("--root", action="append", default=None)
-    trc.add_argument("--prices", default=None, metavar="FILE")
-    trc.add_argument("-v", "--verbose", action="store_true")
-    if only in (None, "trace"):
-        from . import waterfall
-
-        waterfall.add_arguments(trc)
-    ses = sub.add_parser("sessions", help="recent sessions: tokens, cost and state (live, idle, ghost, killed, ...)")
-    common(ses)
-    if only in (None, "sessions"):
-        from . import sessions
-
-        sessions.add_arguments(ses)
-
-    doc = sub.add_parser("doctor", help="check roots, versions, state, trace backend, metrics port: exit 1 if any fail")
-    common(doc)
-    durable(doc)
-    if only in (None, "doctor"):
-        from . import doctor
-
-        doctor.add_arguments(doc)
-    rl = sub.add_parser("relay", help="pass `claude -p --output-format stream-json` through and export it live")
-    common(rl)
-    if only in (None, "relay"):
-        from . import relay
-
-        relay.add_arguments(rl)
+    for name, (text, options) in _COMMAND_OPTIONS.items():
+        if only in (None, name):
+            options(sub.add_parser(name, help=text))
     return p
 
 
-_COMMANDS = ("run", "backfill", "check", "report", "trace", "sessions", "doctor", "relay")
+def _common(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument("--root", action="append", default=None,
+                    help="Claude config dir to read (repeatable; default $CLAUDE_CONFIG_DIR or ~/.claude)")
+    sp.add_argument("--since", type=parse_since, default=None,
+                    help="only turns started after this date or duration ago (2025-06-01, 7d, 12h)")
+    sp.add_argument("--workers", type=int, default=None,
+                    help="processes that read a large history in parallel (default: the cores, at most 4)")
+    sp.add_argument("--parallel-min-mb", type=float, default=256.0,
+                    help="a history smaller than this (MB to read) is read by one process")
+    sp.add_argument("--prices", default=None, metavar="FILE",
+                    help="JSON of model -> USD per million tokens, overriding genai-prices' table")
+    sp.add_argument("-v", "--verbose", action="store_true")
+
+
+def _tracing(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument("--traces-exporter", choices=("otlp", "console", "none"), default="otlp",
+                    help="where spans go; otlp uses the standard OTEL_EXPORTER_OTLP_* variables")
+    sp.add_argument("--capture-content", action="store_true",
+                    help="export prompt and tool input/output text (truncated, redacted); off by default")
+    sp.add_argument("--max-attribute-length", type=int, default=4096)
+    sp.add_argument("--redact", action="append", default=[], metavar="REGEX",
+                    help="extra pattern to redact from captured content (repeatable)")
+    sp.add_argument("--stall-timeout", type=float, default=180.0,
+                    help="seconds a tool call may go without a result before it counts as orphaned")
+
+
+def _durable(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument("--state", default=None, metavar="DIR|URL",
+                    help="checkpoints, counter totals and the usage ledger: a dir (SQLite, one host; default "
+                         "$CCOTEL_STATE or $XDG_STATE_HOME/ccotel), a postgresql:// URL (one state for a fleet; "
+                         "password from PGPASSWORD or ~/.pgpass rather than the URL), or 'none' to keep nothing")
+    sp.add_argument("--state-dir", default=None, help="the same as --state (a dir)")
+    sp.add_argument("--host-id", default=None,
+                    help="this host's name in a shared (PostgreSQL) state (default $CCOTEL_HOST_ID, the host name)")
+
+
+def _run_options(sp: argparse.ArgumentParser) -> None:
+    _common(sp)
+    _tracing(sp)
+    _durable(sp)
+    sp.add_argument("--orchestrator-log", action="append", default=[], metavar="PATH[=SOURCE]",
+                    help="an orchestrator's log to count resets, aborts and watchdog kills from (repeatable)")
+    sp.add_argument("--orchestrator-patterns", metavar="FILE",
+                    help="JSON list of extra patterns: [{\"metric\", \"regex\", \"reason\"}]")
+    sp.add_argument("--metrics-addr", default="127.0.0.1:9477",
+                    help="host:port for Prometheus /metrics (loopback by default); 'none' to disable")
+    sp.add_argument("--poll", action="store_true", help="poll instead of inotify")
+    sp.add_argument("--no-status", action="store_true", help="no live status line")
+    from . import registry
+
+    registry.add_arguments(sp)
+
+
+def _backfill_options(sp: argparse.ArgumentParser) -> None:
+    _common(sp)
+    _tracing(sp)
+    _durable(sp)
+    sp.add_argument("--close-all", action="store_true",
+                    help="close every open turn, even ones whose session may still be running")
+
+
+# Commands whose options live with them: their modules are imported only when they are built.
+
+
+def _check_options(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument("--root", action="append", default=None)
+    sp.add_argument("-v", "--verbose", action="store_true")
+    from . import check
+
+    check.add_arguments(sp)
+
+
+def _report_options(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument("--root", action="append", default=None,
+                    help="Claude config dir to read (repeatable; default $CLAUDE_CONFIG_DIR or ~/.claude)")
+    _durable(sp)
+    from . import report
+
+    report.add_arguments(sp)
+
+
+def _trace_options(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument("--root", action="append", default=None)
+    sp.add_argument("--prices", default=None, metavar="FILE")
+    sp.add_argument("-v", "--verbose", action="store_true")
+    from . import waterfall
+
+    waterfall.add_arguments(sp)
+
+
+def _sessions_options(sp: argparse.ArgumentParser) -> None:
+    _common(sp)
+    from . import sessions
+
+    sessions.add_arguments(sp)
+
+
+def _doctor_options(sp: argparse.ArgumentParser) -> None:
+    _common(sp)
+    _durable(sp)
+    from . import doctor
+
+    doctor.add_arguments(sp)
+
+
+def _relay_options(sp: argparse.ArgumentParser) -> None:
+    _common(sp)
+    from . import relay
+
+    relay.add_arguments(sp)
+
+
+_COMMAND_OPTIONS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = {
+    "run": ("catch up on history, then follow transcripts live", _run_options),
+    "backfill": ("export history once, then exit", _backfill_options),
+    "check": ("health of one session: exit 1 if it should not be resumed", _check_options),
+    "report": ("usage, cost, tool calls and health by day, week, month, session or project", _report_options),
+    "trace": ("a turn's spans as a waterfall in the terminal (no trace backend needed)", _trace_options),
+    "sessions": ("recent sessions: tokens, cost and state (live, idle, ghost, killed, ...)", _sessions_options),
+    "doctor": ("check roots, versions, state, trace backend, metrics port: exit 1 if any fail", _doctor_options),
+    "relay": ("pass `claude -p --output-format stream-json` through and export it live", _relay_options),
+}
+_COMMANDS = tuple(_COMMAND_OPTIONS)
 
 
 def _command_of(argv: list[str]) -> str | None:
