@@ -96,8 +96,9 @@ def test_a_full_trace_queue_does_not_stop_reading_or_counting(tmp_path):
     root = tmp_path / "claude"
     (root / "projects").mkdir(parents=True)
     sink = MemorySink().retry(times=10 ** 6)
-    queue = ExportQueue(sink, max_pending=50, max_backoff_s=0.02)
     metrics, state = Metrics(), State(str(tmp_path / "st"))
+    queue = ExportQueue(sink, max_pending=50, max_backoff_s=0.02,
+                        on_failure=lambda: metrics.inc("ccotel_export_failures"))
     now = [time.time_ns()]
     pipeline = Pipeline(Options(roots=(str(root),)), emit=_emitter(queue, True), clock=lambda: now[0],
                         state=state, metrics=metrics)
@@ -117,13 +118,16 @@ def test_a_full_trace_queue_does_not_stop_reading_or_counting(tmp_path):
         sink._script.clear()  # the backend answers again
     rounds = 0
     assert queue.flush(timeout_s=20)
+    assert metrics.value("ccotel_export_failures") > 0  # the refused attempts
     before_catch_up = len(sink.spans)
     assert 0 < before_catch_up < len(expected)  # what the queue held; the rest was let go
     for rounds in range(1, 200):  # noqa: B007 - the count is read after the loop
         if not pipeline.traces_behind:
             break
         assert queue.pending() == 0 and queue.down_since is None
+        failures = metrics.value("ccotel_export_failures")
         pipeline = catch_up_traces(pipeline, queue, metrics)
+        assert metrics.value("ccotel_export_failures") == failures  # counted once, never taken back
         now[0] += 3600 * 10 ** 9
         pipeline.tick()
         assert queue.flush(timeout_s=20)
