@@ -1,0 +1,131 @@
+"""The live CPU row (bench.run, row 3) in one process, for finding its costs:
+
+    .venv/bin/python -m bench.live_replay                 # live vs backfill, main-thread CPU, 3 rounds
+    .venv/bin/python -m bench.live_replay --profile DIR   # + cProfile of each (DIR/live.prof, DIR/backfill.prof)
+
+The same ~10,000 lines of 50 sessions as the row, written to an empty root in the order Claude Code
+wrote them, 20 lines per poll and polls 20 ms apart (the row's 1,000 lines/s and ccotel run's
+poll gap), each poll followed by a tick, as ``runner.follow`` does; then a backfill of the same
+files. Spans go nowhere (``--traces-exporter none``): only the pipeline thread's CPU is measured
+(``time.thread_time``), without the HTTP requests, the inotify thread or the machine's other
+processes. bench.run's row measures the whole process against a backfill process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+from ccotel.metrics import Metrics
+from ccotel.pipeline import Options, Pipeline
+from ccotel.runner import COMMIT_EVERY_S, POLL_GAP_S, Wired, wire
+
+from .run import ensure_corpus, replay_plan
+
+LINES_PER_POLL = 20  # 1,000 lines/s, a poll every 20 ms
+
+
+def live(src: Path, work: Path, prof: cProfile.Profile | None) -> tuple[float, int]:
+    """Pipeline-thread CPU of following the replay live, and the spans built."""
+    root = work / "live-root"
+    (root / "projects").mkdir(parents=True)
+    wired = wire(Options(roots=(str(root),)), "none", str(work / "state-live"), Metrics(), keep_reading=True)
+    p = wired.pipeline
+    p.backfill()
+    p.go_live(COMMIT_EVERY_S)
+    fds: dict[str, int] = {}
+    dirty: set[str] = set()
+    cpu, due = 0.0, time.monotonic()
+    try:
+        for i, (_t, rel, line) in enumerate(replay_plan(src)):
+            fd = fds.get(rel)
+            if fd is None:
+                fd = fds[rel] = _create(src, root, rel, dirty)
+            os.write(fd, line)
+            dirty.add(str(root / rel))
+            if (i + 1) % LINES_PER_POLL == 0:
+                due += POLL_GAP_S
+                time.sleep(max(due - time.monotonic(), 0.0))
+                cpu += _poll(p, dirty, prof)
+                dirty = set()
+        cpu += _poll(p, dirty, prof)
+        cpu += _settle(wired)
+    finally:
+        for fd in fds.values():
+            os.close(fd)
+    return cpu, p.stats.spans
+
+
+def _create(src: Path, root: Path, rel: str, dirty: set[str]) -> int:
+    """A transcript appears as Claude Code makes it: its directory (an event of its own when new)
+    and its agent's meta.json first."""
+    path = root / rel
+    if not path.parent.exists():
+        path.parent.mkdir(parents=True)
+        dirty.add(str(path.parent))
+    meta = (src / rel).with_suffix(".meta.json")
+    if meta.exists():
+        shutil.copyfile(meta, path.with_suffix(".meta.json"))
+    return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+
+def _poll(p: Pipeline, dirty: set[str], prof: cProfile.Profile | None) -> float:
+    start = time.thread_time()
+    if prof is not None:
+        prof.enable()
+    p.poll(sorted(dirty))
+    p.tick()
+    if prof is not None:
+        prof.disable()
+    return time.thread_time() - start
+
+
+def _settle(wired: Wired) -> float:
+    start = time.thread_time()
+    wired.queue.flush(10)
+    wired.pipeline.process_acks()
+    return time.thread_time() - start
+
+
+def backfill(work: Path, prof: cProfile.Profile | None) -> tuple[float, int]:
+    """Pipeline-thread CPU of a backfill of the files the live replay wrote."""
+    wired = wire(Options(roots=(str(work / "live-root"),)), "none", str(work / "state-backfill"), Metrics())
+    start = time.thread_time()
+    if prof is not None:
+        prof.enable()
+    wired.pipeline.backfill()
+    if prof is not None:
+        prof.disable()
+    cpu = time.thread_time() - start + _settle(wired)
+    return cpu, wired.pipeline.stats.spans
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--workdir", default="/tmp/ccotel-bench")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--profile", metavar="DIR", help="write cProfile stats of the last round here")
+    args = ap.parse_args()
+    src = Path(args.workdir) / "livecpu-50-s5"  # bench.run's row 3 corpus (seed 1 + 4)
+    ensure_corpus(src, sessions=50, seed=5, session_mean=500_000)
+    for r in range(args.rounds):
+        last = r == args.rounds - 1
+        profs = (cProfile.Profile(), cProfile.Profile()) if args.profile and last else (None, None)
+        with tempfile.TemporaryDirectory(prefix="ccotel-live-replay-") as tmp:
+            live_cpu, live_spans = live(src, Path(tmp), profs[0])
+            bf_cpu, bf_spans = backfill(Path(tmp), profs[1])
+        print(f"round {r + 1}: live {live_cpu:.3f} s ({live_spans:,} spans), backfill {bf_cpu:.3f} s "
+              f"({bf_spans:,} spans): {live_cpu / bf_cpu:.2f}x")
+        if profs[0] is not None and profs[1] is not None:
+            os.makedirs(args.profile, exist_ok=True)
+            profs[0].dump_stats(os.path.join(args.profile, "live.prof"))
+            profs[1].dump_stats(os.path.join(args.profile, "backfill.prof"))
+
+
+if __name__ == "__main__":
+    main()
