@@ -43,9 +43,10 @@ FIXTURES = ("2.1.330-s03_parallel_subagents", "2.1.330-s05_nested_subagent", "s0
             "2.1.330-s13_advisor")
 
 
-def synthetic() -> tuple[list[tuple[str, bytes]], list[tuple[str, bytes]]]:
-    """Four tool turns of one session (2 API calls each): (path, line) in the order written."""
-    t = Transcript(SID, t_ms=T0_MS)
+def synthetic(t_ms: int = T0_MS) -> tuple[list[tuple[str, bytes]], list[tuple[str, bytes]]]:
+    """Four tool turns of one session (2 API calls each), from ``t_ms``: (path, line) in the order
+    written."""
+    t = Transcript(SID, t_ms=t_ms)
     for n in range(4):
         one_tool_turn(t, str(n))
     rel = os.path.relpath(os.path.join(proj(""), f"{SID}.jsonl"))
@@ -281,7 +282,13 @@ def test_a_real_clis_subagents_are_counted_once_whatever_the_kills(tmp_path_fact
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(seed=st.integers(0, 2**32 - 1), lives=st.integers(1, 8), steps=st.integers(0, 30))
 def test_catch_ups_in_workers_count_once_whatever_the_kills(tmp_path_factory, seed, lives, steps):
-    world = World(tmp_path_factory.mktemp("model"), together(synthetic(), recorded(FIXTURES[0])))
+    # Two sessions written at once share one clock: the synthetic one starts when the recorded one
+    # does. Interleaved 53 days apart (T0_MS), each session's next line came 53 days after its last
+    # one, and a turn idle that long is closed before the rest of its response is read (a line of
+    # a response whose turn was closed is not traced again: NOTES, "what is left").
+    real = recorded(FIXTURES[0])
+    start_ms = min(filter(None, (_ts(line) for _rel, line in real[0]))) // 1_000_000
+    world = World(tmp_path_factory.mktemp("model"), together(synthetic(start_ms), real))
     check(world, random.Random(seed), lives, steps, workers=True)
 
 
