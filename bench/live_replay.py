@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import cProfile
 import os
-import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -25,7 +24,7 @@ from ccotel.metrics import Metrics
 from ccotel.pipeline import Options, Pipeline
 from ccotel.runner import COMMIT_EVERY_S, POLL_GAP_S, TICK_EVERY_S, Wired, wire
 
-from .run import ensure_corpus, replay_plan
+from .run import ensure_corpus, open_as_claude_does, replay_plan
 
 LINES_PER_POLL = 20  # 1,000 lines/s, a poll every 20 ms
 
@@ -45,7 +44,10 @@ def live(src: Path, work: Path, prof: cProfile.Profile | None) -> tuple[float, i
         for i, (_t, rel, line) in enumerate(replay_plan(src)):
             fd = fds.get(rel)
             if fd is None:
-                fd = fds[rel] = _create(src, root, rel, dirty)
+                fd, new_dir = open_as_claude_does(src, root, rel)
+                fds[rel] = fd
+                if new_dir is not None:
+                    dirty.add(str(new_dir))
             os.write(fd, line)
             dirty.add(str(root / rel))
             if (i + 1) % LINES_PER_POLL == 0:
@@ -59,19 +61,6 @@ def live(src: Path, work: Path, prof: cProfile.Profile | None) -> tuple[float, i
         for fd in fds.values():
             os.close(fd)
     return cpu, p.stats.spans
-
-
-def _create(src: Path, root: Path, rel: str, dirty: set[str]) -> int:
-    """A transcript appears as Claude Code makes it: its directory (an event of its own when new)
-    and its agent's meta.json first."""
-    path = root / rel
-    if not path.parent.exists():
-        path.parent.mkdir(parents=True)
-        dirty.add(str(path.parent))
-    meta = (src / rel).with_suffix(".meta.json")
-    if meta.exists():
-        shutil.copyfile(meta, path.with_suffix(".meta.json"))
-    return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
 
 def _poll(p: Pipeline, dirty: set[str], prof: cProfile.Profile | None, ticked: list[float]) -> float:

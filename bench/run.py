@@ -710,6 +710,19 @@ def replay_plan(src: Path) -> list[tuple[int, str, bytes]]:
     return [(t, rel, line) for t, _n, rel, line in plan]
 
 
+def open_as_claude_does(src: Path, root: Path, rel: str) -> tuple[int, Path | None]:
+    """A transcript of ``src`` appearing under ``root`` as Claude Code makes it: its directory,
+    and its agent's meta.json, first. The descriptor to append its lines with, and the directory
+    if it was made now (an event of its own for a watcher)."""
+    path = root / rel
+    new_dir = None if path.parent.exists() else path.parent
+    path.parent.mkdir(parents=True, exist_ok=True)
+    meta = (src / rel).with_suffix(".meta.json")
+    if meta.exists():
+        shutil.copyfile(meta, path.with_suffix(".meta.json"))
+    return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644), new_dir
+
+
 def bench_live_cpu(res: Results, src: Path, exp: dict[str, Any], log_dir: Path, work: Path, rate: float) -> None:
     """CPU of ``ccotel run`` for lines written live by many sessions at once, against the CPU of a
     one-process backfill of the same lines (minus that process's start on an empty root)."""
@@ -733,12 +746,7 @@ def bench_live_cpu(res: Results, src: Path, exp: dict[str, Any], log_dir: Path, 
                 for i, (_t, rel, line) in enumerate(plan):
                     fd = fds.get(rel)
                     if fd is None:
-                        path = live / rel
-                        path.parent.mkdir(parents=True, exist_ok=True)
-                        meta = (src / rel).with_suffix(".meta.json")
-                        if meta.exists():
-                            shutil.copyfile(meta, path.with_suffix(".meta.json"))
-                        fd = fds[rel] = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+                        fd = fds[rel] = open_as_claude_does(src, live, rel)[0]
                     os.write(fd, line)
                     delay = t0 + (i + 1) / rate - time.monotonic()
                     if delay > 0:

@@ -285,7 +285,7 @@ def test_catch_ups_in_workers_count_once_whatever_the_kills(tmp_path_factory, se
     # Two sessions written at once share one clock: the synthetic one starts when the recorded one
     # does. Interleaved 53 days apart (T0_MS), each session's next line came 53 days after its last
     # one, and a turn idle that long is closed before the rest of its response is read (a line of
-    # a response whose turn was closed is not traced again: NOTES, "what is left").
+    # a response whose turn was closed is not traced again: bench/NOTES.md, ninth session).
     real = recorded(FIXTURES[0])
     start_ms = min(filter(None, (_ts(line) for _rel, line in real[0]))) // 1_000_000
     world = World(tmp_path_factory.mktemp("model"), together(synthetic(start_ms), real))
