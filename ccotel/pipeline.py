@@ -54,8 +54,6 @@ PipelineStats = ReadStats
 _CLOCK_STEP_NS = 30_000_000_000  # a wall clock ahead of the steady one by this much since the last tick
 
 
-# How often a backfill commits what the backend acknowledged (Pipeline.backfill).
-BACKFILL_COMMIT_EVERY_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -73,6 +71,9 @@ class Options:
     pricing: Pricing = DEFAULT_PRICING
     registries: tuple[str, ...] = ()  # orchestrator agent registries followed live (registry.py)
     registry_kill_grace_ns: int = 5_000_000_000
+    # How often a backfill commits what the backend acknowledged: a process killed mid-way sends
+    # again what was acknowledged since (each commit costs; once per session was ~10 % of 1 GB).
+    backfill_commit_every_s: float = 1.0
 
 
 class Pipeline:
@@ -175,7 +176,7 @@ class Pipeline:
         # once per session: a commit of each of a 1 GB history's 247 sessions cost ~10 % of it.
         was = self._commit_every_ns, self.delivery.coalesce
         if not self._commit_every_ns:
-            self.go_live(BACKFILL_COMMIT_EVERY_S)
+            self.go_live(self.options.backfill_commit_every_s)
         try:
             for group in groups:
                 for root, tf in group:
