@@ -4,11 +4,12 @@
     .venv/bin/python -m bench.live_replay --profile DIR   # + cProfile of each (DIR/live.prof, DIR/backfill.prof)
 
 The same ~10,000 lines of 50 sessions as the row, written to an empty root in the order Claude Code
-wrote them, 20 lines per poll and polls 20 ms apart (the row's 1,000 lines/s and ccotel run's
-poll gap), a tick at most every 100 ms as ``runner.follow`` does; then a backfill of the same
-files. Spans go nowhere (``--traces-exporter none``): only the pipeline thread's CPU is measured
-(``time.thread_time``), without the HTTP requests, the inotify thread or the machine's other
-processes. bench.run's row measures the whole process against a backfill process.
+wrote them at the row's 1,000 lines/s, polled as ``ccotel run`` polls (runner.poll_gap: 20 ms
+apart, 80 ms while lines come at 800/s or more, as these do), a tick at most every 100 ms
+as ``runner.follow`` does; then a backfill of the same files. Spans go nowhere
+(``--traces-exporter none``): only the pipeline thread's CPU is measured (``time.thread_time``),
+without the HTTP requests, the inotify thread or the machine's other processes. bench.run's row
+measures the whole process against a backfill process.
 """
 
 from __future__ import annotations
@@ -22,11 +23,11 @@ from pathlib import Path
 
 from ccotel.metrics import Metrics
 from ccotel.pipeline import Options, Pipeline
-from ccotel.runner import COMMIT_EVERY_S, POLL_GAP_S, TICK_EVERY_S, Wired, wire
+from ccotel.runner import COMMIT_EVERY_S, POLL_GAP_S, TICK_EVERY_S, Wired, poll_gap, wire
 
 from .run import ensure_corpus, open_as_claude_does, replay_plan
 
-LINES_PER_POLL = 20  # 1,000 lines/s, a poll every 20 ms
+LINES_PER_S = 1_000  # the row's rate
 
 
 def live(src: Path, work: Path, prof: cProfile.Profile | None) -> tuple[float, int]:
@@ -40,8 +41,9 @@ def live(src: Path, work: Path, prof: cProfile.Profile | None) -> tuple[float, i
     fds: dict[str, int] = {}
     dirty: set[str] = set()
     cpu, due, ticked = 0.0, time.monotonic(), [0.0]
+    gap, written = POLL_GAP_S, 0
     try:
-        for i, (_t, rel, line) in enumerate(replay_plan(src)):
+        for _t, rel, line in replay_plan(src):
             fd = fds.get(rel)
             if fd is None:
                 fd, new_dir = open_as_claude_does(src, root, rel)
@@ -50,11 +52,13 @@ def live(src: Path, work: Path, prof: cProfile.Profile | None) -> tuple[float, i
                     dirty.add(str(new_dir))
             os.write(fd, line)
             dirty.add(str(root / rel))
-            if (i + 1) % LINES_PER_POLL == 0:
-                due += POLL_GAP_S
+            written += 1
+            if written >= LINES_PER_S * gap:  # the lines written while the runner waits out its gap
+                due += gap
                 time.sleep(max(due - time.monotonic(), 0.0))
+                before = p.stats.lines
                 cpu += _poll(p, dirty, prof, ticked)
-                dirty = set()
+                gap, written, dirty = poll_gap(p.stats.lines - before, gap), 0, set()
         cpu += _poll(p, dirty, prof, [0.0])
         cpu += _settle(wired)
     finally:

@@ -70,6 +70,7 @@ class _InotifyTree:
         self._stop_r, self._stop_w = os.pipe()
         self._thread = threading.Thread(target=self._run, name="ccotel-inotify", daemon=True)
         self._warned = False
+        self.gap_s = _READ_GAP_S  # set by the pipeline's thread (Watcher.space_batches)
 
     def add_tree(self, top: str, is_top: bool = False) -> None:
         """Watch ``top`` and every directory below it, each before its contents are listed (what is
@@ -111,7 +112,7 @@ class _InotifyTree:
             # Appends in a burst come a millisecond apart: a read follows the one before by at
             # least _READ_GAP_S, so a batch is read per wake-up, not an event, and the pipeline
             # polls once per batch. A lone event waits for nothing.
-            wait = _READ_GAP_S - (time.monotonic() - last)
+            wait = self.gap_s - (time.monotonic() - last)
             if wait > 0:
                 time.sleep(wait)
             last = time.monotonic()
@@ -210,6 +211,11 @@ class Watcher:
         """Events are read in batches at least _READ_GAP_S apart (inotify itself): the runner
         polls as each comes. watchdog's observers report each event as it comes."""
         return self._tree is not None
+
+    def space_batches(self, gap_s: float) -> None:
+        """Read inotify batches at least ``gap_s`` apart from now on (the runner's poll gap)."""
+        if self._tree is not None:
+            self._tree.gap_s = gap_s
 
     def mark(self, path: str) -> None:
         with self._lock:

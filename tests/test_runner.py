@@ -68,12 +68,33 @@ def test_polls_are_spaced_once_by_the_watcher_or_by_the_runner() -> None:
     dirty: set[str] = {"a"}
     spacing = _Watcher(True)
     t0 = _time.monotonic()
-    _gather(spacing, dirty, last_poll=t0)  # type: ignore[arg-type]
+    _gather(spacing, dirty, last_poll=t0, gap_s=POLL_GAP_S)  # type: ignore[arg-type]
     assert _time.monotonic() - t0 < POLL_GAP_S / 2 and spacing.waits == 0 and dirty == {"a"}
     plain = _Watcher(False)
     t0 = _time.monotonic()
-    started = _gather(plain, dirty, last_poll=t0)  # type: ignore[arg-type]
+    started = _gather(plain, dirty, last_poll=t0, gap_s=POLL_GAP_S)  # type: ignore[arg-type]
     assert started - t0 >= POLL_GAP_S * 0.9 and dirty == {"a", "late"}
     t0 = _time.monotonic()
-    _gather(plain, dirty, last_poll=t0 - 1.0)  # type: ignore[arg-type]
+    _gather(plain, dirty, last_poll=t0 - 1.0, gap_s=POLL_GAP_S)  # type: ignore[arg-type]
     assert _time.monotonic() - t0 < POLL_GAP_S / 2 and plain.waits == 1
+
+
+def test_polls_are_spaced_wider_only_while_a_heavy_stream_lasts() -> None:
+    """A poll that read lines at BUSY_LINES_PER_S or more (since the poll before) puts the next
+    BUSY_POLL_GAP_S after it (fewer, larger batches: less CPU per line); anything slower keeps
+    POLL_GAP_S, also after a wide gap gathered many lines of a slower stream, and the first poll
+    after a quiet time; the inotify reader is told the gap (it spaces batches on Linux)."""
+    from ccotel.runner import BUSY_LINES_PER_S, BUSY_POLL_GAP_S, POLL_GAP_S, poll_gap
+    from ccotel.watch import Watcher
+
+    fast = int(BUSY_LINES_PER_S * POLL_GAP_S)  # lines in one short gap at the busy rate
+    assert poll_gap(0, POLL_GAP_S) == poll_gap(fast - 1, POLL_GAP_S) == POLL_GAP_S
+    assert poll_gap(fast, POLL_GAP_S) == poll_gap(10_000, POLL_GAP_S) == BUSY_POLL_GAP_S > POLL_GAP_S
+    slower = int(BUSY_LINES_PER_S * BUSY_POLL_GAP_S / 2)  # half the rate, gathered over a wide gap
+    assert slower > fast and poll_gap(slower, BUSY_POLL_GAP_S) == POLL_GAP_S
+    assert poll_gap(10 * fast, 1000.0) == POLL_GAP_S  # the first poll after a quiet time
+    assert poll_gap(fast, 0.0) == BUSY_POLL_GAP_S  # polls closer than the gap: the gap counts
+    assert BUSY_POLL_GAP_S <= 0.1  # a heavy stream's lines still reach the backend within ~0.1 s
+    watcher = Watcher(())
+    watcher.space_batches(0.5)  # not started: no inotify reader to tell, nothing fails
+

@@ -171,3 +171,29 @@ def test_the_inotify_read_gap_is_the_poll_gap() -> None:
     from ccotel.runner import POLL_GAP_S
 
     assert watch._READ_GAP_S == POLL_GAP_S
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="inotify is Linux's")
+def test_the_inotify_reader_takes_the_runners_gap(tree: tuple[Path, Path]) -> None:
+    """runner.poll_gap widens the gap while a heavy stream lasts: the reader thread (which spaces
+    the batches on Linux) reads no sooner than that after its last read."""
+    root, projects = tree
+    main = projects / "-p" / "s1.jsonl"
+    main.write_bytes(b"{}\n")
+    w = Watcher((str(root),))
+    w.start()
+    try:
+        assert w.mode == "inotify" and w._tree is not None
+        collect(w, {str(projects)})
+        w.space_batches(0.3)
+        assert w._tree.gap_s == 0.3
+        with open(main, "ab") as f:
+            f.write(b'{"a": 1}\n')
+        assert str(main) in collect(w, {str(main)})  # the read after it
+        t0 = time.monotonic()
+        with open(main, "ab") as f:
+            f.write(b'{"a": 2}\n')
+        assert str(main) in collect(w, {str(main)})
+        assert time.monotonic() - t0 >= 0.2  # waited out the gap since that read
+    finally:
+        w.stop()
