@@ -54,8 +54,6 @@ PipelineStats = ReadStats
 _CLOCK_STEP_NS = 30_000_000_000  # a wall clock ahead of the steady one by this much since the last tick
 
 
-
-
 @dataclass(frozen=True)
 class Options:
     roots: tuple[str, ...]

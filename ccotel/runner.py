@@ -64,6 +64,7 @@ def poll_gap(lines: int, since_s: float) -> float:
     after the one before started."""
     return BUSY_POLL_GAP_S if lines >= BUSY_LINES_PER_S * max(since_s, POLL_GAP_S) else POLL_GAP_S
 
+
 # -- wiring -------------------------------------------------------------------------
 
 

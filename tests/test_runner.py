@@ -97,4 +97,3 @@ def test_polls_are_spaced_wider_only_while_a_heavy_stream_lasts() -> None:
     assert BUSY_POLL_GAP_S <= 0.1  # a heavy stream's lines still reach the backend within ~0.1 s
     watcher = Watcher(())
     watcher.space_batches(0.5)  # not started: no inotify reader to tell, nothing fails
-

@@ -25,6 +25,15 @@ def collect(w: Watcher, want: set[str], timeout_s: float = 5.0) -> set[str]:
     return seen
 
 
+def _watching_one_file(root: Path, projects: Path) -> tuple[Path, Watcher]:
+    """A transcript ``-p/s1.jsonl`` under ``projects``, and a started watcher of ``root``."""
+    main = projects / "-p" / "s1.jsonl"
+    main.write_bytes(b"{}\n")
+    w = Watcher((str(root),))
+    w.start()
+    return main, w
+
+
 @pytest.fixture
 def tree(tmp_path: Path) -> tuple[Path, Path]:
     projects = tmp_path / "claude" / "projects"
@@ -35,10 +44,7 @@ def tree(tmp_path: Path) -> tuple[Path, Path]:
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="inotify is Linux's")
 def test_appends_new_files_and_new_directories_are_seen(tree: tuple[Path, Path]) -> None:
     root, projects = tree
-    main = projects / "-p" / "s1.jsonl"
-    main.write_bytes(b"{}\n")
-    w = Watcher((str(root),))
-    w.start()
+    main, w = _watching_one_file(root, projects)
     try:
         assert w.mode == "inotify"
         assert str(projects) in collect(w, {str(projects)})  # the root itself: read what was there
@@ -178,10 +184,7 @@ def test_the_inotify_reader_takes_the_runners_gap(tree: tuple[Path, Path]) -> No
     """runner.poll_gap widens the gap while a heavy stream lasts: the reader thread (which spaces
     the batches on Linux) reads no sooner than that after its last read."""
     root, projects = tree
-    main = projects / "-p" / "s1.jsonl"
-    main.write_bytes(b"{}\n")
-    w = Watcher((str(root),))
-    w.start()
+    main, w = _watching_one_file(root, projects)
     try:
         assert w.mode == "inotify" and w._tree is not None
         collect(w, {str(projects)})
