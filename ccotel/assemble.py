@@ -138,7 +138,9 @@ class _OwnerBase:
     parent: Turn | AgentRun | None = None  # the owner of the tool call that spawned this subagent
     pending: int = 0
     stalled: bool = False
-    awaiting_model: bool = False  # the last line was a prompt or a tool result: the model owes a reply
+    # The last line was a prompt or a tool result, or a line of a response with more to come
+    # (rules.response_continues): the model owes a line.
+    awaiting_model: bool = False
     live: bool = False  # started while ccotel ran (not history read on a first start): counted in metrics
     orphaned_tools: int = 0
     killed: bool = False  # a repair line says its process died (2.1.3xx resume)
@@ -606,6 +608,9 @@ class Assembler:
             owner.api_errors += 1
         self._tool_uses(sess, owner, call, e, ts)
         owner.final_seen = call.stop_reason in _FINAL_STOP or call.is_api_error
+        # More lines of this response are due: the model owes them (stall timeout, not idle).
+        owner.awaiting_model = not call.is_api_error and rules.response_continues(
+            e, call.stop_reason, bool(call.tool_ids) or any(b.type == "tool_use" for b in e.blocks))
 
     @staticmethod
     def _merge_snapshot(call: Call, e: Entry) -> None:
