@@ -68,6 +68,11 @@ def parse_line(data: bytes, offset: int, capture_content: bool = False, fast: bo
     try:
         objs: list[Any] = [orjson.loads(data)]
     except orjson.JSONDecodeError:
+        entry = _repaired_entry(data, offset, capture_content)
+        if entry is not None:
+            result.errors.append("invalid_utf8")
+            result.entries.append(entry)
+            return result
         try:
             objs = _decode_glued(data, result)
         except (RecursionError, ValueError):  # nesting deeper than any decoder goes, 4,300-digit ints
@@ -783,7 +788,7 @@ class _StepAside(Exception):
     """This line is not of the usual shape: the checked path reads it."""
 
 
-def fast_entry(data: bytes, offset: int, capture: bool = False) -> Entry | None:
+def fast_entry(data: bytes | bytearray, offset: int, capture: bool = False) -> Entry | None:
     """The entry of a line of the usual shape, else None: then ``parse_line(..., fast=False)``
     gives exactly what ``parse_line`` would (the fast path reports no errors, and a blank line
     never decodes). The reader's per-line call: no ParseResult and its lists for most lines."""
@@ -801,7 +806,7 @@ _fast_entry = fast_entry  # the name tests/test_parse_fastpath.py knows
 _UTF8_PIECE = 256 << 10
 
 
-def _check_utf8(data: bytes) -> None:
+def _check_utf8(data: bytes | bytearray) -> None:
     """Raise UnicodeDecodeError unless ``data`` is UTF-8. A long line is decoded a piece at a
     time: a 4 MB line of tool output with one CJK character is a str of 8 MB decoded whole,
     held for nothing."""
@@ -813,6 +818,32 @@ def _check_utf8(data: bytes) -> None:
     for start in range(0, len(data), _UTF8_PIECE):
         decoder.decode(view[start:start + _UTF8_PIECE])
     decoder.decode(b"", True)
+
+
+def _repaired_entry(data: bytes, offset: int, capture: bool) -> Entry | None:
+    """The entry of a line whose one fault is invalid UTF-8 (a tool's output cut inside a
+    character): what ``_decode_glued`` makes of it (each bad byte U+FFFD, then the line decoded)
+    by way of the fast path, so that a 4 MB tool output is neither a Python str (8 MB with one
+    U+FFFD in it) nor decoded objects (a worker's peak RSS, issue 15). None: anything else."""
+    if data.isascii():
+        return None
+    try:
+        _check_utf8(data)
+        return None  # valid: the line is wrong in some other way
+    except UnicodeDecodeError:
+        pass
+    return fast_entry(_replace_invalid_utf8(data), offset, capture)
+
+
+def _replace_invalid_utf8(data: bytes) -> bytearray:
+    """``data.decode("utf-8", "replace").encode()``, a piece at a time (as _check_utf8)."""
+    decoder = codecs.getincrementaldecoder("utf-8")("replace")
+    view = memoryview(data)
+    out = bytearray()
+    for start in range(0, len(data), _UTF8_PIECE):
+        out += decoder.decode(view[start:start + _UTF8_PIECE]).encode("utf-8")
+    out += decoder.decode(b"", True).encode("utf-8")
+    return out
 
 
 def _entry_of(o: _JLine, offset: int, capture: bool) -> Entry:

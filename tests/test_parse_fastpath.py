@@ -197,3 +197,58 @@ def test_a_long_line_is_checked_for_utf8_piece_by_piece(text, junk, piece):
     finally:
         parse._UTF8_PIECE = saved
     assert pieces == whole, data
+
+
+def _glued_reference(data: bytes, capture: bool) -> parse.ParseResult:
+    """What parse_line made of a line that is not UTF-8 before the fast path read its repair:
+    the whole line decoded as text (each bad byte U+FFFD), then its objects."""
+    result = parse.ParseResult()
+    for obj in parse._decode_glued(data, result):
+        if not isinstance(obj, dict):
+            result.errors.append("not_an_object")
+            continue
+        entry = parse.to_entry(obj, 11, capture, result.errors)
+        if entry is not None:
+            result.entries.append(entry)
+    return result
+
+
+_BAD_UTF8 = [b"\xff", b"\xfe\xfd", b"\xc3(", b"\xe2\x82", b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"\x80"]
+
+
+def test_lines_with_invalid_utf8_equal_the_decoding_of_the_whole_text(lines):
+    """Bad bytes anywhere in real lines (inside a string, where the line stays one object with
+    U+FFFD in it, or between tokens, where it does not): the fast path's reading of the repaired
+    line gives exactly what decoding the whole line as text gave."""
+    rng = random.Random(20261124)
+    sample = [line for line in rng.sample(lines, min(len(lines), 3000)) if line.startswith(b"{")]
+    repaired = 0
+    for line in sample:
+        data = bytearray(line)
+        for _ in range(rng.randint(1, 3)):
+            at = rng.randrange(len(data) + 1)
+            data[at:at] = rng.choice(_BAD_UTF8)
+        bad = bytes(data)
+        for capture in (False, True):
+            got, want = parse_line(bad, 11, capture, fast=False), _glued_reference(bad, capture)
+            assert got.errors == want.errors, bad[:300]
+            assert [vars(e) for e in got.entries] == [vars(e) for e in want.entries], bad[:300]
+            repaired += parse._repaired_entry(bad, 11, capture) is not None
+    assert repaired > len(sample) // 4  # bytes inside strings: most such lines take the fast path
+
+
+@settings(max_examples=500, deadline=None)
+@given(text=st.text(_TRICKY, max_size=60),
+       junk=st.lists(st.tuples(st.integers(0, 300), st.binary(min_size=1, max_size=3)), max_size=3),
+       piece=st.integers(1, 9))
+def test_invalid_utf8_is_replaced_piece_by_piece_as_in_one_decode(text, junk, piece):
+    data = bytearray(text.encode())
+    for at, raw in junk:
+        data[at % (len(data) + 1):at % (len(data) + 1)] = raw
+    saved = parse._UTF8_PIECE
+    parse._UTF8_PIECE = piece
+    try:
+        pieces = parse._replace_invalid_utf8(bytes(data))
+    finally:
+        parse._UTF8_PIECE = saved
+    assert bytes(pieces) == bytes(data).decode("utf-8", "replace").encode("utf-8")
