@@ -273,27 +273,58 @@ def session_groups(files: list[tuple[str, TranscriptFile]],
     return sorted(groups.values(), key=order)
 
 
+_SPAN_WINDOW = 1 << 16  # a file's time span is read from its first and last 64 KiB
+_SPAN_PROBE = 1 << 13  # ... of which these 8 KiB are enough for almost every file
+
+
 def _time_span(path: str) -> tuple[int, int]:
-    """First and last line timestamps of a file, from its first and last 64 KiB."""
+    """First and last line timestamps of a file, from its first and last 64 KiB. The first and
+    last 8 KiB are read first: a whole line with a timestamp in them is the same line in 64 KiB
+    (two 64 KiB reads and their split cost 0.8 ms a session, 4 % of a one-process backfill of
+    2.1.330-shaped history, and in the catch-up's planning before any worker starts)."""
     try:
-        with open(path, "rb") as f:
-            head = f.read(1 << 16)
-            size = f.seek(0, os.SEEK_END)
-            f.seek(max(0, size - (1 << 16)))
-            tail = f.read(1 << 16)
+        with open(path, "rb", buffering=0) as f:
+            fd = f.fileno()
+            size = os.fstat(fd).st_size
+            first = _first_stamp(fd, size)
+            last = _last_stamp(fd, size)
     except OSError:
         return (0, 0)
-    first_stamps, last_stamps = _timestamps(head), _timestamps(tail)
-    first = first_stamps[0] if first_stamps else 0
-    return (first, last_stamps[-1] if last_stamps else first)
+    return (first, last if last is not None else first)
+
+
+def _first_stamp(fd: int, size: int) -> int:
+    head = os.pread(fd, _SPAN_PROBE, 0)
+    lines = head.split(b"\n")
+    whole = lines if len(head) >= size else lines[:-1]  # the last piece may be cut short
+    for line in whole:
+        ts = _stamp(line)
+        if ts is not None:
+            return ts
+    stamps = _timestamps(os.pread(fd, _SPAN_WINDOW, 0))
+    return stamps[0] if stamps else 0
+
+
+def _last_stamp(fd: int, size: int) -> int | None:
+    start = max(0, size - _SPAN_PROBE)
+    lines = os.pread(fd, size - start, start).split(b"\n")
+    whole = lines if start == 0 else lines[1:]  # the first piece may start inside a line
+    for line in reversed(whole):
+        ts = _stamp(line)
+        if ts is not None:
+            return ts
+    start = max(0, size - _SPAN_WINDOW)
+    stamps = _timestamps(os.pread(fd, size - start, start))
+    return stamps[-1] if stamps else None
 
 
 def _timestamps(chunk: bytes) -> list[int]:
-    out = []
-    for line in chunk.split(b"\n"):
-        i = line.find(b'"timestamp":"')
-        if i >= 0:
-            ts = parse_timestamp(line[i + 13: i + 53].split(b'"', 1)[0].decode("ascii", "replace"))
-            if ts is not None:
-                out.append(ts)
-    return out
+    return [ts for ts in map(_stamp, chunk.split(b"\n")) if ts is not None]
+
+
+def _stamp(line: bytes) -> int | None:
+    """The time of the first ``"timestamp":"`` in a line (or a piece of one)."""
+    i = line.find(b'"timestamp":"')
+    if i < 0:
+        return None
+    return parse_timestamp(line[i + 13: i + 53].split(b'"', 1)[0].decode("ascii", "replace"))
