@@ -29,6 +29,11 @@ class OtlpReceiver:
         self.requests = 0
         self.bytes = 0
         self.refuse = False
+        # Cleared: requests wait (at most 10 s) for it before they are answered, a backend that
+        # hangs; ``held`` counts those waiting now.
+        self.answer = threading.Event()
+        self.answer.set()
+        self.held = 0
         self._lock = threading.Lock()
         receiver = self
 
@@ -36,6 +41,12 @@ class OtlpReceiver:
             def do_POST(self) -> None:  # noqa: N802
                 length = int(self.headers.get("Content-Length", "0"))
                 body = self.rfile.read(length)
+                if not receiver.answer.is_set():
+                    with receiver._lock:
+                        receiver.held += 1
+                    receiver.answer.wait(10.0)
+                    with receiver._lock:
+                        receiver.held -= 1
                 if receiver.refuse:
                     self.send_response(503)
                     self.send_header("Content-Length", "0")
