@@ -31,8 +31,9 @@ from .tail import ReadResult, Tailer, lines_with
 __all__ = ["Reader", "FileState", "ReadStats"]
 
 # A history is read into the assembler this many bytes at a time: a 25 MB session costs a few MB
-# of lines in memory, not 25 (the workers' peak RSS), at no cost in speed.
-_READ_SLICE = 4 << 20
+# of lines in memory, not 25 (the workers' peak RSS), at no cost in speed. 1 MiB rather than 4:
+# a one-process backfill of 1 GB peaked at 71-74 MB instead of 75-81, in the same CPU time.
+_READ_SLICE = 1 << 20
 _META_MAX_BYTES = 1 << 20  # an agent's meta.json is a few hundred bytes; more is not one
 # How long a file checked to be inside its root is read without resolving its path again, while the
 # path still opens that same file (Reader._trust): as long as within_root reuses a directory's.
