@@ -609,8 +609,8 @@ class Assembler:
         self._tool_uses(sess, owner, call, e, ts)
         owner.final_seen = call.stop_reason in _FINAL_STOP or call.is_api_error
         # More lines of this response are due: the model owes them (stall timeout, not idle).
-        owner.awaiting_model = not call.is_api_error and rules.response_continues(
-            e, call.stop_reason, bool(call.tool_ids) or any(b.type == "tool_use" for b in e.blocks))
+        owner.awaiting_model = not call.is_api_error and rules.response_continues(e, call.stop_reason,
+                                                                                  bool(call.tool_ids))
 
     @staticmethod
     def _merge_snapshot(call: Call, e: Entry) -> None:

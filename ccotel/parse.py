@@ -827,12 +827,10 @@ def _repaired_entry(data: bytes, offset: int, capture: bool) -> Entry | None:
     U+FFFD in it) nor decoded objects (a worker's peak RSS, issue 15). None: anything else."""
     if data.isascii():
         return None
-    try:
-        _check_utf8(data)
-        return None  # valid: the line is wrong in some other way
-    except UnicodeDecodeError:
-        pass
-    return fast_entry(_replace_invalid_utf8(data), offset, capture)
+    repaired = _replace_invalid_utf8(data)
+    if repaired == data:
+        return None  # valid UTF-8: the line is wrong in some other way
+    return fast_entry(repaired, offset, capture)
 
 
 def _replace_invalid_utf8(data: bytes) -> bytearray:

@@ -212,20 +212,20 @@ def ends_turn(e: Entry) -> bool:
     return e.type == "system" and e.subtype == "turn_duration"
 
 
-def response_continues(e: Entry, stop_reason: str | None, has_tool_use: bool) -> bool:
+def response_continues(e: Entry, stop_reason: str | None, tool_use_written: bool) -> bool:
     """Does the response owe more lines after this one? Claude Code writes a line per content
     block as each completes (1.0 to 2.1.2xx: ~70 % of shared/realdata's multi-line responses),
     and a block can take minutes (a file written by Write is one tool input). A thinking block is
     never a response's last (its text or tool call follows), and a response whose stop_reason is
     ``tool_use`` has a tool_use still to come when none was written yet (an advisor's
     server_tool_use and its result come first). ``stop_reason``: the response's so far;
-    ``has_tool_use``: a tool_use on this line or an earlier one of the response. A text line with
-    no stop_reason may be the final answer (versions that never write one) or be followed by a
-    tool call: it owes nothing."""
+    ``tool_use_written``: a tool_use on an earlier line of the response. A text line with no
+    stop_reason may be the final answer (versions that never write one) or be followed by a tool
+    call: it owes nothing."""
     if stop_reason is not None and stop_reason != "tool_use":
         return False
     blocks = e.blocks
-    if stop_reason == "tool_use" and not has_tool_use:
+    if stop_reason == "tool_use" and not tool_use_written and not any(b.type == "tool_use" for b in blocks):
         return True
     return bool(blocks) and blocks[-1].type in ("thinking", "redacted_thinking")
 

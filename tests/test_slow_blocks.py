@@ -93,6 +93,18 @@ def test_a_tool_call_written_minutes_after_its_response_began_is_traced_live(tmp
     assert _ids(live) == _ids(whole)
 
 
+def _read_live_once(t: Transcript, root: Path, now: list[int]) -> tuple[Pipeline, list[SpanRecord]]:
+    """The transcript written whole, then read by a pipeline following it live at ``now[0]``."""
+    path = root / "projects" / "-w" / f"{SID}.jsonl"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(t.bytes())
+    spans: list[SpanRecord] = []
+    p = Pipeline(Options(roots=(str(root),)), emit=spans.extend, state=None, clock=lambda: now[0])
+    p.backfill()
+    p.poll([str(path)])
+    return p, spans
+
+
 def test_a_final_answer_without_a_stop_reason_still_closes_after_the_idle_timeout(tmp_path):
     """Versions that never write a final stop_reason: a text line owes nothing, so the turn goes
     out once 60 s pass (not the stall timeout's 180)."""
@@ -100,13 +112,7 @@ def test_a_final_answer_without_a_stop_reason_still_closes_after_the_idle_timeou
     t.prompt("hi", parent=None)
     t.response("msg_a", [text("hello")], stop_reason=None)
     now = [1_750_000_000 * S]
-    path = tmp_path / "projects" / "-w" / f"{SID}.jsonl"
-    path.parent.mkdir(parents=True)
-    path.write_bytes(t.bytes())
-    spans: list[SpanRecord] = []
-    p = Pipeline(Options(roots=(str(tmp_path),)), emit=spans.extend, state=None, clock=lambda: now[0])
-    p.backfill()
-    p.poll([str(path)])
+    p, spans = _read_live_once(t, tmp_path, now)
     now[0] += 59 * S
     p.tick()
     assert not spans
@@ -122,13 +128,7 @@ def test_a_response_that_stops_after_its_thinking_is_closed_by_the_stall_timeout
     t.prompt("hi", parent=None)
     t.response("msg_a", [thinking()], stop_reason=None)
     now = [1_750_000_000 * S]
-    path = tmp_path / "projects" / "-w" / f"{SID}.jsonl"
-    path.parent.mkdir(parents=True)
-    path.write_bytes(t.bytes())
-    spans: list[SpanRecord] = []
-    p = Pipeline(Options(roots=(str(tmp_path),)), emit=spans.extend, state=None, clock=lambda: now[0])
-    p.backfill()
-    p.poll([str(path)])
+    p, spans = _read_live_once(t, tmp_path, now)
     for at_s in (61, 179):
         now[0] = 1_750_000_000 * S + at_s * S
         p.tick()
