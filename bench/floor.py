@@ -15,7 +15,7 @@ import time
 
 import orjson
 
-from ccotel.discover import scan
+from ccotel.read.discover import scan
 
 _CHUNK = 1 << 20
 

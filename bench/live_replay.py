@@ -21,9 +21,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from ccotel.metrics import Metrics
-from ccotel.pipeline import Options, Pipeline
-from ccotel.runner import COMMIT_EVERY_S, POLL_GAP_S, TICK_EVERY_S, Wired, poll_gap, wire
+from ccotel.metrics.counters import Metrics
+from ccotel.run.pipeline import Options, Pipeline
+from ccotel.run.runner import COMMIT_EVERY_S, POLL_GAP_S, TICK_EVERY_S, Wired, poll_gap, wire
 
 from .run import ensure_corpus, open_as_claude_does, replay_plan
 

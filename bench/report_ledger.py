@@ -19,9 +19,9 @@ import time
 from contextlib import redirect_stdout
 from pathlib import Path
 
-from ccotel.ledger import LEDGER_FILE, Ledger
-from ccotel.pipeline import Options, Pipeline
-from ccotel.report import add_arguments, run
+from ccotel.commands.report import add_arguments, run
+from ccotel.run.pipeline import Options, Pipeline
+from ccotel.store.ledger import LEDGER_FILE, Ledger
 
 
 def _parser() -> argparse.ArgumentParser:

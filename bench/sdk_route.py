@@ -27,13 +27,13 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext, Status, TraceFlag
 from opentelemetry.trace import SpanKind as OtelKind
 from opentelemetry.trace import StatusCode as OtelStatus
 
-import ccotel.pipeline as ccotel_pipeline
+import ccotel.run.pipeline as ccotel_pipeline
 from ccotel import __version__
-from ccotel.assemble import Finished
-from ccotel.otlp import encode_request
-from ccotel.pipeline import Options, Pipeline
+from ccotel.assemble.assembler import Finished
+from ccotel.export.otlp import encode_request
 from ccotel.records import SpanRecord, StatusCode
-from ccotel.spans import build_span
+from ccotel.run.pipeline import Options, Pipeline
+from ccotel.spans.build import build_span
 
 __all__ = ["pipeline_spans", "sdk_route", "sdk_bytes", "decode", "diff", "normalise_record", "per_span_costs"]
 

@@ -21,9 +21,9 @@ import time
 import tracemalloc
 from typing import Any
 
-from ccotel.pipeline import Options, Pipeline
 from ccotel.records import SpanRecord
-from ccotel.state import State
+from ccotel.run.pipeline import Options, Pipeline
+from ccotel.store.state import State
 
 
 def backfill_sizes(corpus: str) -> dict[str, Any]:

@@ -12,8 +12,8 @@ import time
 from collections.abc import Callable
 from datetime import datetime, timezone
 
-from . import __version__
-from .stopping import EXIT_ERROR, EXIT_LOCKED, STOP_GRACE_S, Interrupted, Stopper, die
+from ccotel import __version__
+from ccotel.run.stopping import EXIT_ERROR, EXIT_LOCKED, STOP_GRACE_S, Interrupted, Stopper, die
 
 __all__ = ["main", "build_parser", "parse_since", "Stopper", "Interrupted", "EXIT_ERROR", "EXIT_LOCKED",
            "STOP_GRACE_S"]
@@ -96,7 +96,7 @@ def _run_options(sp: argparse.ArgumentParser) -> None:
                     help="host:port for Prometheus /metrics (loopback by default); 'none' to disable")
     sp.add_argument("--poll", action="store_true", help="poll instead of inotify")
     sp.add_argument("--no-status", action="store_true", help="no live status line")
-    from . import registry
+    from ccotel.sources import registry
 
     registry.add_arguments(sp)
 
@@ -115,7 +115,7 @@ def _backfill_options(sp: argparse.ArgumentParser) -> None:
 def _check_options(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("--root", action="append", default=None)
     sp.add_argument("-v", "--verbose", action="store_true")
-    from . import check
+    from ccotel.commands import check
 
     check.add_arguments(sp)
 
@@ -124,7 +124,7 @@ def _report_options(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("--root", action="append", default=None,
                     help="Claude config dir to read (repeatable; default $CLAUDE_CONFIG_DIR or ~/.claude)")
     _durable(sp)
-    from . import report
+    from ccotel.commands import report
 
     report.add_arguments(sp)
 
@@ -133,14 +133,14 @@ def _trace_options(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("--root", action="append", default=None)
     sp.add_argument("--prices", default=None, metavar="FILE")
     sp.add_argument("-v", "--verbose", action="store_true")
-    from . import waterfall
+    from ccotel.commands import trace as waterfall
 
     waterfall.add_arguments(sp)
 
 
 def _sessions_options(sp: argparse.ArgumentParser) -> None:
     _common(sp)
-    from . import sessions
+    from ccotel.commands import sessions
 
     sessions.add_arguments(sp)
 
@@ -148,14 +148,14 @@ def _sessions_options(sp: argparse.ArgumentParser) -> None:
 def _doctor_options(sp: argparse.ArgumentParser) -> None:
     _common(sp)
     _durable(sp)
-    from . import doctor
+    from ccotel.commands import doctor
 
     doctor.add_arguments(sp)
 
 
 def _relay_options(sp: argparse.ArgumentParser) -> None:
     _common(sp)
-    from . import relay
+    from ccotel.commands import relay
 
     relay.add_arguments(sp)
 
@@ -189,8 +189,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s ccotel %(levelname)s %(message)s", stream=sys.stderr)
     if args.command in ("backfill", "run"):
-        from .sidecar import cmd_backfill, cmd_run  # the pipeline: only for these two commands
-        from .state import StateError, StateLocked
+        from ccotel.commands.run import cmd_backfill, cmd_run  # the pipeline: only for these two commands
+        from ccotel.store.state import StateError, StateLocked
 
         stopper = Stopper().install()  # first: a stop is honoured from the start
         try:
@@ -206,21 +206,21 @@ def main(argv: list[str] | None = None) -> int:
             log.error("%s", exc)
             return EXIT_ERROR
     if args.command == "report":
-        from .report import run as cmd_report
+        from ccotel.commands.report import run as cmd_report
         return cmd_report(args)
     if args.command == "check":
-        from .check import run as cmd_check
+        from ccotel.commands.check import run as cmd_check
         return cmd_check(args)
     if args.command == "trace":
-        from .waterfall import run as cmd_trace
+        from ccotel.commands.trace import run as cmd_trace
         return cmd_trace(args)
     if args.command == "sessions":
-        from .sessions import run as cmd_sessions
+        from ccotel.commands.sessions import run as cmd_sessions
         return cmd_sessions(args)
     if args.command == "doctor":
-        from .doctor import run as cmd_doctor
+        from ccotel.commands.doctor import run as cmd_doctor
         return cmd_doctor(args)
     if args.command == "relay":
-        from .relay import run as cmd_relay
+        from ccotel.commands.relay import run as cmd_relay
         return cmd_relay(args)
     return 2

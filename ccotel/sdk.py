@@ -50,11 +50,19 @@ from typing import Any, TypeVar
 import anyio
 import anyio.to_thread
 
-from .discover import classify, default_roots
-from .export import ExportQueue, SpanSink, make_sink
-from .pipeline import Options, Pipeline
-from .records import SpanRecord
-from .sdk_match import Matcher, MatchStats, RawEntry, SessionFiles, Wanted, block_signature, content_signature
+from ccotel.export.sinks import ExportQueue, SpanSink, make_sink
+from ccotel.read.discover import classify, default_roots
+from ccotel.records import SpanRecord
+from ccotel.run.pipeline import Options, Pipeline
+from ccotel.sources.sdk_match import (
+    Matcher,
+    MatchStats,
+    RawEntry,
+    SessionFiles,
+    Wanted,
+    block_signature,
+    content_signature,
+)
 
 __all__ = ["LiveSpans", "MatchStats", "Observer", "RawEntry", "query", "raw_of", "wanted_of"]
 

@@ -3,7 +3,8 @@
 #   - ccotel and its test dependencies in .venv
 #   - the pinned Claude Code CLI and ccusage from npm under tests/.node (real-CLI e2e tests, token cross-check)
 #   - Phoenix in its own venv .venv-phoenix (a real OTLP trace backend)
-#   - lint and type checks first: ruff over ccotel, tests and bench; mypy --strict over ccotel (pyproject.toml)
+#   - lint and type checks first: ruff over ccotel, tests and bench; mypy --strict over ccotel; the import
+#     contract (lint-imports: layers and no cycles, pyproject.toml)
 # Extra arguments go to pytest (e.g. tests/run.sh -m e2e).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,6 +22,7 @@ PY=${PYTHON:-python3}
 .venv/bin/python -m tests.support.install_postgres
 .venv/bin/python -m ruff check ccotel tests bench
 .venv/bin/python -m mypy ccotel
+.venv/bin/lint-imports
 # the live e2e tests drive every Claude Code version of the matrix (~1 min per extra version)
 export CCOTEL_CLAUDE_VERSIONS=${CCOTEL_CLAUDE_VERSIONS:-all}
 # one pytest worker per core: most of the suite's time is spent waiting on real CLIs, servers and signals

@@ -7,8 +7,8 @@ from collections import Counter
 
 import orjson
 
-from ccotel.pipeline import Options, Pipeline
 from ccotel.records import SpanRecord, StatusCode
+from ccotel.run.pipeline import Options, Pipeline
 from tests.transcript import Transcript, text, thinking, tool_use
 
 SID = "11111111-2222-4333-8444-555555555555"
@@ -334,7 +334,7 @@ def test_compaction_keeps_the_turn_and_is_an_event(tmp_path):
 
 
 def test_content_is_not_exported_unless_asked(tmp_path):
-    from ccotel.content import ContentPolicy
+    from ccotel.spans.content import ContentPolicy
 
     root = str(tmp_path)
     t = Transcript(SID)

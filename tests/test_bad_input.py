@@ -25,13 +25,13 @@ from typing import Any
 import orjson
 import pytest
 
-from ccotel import ids
-from ccotel.metrics import Metrics
-from ccotel.otlp import encode_span
-from ccotel.parse import parse_line
-from ccotel.pipeline import Options, Pipeline
+from ccotel.assemble import ids
+from ccotel.export.otlp import encode_span
+from ccotel.metrics.counters import Metrics
+from ccotel.read.parse import parse_line
 from ccotel.records import SpanRecord
-from ccotel.state import State
+from ccotel.run.pipeline import Options, Pipeline
+from ccotel.store.state import State
 from tests.transcript import Transcript, text, thinking, tool_use
 
 SID = "bad00000-1111-4222-8333-444444444444"
@@ -803,7 +803,7 @@ def test_lone_surrogates_are_exported_as_valid_utf8(tmp_path):
     capture, nothing raises and every span encodes to a Span protobuf can read."""
     from opentelemetry.proto.trace.v1 import trace_pb2
 
-    from ccotel.content import ContentPolicy
+    from ccotel.spans.content import ContentPolicy
 
     t = Transcript(SID)
     t.prompt("cut emoji \ud83d", parent=None)
@@ -1020,7 +1020,7 @@ def test_bad_lines_in_an_open_turn_are_counted_once_across_a_restart(tmp_path):
 
 def test_a_session_dir_swapped_for_a_symlink_out_of_the_root_is_refused(tmp_path):
     """within_root reuses a directory's resolution only while the path still names that directory."""
-    from ccotel.discover import within_root
+    from ccotel.read.discover import within_root
 
     root = tmp_path / "claude"
     session_dir = root / "projects" / "-p" / "s1" / "subagents"
@@ -1049,7 +1049,7 @@ def test_a_directory_above_moved_out_and_symlinked_back_is_refused_once_its_entr
     (found in review); after that, the file is outside the root again."""
     import time as _time
 
-    from ccotel import discover
+    from ccotel.read import discover
 
     monkeypatch.setattr(discover, "_DIR_TTL_S", 0.2)
     root = tmp_path / "claude"

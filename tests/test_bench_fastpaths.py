@@ -12,7 +12,8 @@ import calendar
 import random
 import time
 
-from ccotel import otlp, parse
+from ccotel.export import otlp
+from ccotel.read import parse
 from ccotel.records import Block, Entry, Usage
 from tests.transcript import Transcript, text, thinking, tool_use
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from ccotel import discover
-from ccotel.pipeline import Options, Pipeline
+from ccotel.read import discover
 from ccotel.records import SpanRecord
+from ccotel.run.pipeline import Options, Pipeline
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 DAY_AGO = 1_700_000_000

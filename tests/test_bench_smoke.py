@@ -14,9 +14,9 @@ import orjson
 import pytest
 
 from bench import corpus
-from ccotel.pipeline import Options, Pipeline
+from ccotel.commands.report import session_usage
 from ccotel.records import SpanRecord, StatusCode
-from ccotel.report import session_usage
+from ccotel.run.pipeline import Options, Pipeline
 
 REPO = Path(__file__).resolve().parents[1]
 ROW_KEYS = ("backfill_wall", "backfill_cpu", "backfill_spans", "span_identity", "per_span_noop", "per_span_otlp",

@@ -7,9 +7,9 @@ import copy
 import os
 import sqlite3
 
-from ccotel.metrics import Metrics
-from ccotel.pipeline import Pipeline
-from ccotel.state import Commit, State, anchor_of
+from ccotel.metrics.counters import Metrics
+from ccotel.run.pipeline import Pipeline
+from ccotel.store.state import Commit, State, anchor_of
 from tests.test_assemble import one_tool_turn, proj
 from tests.test_checkpoint import Backend, start
 from tests.transcript import Transcript

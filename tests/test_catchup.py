@@ -13,12 +13,12 @@ from pathlib import Path
 
 import orjson
 
-from ccotel.catchup import catch_up_in_parallel
-from ccotel.detectors import HISTORY_OWNER
-from ccotel.export import ExportQueue, OtlpSink
-from ccotel.metrics import Metrics
-from ccotel.pipeline import Options, Pipeline
-from ccotel.state import State
+from ccotel.export.sinks import ExportQueue, OtlpSink
+from ccotel.metrics.counters import Metrics
+from ccotel.run.catchup import catch_up_in_parallel
+from ccotel.run.detectors import HISTORY_OWNER
+from ccotel.run.pipeline import Options, Pipeline
+from ccotel.store.state import State
 from tests.harness.fixtures import list_fixtures, load_fixture
 from tests.otlp_receiver import OtlpReceiver
 from tests.support.fixtures import realdata_config_dir  # noqa: F401
@@ -135,8 +135,8 @@ def test_killed_workers_lose_nothing(tmp_path, monkeypatch):
 
 def _spans_per_group(root: Path, spans: Iterable[dict]) -> list[int]:
     """How many spans each session group (the unit a worker reads and commits) made."""
-    from ccotel.discover import scan
-    from ccotel.pipeline import session_groups
+    from ccotel.read.discover import scan
+    from ccotel.run.pipeline import session_groups
 
     groups = session_groups([(str(root), tf) for tf in scan(str(root))])
     group_of = {tf.session_id: i for i, g in enumerate(groups) for _, tf in g}
@@ -147,9 +147,9 @@ def _spans_per_group(root: Path, spans: Iterable[dict]) -> list[int]:
 
 
 def test_shard_plan_keeps_copies_together_and_splits_a_project(tmp_path):
-    from ccotel.discover import scan
-    from ccotel.pipeline import session_groups
-    from ccotel.shard import balance, plan_shards
+    from ccotel.read.discover import scan
+    from ccotel.read.shard import balance, plan_shards
+    from ccotel.run.pipeline import session_groups
 
     proj = tmp_path / "projects" / "-one-project"
     proj.mkdir(parents=True)
@@ -179,8 +179,8 @@ def test_shard_plan_keeps_copies_together_and_splits_a_project(tmp_path):
 def test_detectors_see_what_the_workers_read(tmp_path):
     """A ghost session and a subagent without a transcript in the history a restart catches up
     on are counted as with one process (found in review: workers run no detectors)."""
-    from ccotel.export import make_sink
-    from ccotel.state import Commit
+    from ccotel.export.sinks import make_sink
+    from ccotel.store.state import Commit
 
     proj = tmp_path / "claude" / "projects" / "-tmp-p"
     proj.mkdir(parents=True)

@@ -6,8 +6,8 @@ import logging
 import re
 import resource
 
-from ccotel.catchup import catch_up_in_parallel
-from ccotel.pipeline import Options
+from ccotel.run.catchup import catch_up_in_parallel
+from ccotel.run.pipeline import Options
 
 
 def test_peaks_of_the_workers_and_of_the_caller_are_reported(tmp_path, caplog):
@@ -29,7 +29,7 @@ def test_peaks_of_the_workers_and_of_the_caller_are_reported(tmp_path, caplog):
 
 
 def _child_peak(out) -> None:  # noqa: ANN001 - a multiprocessing queue
-    from ccotel.catchup import _peak_rss_mb
+    from ccotel.run.catchup import _peak_rss_mb
 
     out.put(_peak_rss_mb())
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from ccotel.pipeline import Options
-from ccotel.report import build_report
+from ccotel.commands.report import build_report
+from ccotel.run.pipeline import Options
 from tests.harness.fixtures import list_fixtures, load_fixture
 from tests.support.ccusage import realdata_layout, run_ccusage_sessions
 from tests.support.fixtures import ccusage_installed, realdata_config_dir  # noqa: F401
@@ -180,9 +180,9 @@ def test_where_ccusage_is_wrong(ccusage_installed, tmp_path):  # noqa: F811
 from datetime import date, datetime, timedelta  # noqa: E402
 from zoneinfo import ZoneInfo  # noqa: E402
 
-from ccotel.ledger import LEDGER_FILE, Ledger  # noqa: E402
-from ccotel.pipeline import Pipeline  # noqa: E402
-from ccotel.report import Data, Query, as_json, gather, summarize  # noqa: E402
+from ccotel.commands.report import Data, Query, as_json, gather, summarize  # noqa: E402
+from ccotel.run.pipeline import Pipeline  # noqa: E402
+from ccotel.store.ledger import LEDGER_FILE, Ledger  # noqa: E402
 from tests.support.ccusage import (  # noqa: E402
     VIEW_FIELDS,
     agent_progress_extras_by_day,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ccotel.check import CheckError, check_session
+from ccotel.commands.check import CheckError, check_session
 from tests.harness.fixtures import load_fixture
 
 
@@ -96,10 +96,10 @@ def test_one_ghost_rule_for_check_and_the_pipeline(tmp_path):
 
     import orjson
 
-    from ccotel.export import ExportQueue, make_sink
-    from ccotel.metrics import Metrics
-    from ccotel.pipeline import Options, Pipeline
-    from ccotel.state import Commit, State
+    from ccotel.export.sinks import ExportQueue, make_sink
+    from ccotel.metrics.counters import Metrics
+    from ccotel.run.pipeline import Options, Pipeline
+    from ccotel.store.state import Commit, State
 
     root = tmp_path / "claude"
     proj = root / "projects" / "-p"
@@ -147,7 +147,7 @@ def test_a_stale_sessions_file_beside_the_live_one_is_not_death(tmp_path):
     the session runs if any of its processes does, whichever file is listed first."""
     import os
 
-    from ccotel.procs import any_alive, read_session_pids
+    from ccotel.read.procs import any_alive, read_session_pids
 
     d = tmp_path / "claude" / "sessions"
     d.mkdir(parents=True)

@@ -7,10 +7,10 @@ import os
 import stat
 import time
 
-from ccotel.metrics import Metrics
-from ccotel.pipeline import Options, Pipeline
+from ccotel.metrics.counters import Metrics
 from ccotel.records import SpanRecord
-from ccotel.state import State
+from ccotel.run.pipeline import Options, Pipeline
+from ccotel.store.state import State
 from tests.test_assemble import one_tool_turn, proj, subagent_files
 from tests.transcript import Transcript, text, tool_use
 
@@ -225,7 +225,7 @@ def test_meta_json_seen_again_after_a_catch_up_counts_no_missing_subagent(tmp_pa
 
 
 def test_acked_ids_packed_per_owner_and_rows_of_older_states_still_count(tmp_path):
-    from ccotel.state import Commit, State
+    from ccotel.store.state import Commit, State
 
     st = State(str(tmp_path))
     st._db.execute("INSERT INTO acked VALUES (?, ?)", (-5, "old-owner"))  # as a state before acked_ids

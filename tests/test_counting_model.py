@@ -27,12 +27,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ccotel.ledger import Ledger
-from ccotel.metrics import Metrics
-from ccotel.parse import parse_timestamp
-from ccotel.pipeline import Options, Pipeline, session_groups
+from ccotel.metrics.counters import Metrics
+from ccotel.read.parse import parse_timestamp
 from ccotel.records import SpanRecord
-from ccotel.state import State
+from ccotel.run.pipeline import Options, Pipeline, session_groups
+from ccotel.store.ledger import Ledger
+from ccotel.store.state import State
 from tests.harness.fixtures import load_fixture
 from tests.test_assemble import one_tool_turn, proj
 from tests.transcript import Transcript

@@ -20,8 +20,8 @@ from collections import Counter
 from contextlib import closing
 from pathlib import Path
 
-from ccotel.pipeline import Options, Pipeline
-from ccotel.state import State
+from ccotel.run.pipeline import Options, Pipeline
+from ccotel.store.state import State
 from tests.harness.fixtures import list_fixtures, load_fixture
 from tests.otlp_receiver import OtlpReceiver
 from tests.transcript import Transcript, text, tool_use

@@ -45,7 +45,7 @@ try:
 except ModuleNotFoundError:  # plain `pytest` does not put the repo root on sys.path
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ccotel.metrics import METRICS, Metrics  # noqa: E402
+from ccotel.metrics.counters import METRICS, Metrics  # noqa: E402
 from tests.support import prometheus as prom  # noqa: E402
 from tests.support.fixtures import missing_component  # noqa: E402
 

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from ccotel.check import _ABSENT_CODES, check_session
-from ccotel.export import ExportQueue, make_sink
-from ccotel.metrics import Metrics
-from ccotel.pipeline import Options, Pipeline
-from ccotel.rules import Absence
-from ccotel.state import Commit, State
+from ccotel.commands.check import _ABSENT_CODES, check_session
+from ccotel.export.sinks import ExportQueue, make_sink
+from ccotel.metrics.counters import Metrics
+from ccotel.rules.transcript import Absence
+from ccotel.run.pipeline import Options, Pipeline
+from ccotel.store.state import Commit, State
 from tests.test_check import absent_root, real_copy
 
 REASONS = [a.value for a in Absence]

@@ -5,9 +5,9 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ccotel import digests
-from ccotel.digests import Digests
-from ccotel.state import digest64
+from ccotel.assemble import digests
+from ccotel.assemble.digests import Digests
+from ccotel.store.state import digest64
 
 _D = st.integers(min_value=-(1 << 63), max_value=(1 << 63) - 1)
 # few distinct values, so adds repeat and removals hit
@@ -62,8 +62,8 @@ def test_state_reads_them_in_order(tmp_path: object) -> None:
     """A restart's preload: SQLite's digests ascending, once each (a digest read from two files is
     one row per file), equal to the sets State.calls and State.prompts give; the pipeline's
     assembler then knows exactly those."""
-    from ccotel.pipeline import Options, Pipeline
-    from ccotel.state import Commit, State, anchor_of
+    from ccotel.run.pipeline import Options, Pipeline
+    from ccotel.store.state import Commit, State, anchor_of
 
     a, b = anchor_of("/r/a.jsonl"), anchor_of("/r/b.jsonl")
     calls = [(d, a) for d in (5, -(1 << 63), (1 << 63) - 1, 0, -7)] + [(5, b), (-7, b)]

@@ -28,12 +28,13 @@ from pathlib import Path
 import grpc
 import pytest
 
-from ccotel import __version__, doctor
-from ccotel.discover import scan
-from ccotel.doctor import DoctorConfig, Finding, Level
-from ccotel.metrics import Metrics, serve
-from ccotel.state import SCHEMA_VERSION, StateLocked, lock_state_dir
-from ccotel.versions import TESTED_CLAUDE_CODE_VERSIONS, VersionStanding, judge_version
+from ccotel import __version__
+from ccotel.commands import doctor
+from ccotel.commands.doctor import DoctorConfig, Finding, Level
+from ccotel.metrics.counters import Metrics, serve
+from ccotel.read.discover import scan
+from ccotel.rules.versions import TESTED_CLAUDE_CODE_VERSIONS, VersionStanding, judge_version
+from ccotel.store.state import SCHEMA_VERSION, StateLocked, lock_state_dir
 from tests.harness.install import VERSIONS
 from tests.otlp_answering_receiver import GrpcAnswer, GrpcReceiver, HttpAnswer, HttpReceiver
 from tests.otlp_receiver import OtlpReceiver
@@ -95,7 +96,7 @@ def doctor_parser() -> argparse.ArgumentParser:
 
 DOCTOR_SCRIPT = (  # doctor_parser() again: the test module itself is not imported by the child
     "import argparse, sys\n"
-    "from ccotel import doctor\n"
+    "from ccotel.commands import doctor\n"
     "p = argparse.ArgumentParser(prog='ccotel doctor')\n"
     "p.add_argument('--root', action='append', default=None)\n"
     "p.add_argument('--state-dir', default=None)\n"
@@ -371,7 +372,7 @@ def test_state_faults(tmp_path: Path) -> None:
 
 HOLD_LOCK = (  # a running ccotel, as far as the state dir can tell: the lock, and a database open for writing
     "import sys\n"
-    "from ccotel.state import Commit, State, lock_state_dir\n"
+    "from ccotel.store.state import Commit, State, lock_state_dir\n"
     "lock = lock_state_dir(sys.argv[1])\n"
     "state = State(sys.argv[1])\n"
     "assert state.commit(Commit(offsets={f'/r/projects/p/{i}.jsonl': (None, 10 * i, 10 * i) for i in range(3)}))\n"

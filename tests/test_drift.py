@@ -6,11 +6,11 @@ from pathlib import Path
 
 import orjson
 
-from ccotel.drift import FormatDrift
-from ccotel.metrics import Metrics
-from ccotel.parse import parse_line
-from ccotel.pipeline import Options, Pipeline
-from ccotel.state import Commit, State
+from ccotel.metrics.counters import Metrics
+from ccotel.read.drift import FormatDrift
+from ccotel.read.parse import parse_line
+from ccotel.run.pipeline import Options, Pipeline
+from ccotel.store.state import Commit, State
 from tests.harness.fixtures import FIXTURES_DIR
 from tests.support.ccusage import realdata_dir
 from tests.transcript import Transcript, text

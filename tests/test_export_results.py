@@ -20,20 +20,20 @@ from pathlib import Path
 
 import grpc
 
-from ccotel.export import ExportQueue, MemorySink, OtlpSink
-from ccotel.export_result import OK, ExportResult, Outcome
-from ccotel.metrics import Metrics
-from ccotel.otlp import decode_partial_success, decode_status
-from ccotel.pipeline import Options, Pipeline
-from ccotel.records import SpanKind, SpanRecord
-from ccotel.state import State
-from ccotel.transport import (
+from ccotel.export.otlp import decode_partial_success, decode_status
+from ccotel.export.result import OK, ExportResult, Outcome
+from ccotel.export.sinks import ExportQueue, MemorySink, OtlpSink
+from ccotel.export.transport import (
     HttpTransport,
     TransportConfig,
     classify_grpc,
     classify_http,
     parse_retry_after,
 )
+from ccotel.metrics.counters import Metrics
+from ccotel.records import SpanKind, SpanRecord
+from ccotel.run.pipeline import Options, Pipeline
+from ccotel.store.state import State
 from tests.otlp_answering_receiver import (
     GrpcAnswer,
     GrpcReceiver,

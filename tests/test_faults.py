@@ -29,11 +29,11 @@ from pathlib import Path
 
 import pytest
 
-from ccotel.export import ExportQueue
-from ccotel.memory_sink import MemorySink
-from ccotel.metrics import Metrics
-from ccotel.pipeline import Options, Pipeline
-from ccotel.state import State
+from ccotel.export.memory_sink import MemorySink
+from ccotel.export.sinks import ExportQueue
+from ccotel.metrics.counters import Metrics
+from ccotel.run.pipeline import Options, Pipeline
+from ccotel.store.state import State
 from tests.otlp_receiver import OtlpReceiver
 from tests.test_signals import wait_until
 from tests.transcript import Transcript, text, tool_use

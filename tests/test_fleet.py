@@ -30,11 +30,11 @@ from typing import Any
 
 import pytest
 
-from ccotel import report
-from ccotel.ledger import Ledger
-from ccotel.pipeline import Options, Pipeline
-from ccotel.state import State
-from ccotel.state_pg import PgState, open_report_ledger
+from ccotel.commands import report
+from ccotel.run.pipeline import Options, Pipeline
+from ccotel.store.ledger import Ledger
+from ccotel.store.postgres import PgState, open_report_ledger
+from ccotel.store.state import State
 from tests.harness.fixtures import load_fixture
 from tests.otlp_receiver import OtlpReceiver
 from tests.support.postgres import PostgresServer, running_server

@@ -20,17 +20,17 @@ from typing import Any
 
 import pytest
 
-from ccotel.genai_metrics import (
+from ccotel.metrics.counters import Metrics
+from ccotel.metrics.genai import (
     DURATION_BUCKETS,
     INVOCATION_BUCKETS,
     TOKEN_BUCKETS,
     GenAIMetrics,
     metrics_settings,
 )
-from ccotel.metrics import Metrics
-from ccotel.pipeline import Options, Pipeline
 from ccotel.records import SpanRecord, StatusCode
-from ccotel.state import State
+from ccotel.run.pipeline import Options, Pipeline
+from ccotel.store.state import State
 from tests.harness.fixtures import list_fixtures, load_fixture
 from tests.otlp_metrics_receiver import MetricsReceiver, Point
 

@@ -10,10 +10,10 @@ from pathlib import Path
 import orjson
 import pytest
 
-from ccotel.ledger import LEDGER_FILE, SCHEMA_VERSION, Ledger, LedgerError
-from ccotel.pipeline import Options, Pipeline
+from ccotel.commands.report import Data, Query, Report, as_json, build_report, gather, open_ledger, summarize
 from ccotel.records import SpanRecord
-from ccotel.report import Data, Query, Report, as_json, build_report, gather, open_ledger, summarize
+from ccotel.run.pipeline import Options, Pipeline
+from ccotel.store.ledger import LEDGER_FILE, SCHEMA_VERSION, Ledger, LedgerError
 from tests.harness.fixtures import list_fixtures, load_fixture
 from tests.transcript import Transcript, text, tool_use
 

@@ -16,8 +16,8 @@ from zoneinfo import ZoneInfo
 import orjson
 import pytest
 
-from ccotel.ledger import LEDGER_FILE, Ledger, TurnRow
-from ccotel.report import Data, Query, as_json, summarize, summarize_ledger, written_since
+from ccotel.commands.report import Data, Query, as_json, summarize, summarize_ledger, written_since
+from ccotel.store.ledger import LEDGER_FILE, Ledger, TurnRow
 from tests.harness.fixtures import load_fixture
 from tests.test_ledger import build_ledger
 
@@ -148,7 +148,8 @@ def test_a_report_from_the_ledger_loads_nothing_heavy(tmp_path):
             "with contextlib.redirect_stdout(io.StringIO()) as out:\n"
             f"    main(['report', '--json', '--root', {str(root)!r}, '--state-dir', {str(tmp_path / 'state')!r}])\n"
             "assert '\"source\": \"ledger\"' in out.getvalue(), out.getvalue()[-300:]\n"
-            "heavy = ('rich', 'genai_prices', 'pydantic', 'opentelemetry', 'prometheus_client', 'ccotel.pipeline')\n"
+            "heavy = ('rich', 'genai_prices', 'pydantic', 'opentelemetry', 'prometheus_client',\n"
+            "         'ccotel.run.pipeline')\n"
             "print(sorted({m.split('.')[0] if not m.startswith('ccotel') else m for m in sys.modules\n"
             "              if m.startswith(heavy)}))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -169,13 +170,15 @@ def test_a_report_from_the_ledger_imports_only_what_it_needs(tmp_path):
             "assert '\"source\": \"ledger\"' in out.getvalue(), out.getvalue()[-300:]\n"
             "print(sorted(m for m in sys.modules if m.startswith(('ccotel', 'msgspec', 'rich', 'zoneinfo'))))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.split("\n")[0] == str(["ccotel", "ccotel.cli", "ccotel.ledger", "ccotel.model_name",
-                                             "ccotel.report", "ccotel.stopping"]), out.stdout
+    assert out.stdout.split("\n")[0] == str(["ccotel", "ccotel.cli", "ccotel.commands", "ccotel.commands.report",
+                                             "ccotel.rules", "ccotel.rules.model_name", "ccotel.run",
+                                             "ccotel.run.stopping", "ccotel.store", "ccotel.store.ledger"]), out.stdout
 
 
 def test_the_reports_copy_of_the_state_location_rule_is_the_rule(monkeypatch):
     """report.py keeps a copy of state.resolve_state (state loads SQLite's state schema): equal."""
-    from ccotel import report, state
+    from ccotel.commands import report
+    from ccotel.store import state
 
     for env in ({}, {"CCOTEL_STATE": "/e"}, {"CCOTEL_STATE": ""}, {"CCOTEL_STATE": "none"}):
         for given in ((None, None), ("/s", None), (None, "/d"), ("/s", "/d"), ("none", None), (None, "none"),

@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ccotel import ledger as ledger_mod
-from ccotel.ledger import LEDGER_FILE, SCHEMA_VERSION, UPSERT_CALL_SET, Ledger, nano_usd
+from ccotel.store import ledger as ledger_mod
+from ccotel.store.ledger import LEDGER_FILE, SCHEMA_VERSION, UPSERT_CALL_SET, Ledger, nano_usd
 
 SLOT = ledger_mod.SLOT_NS
 FRESH = (ledger_mod._FILL_TOTALS.replace("INSERT INTO call_totals ", "")  # noqa: SLF001 - the one GROUP BY

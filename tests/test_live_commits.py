@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from ccotel.ledger import Ledger
-from ccotel.metrics import Metrics
-from ccotel.pipeline import Options, Pipeline
+from ccotel.metrics.counters import Metrics
+from ccotel.read.watch import Watcher
 from ccotel.records import SpanRecord
-from ccotel.state import State
-from ccotel.watch import Watcher
+from ccotel.run.pipeline import Options, Pipeline
+from ccotel.store.ledger import Ledger
+from ccotel.store.state import State
 from tests.test_assemble import one_tool_turn, proj
 from tests.transcript import Transcript
 

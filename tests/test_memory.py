@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 
-from ccotel.memory import Heap
+from ccotel.run.memory import Heap
 
 glibc_only = pytest.mark.skipif(not Heap().available, reason="glibc's malloc only")
 

@@ -17,9 +17,9 @@ import orjson
 import pytest
 from prometheus_client.exposition import generate_latest
 
-from ccotel.metrics import Metrics, registry_for
-from ccotel.pipeline import Options, Pipeline
-from ccotel.state import State
+from ccotel.metrics.counters import Metrics, registry_for
+from ccotel.run.pipeline import Options, Pipeline
+from ccotel.store.state import State
 from tests.harness.fixtures import load_fixture
 from tests.transcript import Transcript, text, tool_use
 
@@ -30,7 +30,7 @@ class Live:
     """A pipeline that has caught up on an empty root; files added later are live events."""
 
     def __init__(self, tmp_path, stall_s: float = 180.0) -> None:
-        from ccotel.assemble import Timeouts
+        from ccotel.assemble.assembler import Timeouts
 
         self.root = tmp_path / "claude"
         (self.root / "projects").mkdir(parents=True)
@@ -262,8 +262,8 @@ def test_counters_do_not_wait_for_the_trace_backend(tmp_path):
     the spans are built, equal to the ground truth, and none of it is checkpointed as final until
     the backend takes the spans (a crash before then re-reads and counts them once more, never
     twice). Before: all zero until the backend answered."""
-    from ccotel.export import ExportQueue
-    from ccotel.memory_sink import MemorySink
+    from ccotel.export.memory_sink import MemorySink
+    from ccotel.export.sinks import ExportQueue
 
     name = "2.1.330-s03_parallel_subagents"
     sink = MemorySink().retry(times=10 ** 6)  # never answers
@@ -301,7 +301,7 @@ def test_counters_do_not_wait_for_the_trace_backend(tmp_path):
 def test_label_values_never_split(tmp_path):
     """Label values come from transcripts: a tool named "Ba\\x1fsh" stays one label value, in the
     exposition and across a checkpoint (was exported as tool="Ba",outcome="sh")."""
-    from ccotel.metrics import decode_key, encode_key
+    from ccotel.metrics.counters import decode_key, encode_key
     from ccotel.records import SpanKind, SpanRecord, StatusCode
 
     odd = "Ba\x1fsh\\u001f\\"

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from ccotel.metrics import DURATION_BUCKETS, Metrics, _span_increments
+from ccotel.metrics.counters import DURATION_BUCKETS, Metrics, _span_increments
 from ccotel.records import SpanKind, SpanRecord
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import os
 
-from ccotel.metrics import Metrics
-from ccotel.pipeline import Options, Pipeline
-from ccotel.state import State
+from ccotel.metrics.counters import Metrics
+from ccotel.run.pipeline import Options, Pipeline
+from ccotel.store.state import State
 
 LINES = [
     "2026-03-01T10:00:00Z [agent/cli-backend] cli session reset: provider=claude-cli reason=missing-transcript",
@@ -54,7 +54,7 @@ def test_log_lines_are_counted_once_and_history_is_not(tmp_path):
 def test_extra_patterns_by_configuration(tmp_path):
     import re
 
-    from ccotel.orchestrator import DEFAULT_PATTERNS, Pattern, load_patterns
+    from ccotel.sources.orchestrator import DEFAULT_PATTERNS, Pattern, load_patterns
 
     cfg = tmp_path / "patterns.json"
     cfg.write_text('[{"metric": "ccotel_watchdog_kills", "regex": "watchdog: killed pid \\\\d+"}]')

@@ -17,9 +17,9 @@ from opentelemetry.trace import SpanKind as OtelKind
 from opentelemetry.trace import StatusCode as OtelStatus
 
 from ccotel import __version__
-from ccotel.otlp import encode_request
-from ccotel.pipeline import Options, Pipeline
+from ccotel.export.otlp import encode_request
 from ccotel.records import SpanEvent, SpanKind, SpanRecord, StatusCode
+from ccotel.run.pipeline import Options, Pipeline
 from tests.harness.fixtures import list_fixtures, load_fixture
 
 RESOURCE = {"service.name": "ccotel", "host.name": "h", "n": 3}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import random
 
-from ccotel import otlp
+from ccotel.export import otlp
 
 
 def _plain(attrs: dict[str, object], tag: bytes) -> bytes:

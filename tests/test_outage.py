@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from ccotel.pipeline import Options, Pipeline
+from ccotel.run.pipeline import Options, Pipeline
 from tests.otlp_receiver import OtlpReceiver
 from tests.transcript import Transcript
 
@@ -81,11 +81,11 @@ def test_a_full_trace_queue_does_not_stop_reading_or_counting(tmp_path):
     (the file checkpoints), round after round: every span delivered exactly once, no counter
     changed by the catch-up. Before: reading stopped at the first full queue, and the metrics
     with it."""
-    from ccotel.export import ExportQueue
-    from ccotel.memory_sink import MemorySink
-    from ccotel.metrics import Metrics
-    from ccotel.runner import _emitter, catch_up_traces
-    from ccotel.state import State
+    from ccotel.export.memory_sink import MemorySink
+    from ccotel.export.sinks import ExportQueue
+    from ccotel.metrics.counters import Metrics
+    from ccotel.run.runner import _emitter, catch_up_traces
+    from ccotel.store.state import State
 
     rng = random.Random(11)
     src = tmp_path / "src"

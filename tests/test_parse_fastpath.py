@@ -15,8 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ccotel import parse
-from ccotel.parse import parse_line
+from ccotel.read import parse
+from ccotel.read.parse import parse_line
 
 REALDATA = Path(__file__).resolve().parents[2] / "shared" / "realdata"
 FIXTURES = Path(__file__).resolve().parent / "fixtures"

@@ -12,7 +12,7 @@ from __future__ import annotations
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from ccotel import parse
+from ccotel.read import parse
 
 _TEMPLATE = "2025-06-01T18:03:19.574Z"
 # characters int(), isdigit() or the separators might treat specially

@@ -11,8 +11,8 @@ from collections import Counter
 
 import pytest
 
-from ccotel.export import ExportQueue, OtlpSink
-from ccotel.pipeline import Options, Pipeline
+from ccotel.export.sinks import ExportQueue, OtlpSink
+from ccotel.run.pipeline import Options, Pipeline
 from tests.harness.fixtures import list_fixtures, load_fixture
 from tests.support.fixtures import phoenix  # noqa: F401
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import time
 
-from ccotel.pipeline import Pipeline
+from ccotel.run.pipeline import Pipeline
 from tests.test_assemble import proj, subagent_files
 from tests.test_checkpoint import Backend, start
 from tests.transcript import Transcript, text, tool_use

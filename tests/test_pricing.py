@@ -15,8 +15,8 @@ from genai_prices import calc_price
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ccotel.pricing import Price, Pricing, Rate, load_overrides
 from ccotel.records import Usage
+from ccotel.spans.pricing import Price, Pricing, Rate, load_overrides
 
 MODELS = ["claude-opus-5", "claude-sonnet-5", "claude-fable-5", "claude-opus-5-5", "claude-opus-4-6",
           "claude-opus-4-8", "claude-haiku-4-5-20251001", "claude-sonnet-4-5-20250929",

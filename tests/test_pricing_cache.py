@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from ccotel.pricing import PriceCache, Pricing, _from_genai_prices, default_cache_path
 from ccotel.records import Usage
+from ccotel.spans.pricing import PriceCache, Pricing, _from_genai_prices, default_cache_path
 from tests.test_pricing import AT_NS, MODELS
 
 DAY = 86_400 * 10**9
@@ -34,7 +34,7 @@ def test_prices_read_back_equal_the_lookups(tmp_path):
 def test_a_warm_cache_does_not_import_genai_prices(tmp_path):
     path = str(tmp_path / "prices.json")
     Pricing(cache_path=path).cost("claude-opus-4-6", Usage(10, 20, 30, 40, 15, 25), AT_NS)
-    code = ("import sys\nfrom ccotel.pricing import Pricing\nfrom ccotel.records import Usage\n"
+    code = ("import sys\nfrom ccotel.spans.pricing import Pricing\nfrom ccotel.records import Usage\n"
             f"c = Pricing(cache_path={path!r}).cost('claude-opus-4-6', Usage(10, 20, 30, 40, 15, 25), {AT_NS})\n"
             "print(repr(c), 'genai_prices' in sys.modules, 'pydantic' in sys.modules)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()

@@ -24,10 +24,10 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from ccotel.assemble import Timeouts
-from ccotel.pipeline import Options, Pipeline
+from ccotel.assemble.assembler import Timeouts
 from ccotel.records import SpanRecord
-from ccotel.state import State
+from ccotel.run.pipeline import Options, Pipeline
+from ccotel.store.state import State
 from tests.test_bad_input import SID, assert_once, main_path, view, write
 from tests.transcript import Transcript, text, thinking, tool_use
 

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from ccotel import reader as reader_mod
-from ccotel.assemble import Assembler, Timeouts
-from ccotel.discover import classify
-from ccotel.reader import FileState, Reader
+from ccotel.assemble.assembler import Assembler, Timeouts
+from ccotel.read.discover import classify
+from ccotel.run import reader as reader_mod
+from ccotel.run.reader import FileState, Reader
 
 LINE = b'{"type":"summary","summary":"t","leafUuid":"u%d"}\n'
 
@@ -100,7 +100,7 @@ def test_a_file_replaced_inside_the_root_is_checked_and_read(tmp_path, monkeypat
 def test_the_same_file_moved_out_and_linked_back_is_refused_once_its_trust_expires(tmp_path, monkeypatch, expired):
     """The same inode moved out of the root is read until the entry expires (as within_root's own
     directory cache allows), then refused."""
-    from ccotel import discover
+    from ccotel.read import discover
 
     monkeypatch.setattr(reader_mod, "_INSIDE_TTL_S", 0.2)
     monkeypatch.setattr(discover, "_DIR_TTL_S", 0.2)

@@ -17,11 +17,11 @@ from typing import Any
 
 import pytest
 
-from ccotel import ids
-from ccotel.metrics import METRICS, Metrics, Spec
-from ccotel.pipeline import Options, Pipeline
+from ccotel.assemble import ids
+from ccotel.metrics.counters import METRICS, Metrics, Spec
 from ccotel.records import SpanRecord, StatusCode
-from ccotel.registry import (
+from ccotel.run.pipeline import Options, Pipeline
+from ccotel.sources.registry import (
     AGENT_SECONDS,
     AGENTS,
     BAD_INPUT,
@@ -32,7 +32,7 @@ from ccotel.registry import (
     parse_front_matter,
     proc_start,
 )
-from ccotel.state import Commit, State
+from ccotel.store.state import Commit, State
 from tests.harness.fixtures import load_fixture
 
 S = 1_000_000_000
@@ -583,7 +583,7 @@ def test_exposition_passes_promtool(tmp_path: Path) -> None:
     """The series a registry run makes, as Prometheus scrapes them: promtool check metrics."""
     from prometheus_client import generate_latest
 
-    from ccotel.metrics import registry_for
+    from ccotel.metrics.counters import registry_for
     from tests.support.fixtures import missing_component
     from tests.support.prometheus import missing_reason, promtool_check_metrics
 
@@ -610,7 +610,7 @@ def test_exposition_passes_promtool(tmp_path: Path) -> None:
 def test_registry_spans_count_in_spans_exported_and_dropped(tmp_path: Path, rejected: int) -> None:
     """A registry's spans go to the backend beside the transcripts' and count the same way: in
     ccotel_spans_exported when the backend took them, in ccotel_spans_dropped when it refused."""
-    from ccotel.export_result import REASON_PARTIAL, ExportResult, Outcome
+    from ccotel.export.result import REASON_PARTIAL, ExportResult, Outcome
 
     reg_dir, root = tmp_path / "registry", tmp_path / "claude"
     reg_dir.mkdir()

@@ -23,14 +23,15 @@ from typing import Any
 
 import pytest
 
-from ccotel import ids, metrics
-from ccotel.export import ExportQueue
-from ccotel.memory_sink import MemorySink
-from ccotel.metrics import Metrics
-from ccotel.pipeline import Options, Pipeline
+from ccotel.assemble import ids
+from ccotel.commands.relay import TranscriptPrompts, counter_for, relay
+from ccotel.export.memory_sink import MemorySink
+from ccotel.export.sinks import ExportQueue
+from ccotel.metrics import counters as metrics
+from ccotel.metrics.counters import Metrics
 from ccotel.records import SpanRecord, StatusCode
-from ccotel.relay import TranscriptPrompts, counter_for, relay
-from ccotel.stream import BlockDedupe, StreamAssembler, fingerprint
+from ccotel.run.pipeline import Options, Pipeline
+from ccotel.sources.stream import BlockDedupe, StreamAssembler, fingerprint
 from tests.harness.fixtures import Fixture, list_fixtures, load_fixture
 
 REPO = Path(__file__).resolve().parents[1]
@@ -212,11 +213,11 @@ def test_api_retry_on_the_turn_span(version_prefix: str, relay_metrics: Metrics)
 
 def test_relay_counters_are_declared_in_metrics() -> None:
     """Every counter the relay and stream.py count is declared (Metrics.inc refuses the others)."""
-    import ccotel.relay
-    import ccotel.stream
+    import ccotel.commands.relay
+    import ccotel.sources.stream
 
     used = set()
-    for module in (ccotel.relay, ccotel.stream):
+    for module in (ccotel.commands.relay, ccotel.sources.stream):
         with open(module.__file__, encoding="utf-8") as f:
             used |= set(re.findall(r'"(ccotel_relay_[a-z_]+)"', f.read()))
     assert len(used) == 9
@@ -367,7 +368,7 @@ def test_interleaved_cumulative_arrays_of_two_agents() -> None:
 
 
 def _relay_cmd(*args: str) -> list[str]:
-    return [sys.executable, "-m", "ccotel.relay", "--traces-exporter", "none", "--root", "/nonexistent", *args]
+    return [sys.executable, "-m", "ccotel", "relay", "--traces-exporter", "none", "--root", "/nonexistent", *args]
 
 
 def test_wrapped_command_exit_status_and_partial_lines_at_once(tmp_path: Path) -> None:
@@ -424,7 +425,7 @@ def test_command_killed_by_a_signal_gives_128_plus_n(tmp_path: Path) -> None:
 def test_stdin_mode_passes_a_fixture_stream_through(tmp_path: Path) -> None:
     fx = load_fixture("s03_parallel_subagents")
     (_, data), = list(_streams(fx))
-    proc = subprocess.run([sys.executable, "-m", "ccotel.relay", "--traces-exporter", "console", "--root",
+    proc = subprocess.run([sys.executable, "-m", "ccotel", "relay", "--traces-exporter", "console", "--root",
                            str(fx.config_dir)], cwd=REPO, input=data, capture_output=True, timeout=60)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout == data
@@ -476,7 +477,7 @@ def test_arguments_beside_cli_subcommands() -> None:
     """cli.py keeps the subcommand in args.command: the wrapped command must not overwrite it."""
     import argparse
 
-    from ccotel.relay import add_arguments
+    from ccotel.commands.relay import add_arguments
 
     parser = argparse.ArgumentParser(prog="ccotel")
     sub = parser.add_subparsers(dest="command", required=True)

@@ -15,8 +15,8 @@ import sys
 import time
 from pathlib import Path
 
-from ccotel.pipeline import Options, Pipeline
 from ccotel.records import SpanRecord
+from ccotel.run.pipeline import Options, Pipeline
 from tests.harness.fixtures import load_fixture
 
 

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ccotel.pipeline import Options, Pipeline
-from ccotel.report import SessionUsage, build_report, session_usage
-from ccotel.tail import lines_with as _lines_with
+from ccotel.commands.report import SessionUsage, build_report, session_usage
+from ccotel.read.tail import lines_with as _lines_with
+from ccotel.run.pipeline import Options, Pipeline
 from tests.harness.fixtures import list_fixtures, load_fixture
 from tests.support.fixtures import realdata_config_dir  # noqa: F401
 
@@ -45,7 +45,7 @@ def test_realdata_report_equals_spans_in_one_and_three_processes(realdata_config
 def test_the_quick_line_read_equals_the_parser_on_every_real_assistant_line(realdata_config_dir):  # noqa: F811
     """The report's decoder (a small struct, usage counts taken as written when there are no
     advisor iterations or thinking details) gives what the full parser gives, line by line."""
-    from ccotel.report_read import _NEEDLE, _quick, _slow
+    from ccotel.commands.report_read import _NEEDLE, _quick, _slow
 
     checked = iterations = 0
     for path in sorted(Path(realdata_config_dir).rglob("*.jsonl")):
@@ -151,7 +151,7 @@ def test_a_line_that_lost_its_request_id_is_the_same_call(tmp_path):
 
 def test_since_keeps_whole_turns_like_the_traces(tmp_path):
     """A turn that started before --since is left out whole, its later calls too (as the spans)."""
-    from ccotel.parse import parse_timestamp
+    from ccotel.read.parse import parse_timestamp
 
     tool = [{"type": "tool_use", "id": "t1", "name": "Bash", "input": {"command": "sleep 480"}}]
     result = dict(_user("p2", "a1", "2025-06-01T10:08:00.000Z",
@@ -184,8 +184,8 @@ from zoneinfo import ZoneInfo  # noqa: E402
 
 import orjson  # noqa: E402
 
-from ccotel.ledger import LEDGER_FILE, Ledger  # noqa: E402
-from ccotel.report import Query, add_arguments, as_json, gather, parse_day, run, summarize  # noqa: E402
+from ccotel.commands.report import Query, add_arguments, as_json, gather, parse_day, run, summarize  # noqa: E402
+from ccotel.store.ledger import LEDGER_FILE, Ledger  # noqa: E402
 
 
 def _late_call(root: Path) -> str:
@@ -307,7 +307,7 @@ def test_run_prints_each_view_as_json_and_as_a_table(tmp_path, monkeypatch):
 def test_since_takes_a_duration_as_the_other_commands_do():
     from datetime import datetime, timedelta
 
-    from ccotel.report import parse_day
+    from ccotel.commands.report import parse_day
 
     assert parse_day("7d") == (datetime.now().astimezone() - timedelta(days=7)).date()
     assert parse_day("2w") == (datetime.now().astimezone() - timedelta(days=14)).date()

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ccotel import rules
-from ccotel.pipeline import Options, Pipeline
+from ccotel.commands.report import build_report, session_usage
 from ccotel.records import SpanRecord
-from ccotel.report import build_report, session_usage
+from ccotel.rules import transcript as rules
+from ccotel.run.pipeline import Options, Pipeline
 from tests.transcript import Transcript, text, tool_use
 
 SID = "cdcdcdcd-1111-4222-8333-444444444444"

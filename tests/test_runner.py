@@ -8,7 +8,7 @@ import shutil
 import subprocess
 import sys
 
-from ccotel.ledger import Ledger
+from ccotel.store.ledger import Ledger
 from tests.harness.fixtures import FIXTURES_DIR
 
 
@@ -63,7 +63,7 @@ def test_polls_are_spaced_once_by_the_watcher_or_by_the_runner() -> None:
     gap since the last poll and gathers what came meanwhile; a lone append waits for nothing."""
     import time as _time
 
-    from ccotel.runner import POLL_GAP_S, _gather
+    from ccotel.run.runner import POLL_GAP_S, _gather
 
     dirty: set[str] = {"a"}
     spacing = _Watcher(True)
@@ -84,8 +84,8 @@ def test_polls_are_spaced_wider_only_while_a_heavy_stream_lasts() -> None:
     BUSY_POLL_GAP_S after it (fewer, larger batches: less CPU per line); anything slower keeps
     POLL_GAP_S, also after a wide gap gathered many lines of a slower stream, and the first poll
     after a quiet time; the inotify reader is told the gap (it spaces batches on Linux)."""
-    from ccotel.runner import BUSY_LINES_PER_S, BUSY_POLL_GAP_S, POLL_GAP_S, poll_gap
-    from ccotel.watch import Watcher
+    from ccotel.read.watch import Watcher
+    from ccotel.run.runner import BUSY_LINES_PER_S, BUSY_POLL_GAP_S, POLL_GAP_S, poll_gap
 
     fast = int(BUSY_LINES_PER_S * POLL_GAP_S)  # lines in one short gap at the busy rate
     assert poll_gap(0, POLL_GAP_S) == poll_gap(fast - 1, POLL_GAP_S) == POLL_GAP_S

@@ -18,11 +18,11 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from ccotel.memory_sink import MemorySink
-from ccotel.parse import parse_timestamp
-from ccotel.pipeline import Options, Pipeline
+from ccotel.export.memory_sink import MemorySink
+from ccotel.read.parse import parse_timestamp
+from ccotel.run.pipeline import Options, Pipeline
 from ccotel.sdk import Observer, raw_of, wanted_of
-from ccotel.sdk_match import Matcher, Wanted, content_signature, normalise
+from ccotel.sources.sdk_match import Matcher, Wanted, content_signature, normalise
 from tests.harness.fixtures import Fixture, list_fixtures, load_fixture
 from tests.support.fixtures import missing_component
 

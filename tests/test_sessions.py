@@ -18,11 +18,11 @@ from pathlib import Path
 import orjson
 import pytest
 
-from ccotel import sessions
-from ccotel.check import check_session
 from ccotel.cli import parse_since
-from ccotel.pipeline import Options
-from ccotel.report import build_report
+from ccotel.commands import sessions
+from ccotel.commands.check import check_session
+from ccotel.commands.report import build_report
+from ccotel.run.pipeline import Options
 from tests.harness.fixtures import list_fixtures, load_fixture
 from tests.test_waterfall import exported, live_copy
 

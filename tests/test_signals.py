@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from ccotel.state import State
-from ccotel.stopping import STOP_GRACE_S
+from ccotel.run.stopping import STOP_GRACE_S
+from ccotel.store.state import State
 from tests.otlp_receiver import OtlpReceiver
 
 STOP_LIMIT_S = 2.0

@@ -13,8 +13,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from ccotel.pipeline import Options, Pipeline
 from ccotel.records import SpanRecord
+from ccotel.run.pipeline import Options, Pipeline
 from tests.transcript import Transcript, text, thinking, tool_use
 
 SID = "11111111-2222-4333-8444-555555555555"

@@ -15,9 +15,10 @@ import os
 
 import pytest
 
-from ccotel import parse, spans
-from ccotel.pipeline import Options, Pipeline
+from ccotel.read import parse
 from ccotel.records import Entry, SpanRecord
+from ccotel.run.pipeline import Options, Pipeline
+from ccotel.spans import build as spans
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
 

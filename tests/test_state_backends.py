@@ -20,7 +20,9 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from ccotel.state import (
+from ccotel.read.tail import FileIdentity
+from ccotel.store.postgres import SCHEMA_VERSION, PgState, lock_host, masked
+from ccotel.store.state import (
     PERMANENT,
     Commit,
     State,
@@ -32,8 +34,6 @@ from ccotel.state import (
     open_state,
     resolve_state,
 )
-from ccotel.state_pg import SCHEMA_VERSION, PgState, lock_host, masked
-from ccotel.tail import FileIdentity
 from tests.support.postgres import PostgresServer, running_server
 
 Opener = Callable[[str], State]  # host id -> a state (SQLite: the host's own dir)

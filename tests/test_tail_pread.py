@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ccotel import tail
-from ccotel.tail import Tailer
+from ccotel.read import tail
+from ccotel.read.tail import Tailer
 
 lines_st = st.lists(st.binary(min_size=0, max_size=9000).map(lambda b: orjson.dumps({"b": b.hex()})),
                     min_size=1, max_size=12)

@@ -10,8 +10,8 @@ import os
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ccotel import discover
-from ccotel.parse import parse_timestamp
+from ccotel.read import discover
+from ccotel.read.parse import parse_timestamp
 
 
 def _reference(path: str) -> tuple[int, int]:

@@ -13,8 +13,8 @@ from contextlib import contextmanager
 
 import pytest
 
-from ccotel.export_result import OK, Outcome
-from ccotel.transport import HttpTransport, TransportConfig
+from ccotel.export.result import OK, Outcome
+from ccotel.export.transport import HttpTransport, TransportConfig
 
 OK_EMPTY = b"HTTP/1.1 200 OK\r\nContent-Type: application/x-protobuf\r\nContent-Length: 0\r\n\r\n"
 

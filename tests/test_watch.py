@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from ccotel import watch
-from ccotel.watch import Watcher
+from ccotel.read import watch
+from ccotel.read.watch import Watcher
 
 
 def collect(w: Watcher, want: set[str], timeout_s: float = 5.0) -> set[str]:
@@ -174,7 +174,7 @@ def test_out_of_watches_falls_back_to_polling(tree: tuple[Path, Path], monkeypat
 
 def test_the_inotify_read_gap_is_the_poll_gap() -> None:
     """A read gap above the runner's poll gap would delay polls; below it, it only costs wake-ups."""
-    from ccotel.runner import POLL_GAP_S
+    from ccotel.run.runner import POLL_GAP_S
 
     assert watch._READ_GAP_S == POLL_GAP_S
 

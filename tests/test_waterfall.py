@@ -20,9 +20,9 @@ from pathlib import Path
 import orjson
 import pytest
 
-from ccotel import waterfall
-from ccotel.pipeline import Options, Pipeline
+from ccotel.commands import trace as waterfall
 from ccotel.records import SpanRecord, StatusCode
+from ccotel.run.pipeline import Options, Pipeline
 from tests.harness.fixtures import load_fixture
 
 SCENARIOS = ["s03_parallel_subagents", "s05_nested_subagent", "s11_interrupt", "s07_api_errors",
@@ -345,7 +345,7 @@ def test_errors_are_red_on_a_terminal() -> None:
 
     from rich.console import Console
 
-    from ccotel import sessions
+    from ccotel.commands import sessions
 
     fx = load_fixture("s07_api_errors")
     opts = Options(roots=(str(fx.config_dir),))

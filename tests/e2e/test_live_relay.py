@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from ccotel.pipeline import Options, Pipeline
 from ccotel.records import SpanRecord
+from ccotel.run.pipeline import Options, Pipeline
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -40,7 +40,7 @@ def test_live_relay_wraps_the_real_cli(scenario: str, prompt: str, expected_exit
                  tmp_path / "gt.jsonl") as api, OtlpReceiver() as receiver:
         env = {**sandbox.env(api.base_url), "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": receiver.endpoint,
                "PYTHONPATH": str(REPO)}
-        argv = [sys.executable, "-m", "ccotel.relay", "--root", str(sandbox.config_dir), "--", str(binary), "-p",
+        argv = [sys.executable, "-m", "ccotel", "relay", "--root", str(sandbox.config_dir), "--", str(binary), "-p",
                 prompt, "--output-format", "stream-json", "--verbose", "--allowedTools", "Bash"]
         proc = subprocess.run(argv, cwd=sandbox.cwd, env=env, capture_output=True, timeout=120)
         assert proc.returncode == expected_exit, proc.stderr[-3000:]

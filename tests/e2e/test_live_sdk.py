@@ -22,8 +22,8 @@ import anyio.to_thread
 import pytest
 
 from ccotel import sdk as ccotel_sdk
-from ccotel.memory_sink import MemorySink
-from ccotel.pipeline import Options, Pipeline
+from ccotel.export.memory_sink import MemorySink
+from ccotel.run.pipeline import Options, Pipeline
 from ccotel.sdk import Observer, wanted_of
 from tests.harness.fakeapi import FakeAPI, Message, Rule, text
 from tests.harness.install import claude_binary, install, selected_versions

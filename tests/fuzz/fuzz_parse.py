@@ -35,12 +35,12 @@ def _imports() -> None:
     import orjson
     from opentelemetry.proto.trace.v1 import trace_pb2
 
-    from ccotel.assemble import Assembler, Timeouts
-    from ccotel.content import ContentPolicy
-    from ccotel.otlp import encode_span
-    from ccotel.parse import parse_line
+    from ccotel.assemble.assembler import Assembler, Timeouts
+    from ccotel.export.otlp import encode_span
+    from ccotel.read.parse import parse_line
     from ccotel.records import FileKind, TranscriptFile
-    from ccotel.spans import build_span
+    from ccotel.spans.build import build_span
+    from ccotel.spans.content import ContentPolicy
 
 
 if atheris is not None and __name__ == "__main__" and "--plain" not in sys.argv:

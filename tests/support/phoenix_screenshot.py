@@ -13,8 +13,8 @@ import sys
 import tempfile
 from collections import Counter
 
-from ccotel.export import ExportQueue, OtlpSink
-from ccotel.pipeline import Options, Pipeline
+from ccotel.export.sinks import ExportQueue, OtlpSink
+from ccotel.run.pipeline import Options, Pipeline
 from tests.harness.fixtures import load_fixture
 from tests.support.phoenix import PhoenixServer
 

@@ -1,0 +1,1 @@
+"""The commands: one module per ``ccotel`` command, named after it."""

@@ -1,0 +1,504 @@
+"""``ccotel relay``: pass Claude Code's stream-json through, byte for byte, and export it live.
+
+    claude -p "..." --output-format stream-json --verbose | ccotel relay | your-program
+    ccotel relay -- claude -p "..." --output-format stream-json --verbose | your-program
+
+What comes in goes out unchanged and at once (whatever the read returned, partial lines
+included: nothing waits for a newline); a second thread parses whole lines and builds spans
+(stream.py) with the ids the transcript path gives, so a backend that also gets the sidecar's
+copy keeps one. The one thing the stream lacks for those ids, the uuid of a turn's prompt, is
+read from the session's transcript under the roots (``--root``, default $CLAUDE_CONFIG_DIR or
+~/.claude), retried briefly while Claude Code flushes it; without a transcript
+(``--no-session-persistence``, another machine) the turn gets ids of its own.
+
+Wrapping a command: its stdout is relayed, its exit status is ccotel's (128+N when a signal N
+ended it), SIGINT and SIGTERM are passed on to it (it runs in a process group of its own, so a
+terminal's Ctrl-C reaches it once, through ccotel).
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import logging
+import os
+import queue
+import re
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from types import FrameType
+
+from ccotel.export.sinks import ConsoleSink, ExportQueue, make_sink
+from ccotel.metrics.counters import Metrics
+from ccotel.read.discover import default_roots, within_root
+from ccotel.read.parse import parse_line
+from ccotel.read.tail import Tailer
+from ccotel.records import SpanRecord
+from ccotel.rules import transcript as rules
+from ccotel.sources.stream import Counter, StreamAssembler, parse_record
+
+__all__ = [
+    "RelayResult",
+    "TranscriptPrompts",
+    "add_arguments",
+    "counter_for",
+    "main",
+    "relay",
+    "run",
+]
+
+log = logging.getLogger("ccotel.relay")
+
+MAX_LINE_BYTES = 64 << 20
+_READ_SIZE = 1 << 16
+_SESSION_ID = re.compile(r"[0-9A-Za-z][0-9A-Za-z_-]{0,127}")
+# After the wrapped command exited, how long its stdout may stay open (a grandchild holding it).
+_CHILD_EOF_GRACE_S = 2.0
+
+
+_END = "turn-end"  # an _Index kind: a line after which the turn owes nothing (rules.ends_turn)
+_RUNNING = frozenset(("assistant", "prompt", "command", "notification"))  # above them, a turn owes an answer
+
+
+# -- the prompt of a turn, from the transcript ------------------------------------------------
+
+
+@dataclass
+class _Index:
+    """uuid -> (parent uuid, what the line is) of one transcript, read incrementally."""
+
+    tailer: Tailer
+    nodes: dict[str, tuple[str | None, str]] = field(default_factory=dict)
+
+    def read(self) -> None:
+        res = self.tailer.read(accept_unterminated=True)
+        if res.reset:
+            self.nodes.clear()
+        for raw in res.lines:
+            for e in parse_line(raw.data, raw.offset).entries:
+                if e.uuid is None or e.is_sidechain:
+                    continue
+                kind = rules.classify_user(e) if e.type == "user" else _END if rules.ends_turn(e) else e.type
+                self.nodes[e.uuid] = (e.parent_uuid or e.logical_parent_uuid, kind)
+
+    def prompt_of(self, uuid: str) -> str | None:
+        """The line above ``uuid`` the transcript path starts its turn at (rules.starts_turn): the
+        nearest prompt or command, or a notification written after the turn before it ended.
+        Meta lines, tool results and notifications during a turn continue it."""
+        current: str | None = uuid
+        for _ in range(100_000):
+            if current is None:
+                return None
+            node = self.nodes.get(current)
+            if node is None:
+                return None  # not written yet, or not in this file
+            if rules.starts_turn(node[1], turn_running=not self._after_end(node[0])):
+                return current
+            current = node[0]
+        return None
+
+    def _after_end(self, uuid: str | None) -> bool:
+        """Whether the turn above a line has ended: the nearest turn-ending line (rules.ends_turn) up
+        the tree comes before any other answer or turn-starting line. Tool results, meta lines,
+        attachments and other system lines in between change nothing (as for the assembler, where
+        only a new API call makes a turn owe an answer again)."""
+        for _ in range(100_000):
+            node = self.nodes.get(uuid) if uuid is not None else None
+            if node is None:
+                return True  # the start of the file: no turn running
+            if node[1] == _END:
+                return True
+            if node[1] in _RUNNING:
+                return False
+            uuid = node[0]
+        return False
+
+
+class TranscriptPrompts:
+    """``resolve_prompt`` for stream.py: finds ``<root>/projects/*/<session>.jsonl`` and walks the
+    parentUuid tree up from a stream record's uuid. Retried at ``delays`` (seconds, cumulative
+    waits) for the flush race; a session whose transcript never appeared is not looked for again."""
+
+    def __init__(self, roots: Sequence[str], delays: Sequence[float] = (0.0, 0.05, 0.1, 0.35, 0.5),
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self.roots = tuple(roots)
+        self.delays = tuple(delays)
+        self.sleep = sleep
+        self._indexes: dict[str, _Index] = {}
+        self._absent: set[str] = set()
+
+    def __call__(self, session_id: str, uuid: str) -> str | None:
+        if session_id in self._absent or not _SESSION_ID.fullmatch(session_id):
+            return None
+        for delay in self.delays:
+            if delay:
+                self.sleep(delay)
+            index = self._index(session_id)
+            if index is None:
+                continue
+            index.read()
+            found = index.prompt_of(uuid)
+            if found is not None:
+                return found
+        if session_id not in self._indexes:
+            self._absent.add(session_id)
+            log.info("no transcript of session %s under %s: its spans get ids of their own", session_id,
+                     ", ".join(self.roots))
+        return None
+
+    def _index(self, session_id: str) -> _Index | None:
+        index = self._indexes.get(session_id)
+        if index is not None:
+            return index
+        for root in self.roots:
+            for path in sorted(glob.glob(os.path.join(glob.escape(root), "projects", "*", f"{session_id}.jsonl"))):
+                if within_root(root, path):
+                    index = self._indexes[session_id] = _Index(Tailer(path, max_line_bytes=MAX_LINE_BYTES))
+                    return index
+        return None
+
+
+# -- the relay ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RelayResult:
+    lines: int
+    bad_lines: dict[str, int]
+    spans: int
+    exit_status: int
+    passthrough_error: str | None = None  # stdout went away (EPIPE): the stream was still exported
+
+
+@dataclass(frozen=True)
+class _Line:
+    data: bytes
+    arrival_ns: int
+    terminated: bool
+
+
+class _Splitter:
+    """Whole lines out of the chunks read; an over-long line is skipped (it was passed through)."""
+
+    def __init__(self, max_line_bytes: int) -> None:
+        self.max_line_bytes = max_line_bytes
+        self._buf = bytearray()
+        self._skipping = False
+
+    def feed(self, chunk: bytes, now_ns: int) -> tuple[list[_Line], int]:
+        """(complete lines, how many over-long lines ended in this chunk)."""
+        out: list[_Line] = []
+        too_long = 0
+        start = 0
+        while True:
+            nl = chunk.find(b"\n", start)
+            if nl < 0:
+                break
+            piece = chunk[start:nl]
+            if self._skipping:
+                self._skipping = False
+                too_long += 1
+            elif len(self._buf) + len(piece) > self.max_line_bytes:
+                self._buf.clear()
+                too_long += 1
+            else:
+                self._buf += piece
+                out.append(_Line(bytes(self._buf), now_ns, True))
+                self._buf.clear()
+            start = nl + 1
+        rest = chunk[start:]
+        if not self._skipping:
+            if len(self._buf) + len(rest) > self.max_line_bytes:
+                self._buf.clear()
+                self._skipping = True
+            else:
+                self._buf += rest
+        return out, too_long
+
+    def end(self, now_ns: int) -> tuple[_Line | None, int]:
+        if self._skipping:
+            return None, 1
+        if not self._buf:
+            return None, 0
+        line = _Line(bytes(self._buf), now_ns, False)
+        self._buf.clear()
+        return line, 0
+
+
+_IDLE = _Line(b"", 0, True)  # no line came for a while: time to tick
+
+
+class _Processor:
+    """The thread that parses lines, assembles spans and hands them to the export queue."""
+
+    def __init__(self, assembler: StreamAssembler, submit: Callable[[list[SpanRecord]], object],
+                 count: Counter, clock: Callable[[], int]) -> None:
+        self.assembler = assembler
+        self.submit = submit
+        self.count = count
+        self.clock = clock
+        self.lines = 0
+        self.bad: dict[str, int] = {}
+        self.spans = 0
+        self._q: queue.SimpleQueue[_Line | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._loop, name="ccotel-relay", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def put(self, line: _Line | None) -> None:
+        self._q.put(line)
+
+    def bad_line(self, reason: str, n: int = 1) -> None:
+        self.bad[reason] = self.bad.get(reason, 0) + n
+        self.count("ccotel_relay_bad_lines", (reason,), float(n))
+
+    def join(self, timeout_s: float | None) -> bool:
+        self._thread.join(timeout_s)
+        return not self._thread.is_alive()
+
+    def _loop(self) -> None:
+        while True:
+            try:
+                line = self._q.get(timeout=0.5)
+            except queue.Empty:
+                line = _IDLE
+            if line is None:
+                break
+            try:
+                if line is not _IDLE:
+                    self.handle(line)
+                self.assembler.tick(self.clock())  # a finished turn's span, once nothing adds to it
+                self._flush()
+            except Exception:  # noqa: BLE001  (a bug must not stop the passthrough; it is logged)
+                log.exception("could not process a stream line; it was passed through")
+        try:
+            self.assembler.finish(self.clock())
+        except Exception:  # noqa: BLE001
+            log.exception("could not finish the stream's spans")
+        self._flush()
+
+    def handle(self, line: _Line) -> None:
+        self.lines += 1
+        self.count("ccotel_relay_lines", (), 1.0)
+        rec, reason = parse_record(line.data)
+        if reason is not None:
+            self.bad_line("truncated" if not line.terminated else reason)
+            return
+        if rec is not None:
+            self.assembler.add(rec, line.arrival_ns)
+
+    def _flush(self) -> None:
+        spans = self.assembler.drain()
+        if spans:
+            self.spans += len(spans)
+            self.submit(spans)
+
+
+def relay(src: int, dst: int | None, assembler: StreamAssembler, submit: Callable[[list[SpanRecord]], object],
+          count: Counter, *, child: subprocess.Popen[bytes] | None = None,
+          stop: threading.Event | None = None, clock: Callable[[], int] = time.time_ns,
+          max_line_bytes: int = MAX_LINE_BYTES, finish_timeout_s: float | None = 30.0) -> RelayResult:
+    """Copy ``src`` to ``dst`` as it comes and feed its lines to ``assembler`` on another thread.
+    Returns at EOF (or once ``child`` exited and its stdout stayed open past a grace period, or
+    at ``stop``), when the last line's spans were submitted."""
+    proc = _Processor(assembler, submit, count, clock)
+    proc.start()
+    splitter = _Splitter(max_line_bytes)
+    out_error: str | None = None
+    exited_at: float | None = None
+    while True:
+        if stop is not None and stop.is_set():
+            break
+        ready, _, _ = select.select([src], [], [], 0.25)
+        if not ready:
+            if child is not None and child.poll() is not None:
+                exited_at = exited_at or time.monotonic()
+                if time.monotonic() - exited_at > _CHILD_EOF_GRACE_S:
+                    log.warning("the command exited but its stdout is still open (a process it started holds "
+                                "it): relay stopped")
+                    break
+            continue
+        try:
+            chunk = os.read(src, _READ_SIZE)
+        except InterruptedError:
+            continue
+        if not chunk:
+            break
+        if dst is not None:
+            try:
+                _write_all(dst, chunk)
+            except OSError as exc:  # EPIPE: the reader went away; the stream is still exported
+                out_error = exc.strerror or str(exc)
+                log.warning("stdout closed (%s): not passing the stream on any more, still exporting it", out_error)
+                dst = None
+        now = clock()
+        lines, too_long = splitter.feed(chunk, now)
+        if too_long:
+            proc.bad_line("line_too_long", too_long)
+        for line in lines:
+            proc.put(line)
+    last, too_long = splitter.end(clock())
+    if too_long:
+        proc.bad_line("line_too_long", too_long)
+    if last is not None:
+        proc.put(last)
+    proc.put(None)
+    if not proc.join(finish_timeout_s):
+        log.warning("the stream's spans were not all built within %.0f s", finish_timeout_s or 0)
+    status = _exit_status(child)
+    return RelayResult(proc.lines, dict(proc.bad), proc.spans, status, out_error)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+def _exit_status(child: subprocess.Popen[bytes] | None) -> int:
+    if child is None:
+        return 0
+    code = child.wait()
+    return 128 - code if code < 0 else code  # killed by signal N: 128+N, as a shell says
+
+
+# -- the command -------------------------------------------------------------------------------
+
+
+def counter_for(metrics: Metrics) -> Counter:
+    """``count`` for stream.py on ``metrics`` (the relay's counters are declared in ccotel.metrics)."""
+
+    def count(name: str, labels: tuple[str, ...], value: float) -> None:
+        metrics.inc(name, *labels, value=value)
+
+    return count
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """``ccotel relay`` options (besides the common --root): where spans go, and the command."""
+    parser.add_argument("--traces-exporter", choices=("otlp", "console", "none"), default="otlp",
+                        help="where spans go; otlp uses the standard OTEL_EXPORTER_OTLP_* variables")
+    parser.add_argument("--metrics-addr", default="none",
+                        help="host:port to serve Prometheus /metrics while relaying ('none': off, the default)")
+    parser.add_argument("--flush-timeout", type=float, default=5.0,
+                        help="seconds to wait at the end for the trace backend to take the spans")
+    # not "command": cli.py's subparsers keep the subcommand's name there
+    parser.add_argument("relay_command", nargs=argparse.REMAINDER, metavar="-- COMMAND ...",
+                        help="run COMMAND and relay its stdout (default: relay stdin)")
+
+
+def run(args: argparse.Namespace, metrics: Metrics | None = None) -> int:
+    """Relay stdin, or run ``args.relay_command`` and relay its stdout; returns the exit status
+    (the command's, when there is one)."""
+    command = list(args.relay_command or [])
+    if command and command[0] == "--":
+        command = command[1:]
+    metrics = metrics if metrics is not None else Metrics()
+    _metrics_server(args, metrics)
+    roots = tuple(getattr(args, "root", None) or default_roots())
+    # stdout carries the stream: the console exporter writes its spans to stderr instead
+    sink = ConsoleSink(sys.stderr) if args.traces_exporter == "console" else make_sink(args.traces_exporter)
+    export = ExportQueue(sink, notify=lambda msg: log.warning("%s", msg),
+                         on_failure=lambda: metrics.inc("ccotel_export_failures"))
+
+    count = counter_for(metrics)
+
+    assembler = StreamAssembler(TranscriptPrompts(roots), count)
+    stop = _Stop()
+    child: subprocess.Popen[bytes] | None = None
+    if command:
+        try:
+            child = subprocess.Popen(command, stdout=subprocess.PIPE, start_new_session=True)
+        except OSError as exc:
+            log.error("cannot run %s: %s", command[0], exc)
+            export.close(timeout_s=0)
+            return 127 if isinstance(exc, FileNotFoundError) else 126
+        assert child.stdout is not None
+        src = child.stdout.fileno()
+    else:
+        src = sys.stdin.buffer.fileno()
+    previous = _forward_signals(child, stop)
+    try:
+        result = relay(src, sys.stdout.buffer.fileno(), assembler, lambda spans: export.submit(spans, block_s=0.0),
+                       count, child=child, stop=stop)
+    finally:
+        _restore_signals(previous)
+    if not export.flush(timeout_s=args.flush_timeout):
+        log.warning("%d spans not taken by the trace backend within %.1f s: dropped", export.pending(),
+                    args.flush_timeout)
+    export.close(timeout_s=0)
+    bad = ", ".join(f"{k}={v}" for k, v in sorted(result.bad_lines.items())) or "none"
+    log.debug("relay: %d lines, %d spans, bad lines: %s", result.lines, result.spans, bad)
+    if child is None and stop.is_set():
+        return 128 + stop.signum
+    return result.exit_status
+
+
+_Handler = Callable[[int, FrameType | None], object] | int | signal.Handlers | None
+
+
+class _Stop(threading.Event):
+    """Set by SIGINT/SIGTERM while relaying stdin; ``signum`` says which."""
+
+    signum: int = 0
+
+
+def _forward_signals(child: subprocess.Popen[bytes] | None, stop: _Stop) -> dict[int, _Handler]:
+    """SIGINT/SIGTERM: passed on to the command (which then ends and closes its stdout), or, when
+    relaying stdin, the relay stops reading."""
+
+    def handle(signum: int, _frame: FrameType | None) -> None:
+        if child is not None and child.poll() is None:
+            try:
+                child.send_signal(signum)
+            except ProcessLookupError:
+                pass
+        elif child is None:
+            stop.signum = signum
+            stop.set()
+
+    previous: dict[int, _Handler] = {}
+    if threading.current_thread() is not threading.main_thread():
+        return previous  # signal handlers belong to the main thread (tests call run from others)
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        previous[sig] = signal.signal(sig, handle)
+    return previous
+
+
+def _restore_signals(previous: dict[int, _Handler]) -> None:
+    for sig, handler in previous.items():
+        signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+
+
+def _metrics_server(args: argparse.Namespace, metrics: Metrics) -> None:
+    addr = getattr(args, "metrics_addr", "none")
+    if addr == "none":
+        return
+    from ccotel.metrics.counters import serve
+
+    host, _, port = addr.rpartition(":")
+    serve(metrics, host.strip("[]") or "127.0.0.1", int(port))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m ccotel.relay [--root DIR] [options] [-- COMMAND ...]`` (until cli.py has it)."""
+    parser = argparse.ArgumentParser(prog="ccotel relay", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--root", action="append", default=None)
+    parser.add_argument("-v", "--verbose", action="store_true")
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s ccotel %(levelname)s %(message)s", stream=sys.stderr)
+    return run(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,311 @@
+"""The transcript reader of ``ccotel report`` (imported only when transcripts must be read: a
+report answered from the usage ledger alone loads none of this, nor msgspec, the pipeline or
+genai-prices).
+
+It reads only what usage needs: assistant lines (a byte search finds them; tool results, most of
+the bytes, are never decoded), and of those only ids, model, usage and time (msgspec skips the
+content), with the assembler's rules for API calls: one call per (message.id, requestId) across
+ALL files, the first file in time order keeps it, its largest usage snapshot counts,
+``<synthetic>`` lines are no call unless an API error, a failed call is not billed, the same uuid
+twice in a session is one line. A big history is read by several processes, split so that no
+call can be in two of them (shard.py), and merged in time order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from operator import itemgetter
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from ccotel.commands.report import SessionUsage, UsageTuple, session_usage
+from ccotel.read.discover import find, session_groups, unread_bytes
+from ccotel.read.parse import _JUsage, parse_line, parse_timestamp
+from ccotel.read.shard import Group, balance, default_workers, plan_shards, process_context
+from ccotel.read.tail import lines_with
+from ccotel.records import AdvisorCall, TranscriptFile, Usage
+from ccotel.rules import transcript as rules
+from ccotel.spans.pricing import Pricing
+
+if TYPE_CHECKING:
+    from ccotel.run.pipeline import Options
+
+__all__ = ["ReadOptions", "build_report", "report_from_spans", "read_rows"]
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """What the reader takes of pipeline.Options (which it takes too): ``ccotel report`` builds
+    these, so reading transcripts does not load the pipeline (0.13 s of CPU here: metrics,
+    delivery, OTLP...)."""
+
+    roots: tuple[str, ...]
+    pricing: Pricing
+    since_ns: int | None = None
+    max_line_bytes: int = 64 << 20  # pipeline.Options' default
+
+
+def _pipeline_options(options: Options | ReadOptions) -> Options:
+    from ccotel.run.pipeline import Options
+
+    if isinstance(options, Options):
+        return options
+    return Options(roots=options.roots, since_ns=options.since_ns, max_line_bytes=options.max_line_bytes,
+                   pricing=options.pricing)
+
+def report_from_spans(options: Options | ReadOptions) -> dict[str, SessionUsage]:  # noqa: D401
+    """The reference: the whole pipeline, its chat spans summed."""
+    from ccotel.run.pipeline import Pipeline
+
+    totals: dict[str, SessionUsage] = {}
+    Pipeline(_pipeline_options(options), emit=lambda spans: session_usage(spans, totals)).backfill(close_all=True)
+    return totals
+
+
+@dataclass(slots=True)
+class _Call:
+    """One API call as the report sees it (merged over all the lines that carry its key)."""
+
+    session_id: str
+    usage: UsageTuple | None
+    is_api_error: bool
+    model: str | None
+    first_ns: int
+    last_ns: int
+    project: str | None = None  # the projects/<dir> of the file that first held it
+    cwd: str | None = None
+
+    def flat(self) -> tuple[Any, ...]:
+        return (self.session_id, self.usage, self.is_api_error, self.model, self.first_ns, self.last_ns)
+
+    def merge(self, other: _Call) -> None:
+        """``other`` is the same call seen later (another file or process)."""
+        self.merge_line(other.usage, other.is_api_error, other.model, other.first_ns)
+        self.last_ns = max(self.last_ns, other.last_ns)
+        self.cwd = self.cwd or other.cwd
+
+    def merge_line(self, usage: UsageTuple | None, is_api_error: bool, model: str | None, ts: int,
+                   cwd: str | None = None) -> None:
+        """A later line of the same call."""
+        self.cwd = self.cwd or cwd
+        if usage is not None and (self.usage is None or _bigger(usage, self.usage)):
+            self.usage = usage
+        self.is_api_error = self.is_api_error or is_api_error
+        self.model = model or self.model
+        if ts:
+            self.first_ns = min(self.first_ns, ts) if self.first_ns else ts
+            self.last_ns = max(self.last_ns, ts)
+
+
+def _bigger(a: UsageTuple, b: UsageTuple) -> bool:
+    """rules.is_final_snapshot on the report's tuples (input, output, cache read, cache creation, ...)."""
+    return rules.snapshot_rank(a[1], a[0] + a[1] + a[2] + a[3]) > rules.snapshot_rank(b[1], b[0] + b[1] + b[2] + b[3])
+
+
+def _as_tuple(u: Usage | None) -> UsageTuple | None:
+    return None if u is None else (u.input_tokens, u.output_tokens, u.cache_read_input_tokens,
+                                   u.cache_creation_input_tokens, u.cache_creation_5m, u.cache_creation_1h,
+                                   u.reasoning_tokens)
+
+
+_NEEDLE = b'"assistant"'
+_CHUNK = 4 << 20
+# One assistant line: message id, request id, uuid, session id, usage, is API error, model, time.
+_Line = tuple[Any, ...]
+
+
+class _RMessage(msgspec.Struct):
+    id: str | None = None
+    model: str | None = None
+    usage: _JUsage | None = None  # parse.py's: counts typed and in range, else the line steps aside
+
+
+class _RLine(msgspec.Struct):
+    """What usage needs of a line; the message content (most of an assistant line) is skipped."""
+
+    type: str
+    uuid: str | None = None
+    sessionId: str | None = None
+    requestId: str | None = None
+    timestamp: str | None = None
+    cwd: str | None = None
+    isApiErrorMessage: bool | None = None
+    madeBy: Any = None
+    message: _RMessage | None = None
+
+
+_decoder = msgspec.json.Decoder(_RLine)
+
+
+def _quick(line: bytes) -> _Line | None:
+    """An assistant line of the usual shape, decoded into a small struct. None: let
+    ``parse_line`` decide (glued objects, odd types, anything unusual); (): not an assistant line."""
+    try:
+        o = _decoder.decode(line)
+    except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError):
+        return None
+    if o.type != "assistant":
+        return ()
+    msg, made_by, stamp = o.message, o.madeBy, o.timestamp
+    if msg is None or (made_by is not None and type(made_by) is not str):
+        return None
+    ts = 0
+    if stamp is not None:
+        ts = parse_timestamp(stamp)  # type: ignore[assignment]
+        if ts is None:
+            return None
+    u = msg.usage
+    advisors: tuple[AdvisorCall, ...] = ()
+    if u is None:
+        usage = None
+    elif u.iterations is None and u.output_tokens_details is None:
+        usage = (*u.counts(), 0)  # no advisor iterations or thinking details: what record() gives
+    else:
+        record, advisors = u.record()
+        usage = _as_tuple(record)
+    return (msg.id, o.requestId, o.uuid, o.sessionId, usage, o.isApiErrorMessage is True, msg.model, ts,
+            made_by, advisors, o.cwd)
+
+
+def _slow(line: bytes, offset: int) -> list[_Line]:
+    return [(e.message_id, e.request_id, e.uuid, e.session_id, _as_tuple(e.usage), e.is_api_error, e.model,
+             e.timestamp_ns or 0, e.made_by, e.advisors, e.cwd)
+            for e in parse_line(line, offset).entries if e.type == "assistant"]
+
+
+class _GroupCalls:
+    """The calls of one session group as its lines are read, by call key, in the order they first
+    appear."""
+
+    __slots__ = ("calls", "seen_uuids", "last_mid", "last_key")
+
+    def __init__(self) -> None:
+        self.calls: dict[str, _Call] = {}
+        self.seen_uuids: set[tuple[str, str]] = set()
+        self.last_mid: str | None = None  # message id and key of the file's last response line
+        self.last_key = ""
+
+    def take(self, line: _Line, tf: TranscriptFile) -> None:
+        mid, rid, uuid, sid, usage, api_error, model, ts, made_by, advisors, cwd = line
+        sid = sid or tf.session_id
+        if mid is None or uuid is None or sid is None or not rules.is_api_call(model, made_by, api_error):
+            return
+        seen = self.seen_uuids
+        if (sid, uuid) in seen:
+            return  # the same line again (a re-emitted line): the assembler drops it too
+        seen.add((sid, uuid))
+        # A line that lost its requestId belongs to the response just before it with the same
+        # message id (the assembler's rule for its owner's current response).
+        key = self.last_key if rid is None and self.last_mid == mid else rules.call_key(mid, rid)
+        self.last_mid, self.last_key = mid, key
+        calls = self.calls
+        _merge_line(calls, key, sid, usage, api_error, model, ts, tf.project, cwd)
+        for i, adv in enumerate(advisors):  # each advisor iteration: a call of its own model
+            _merge_line(calls, f"{key}#advisor{i}", sid, _as_tuple(adv.usage), False, adv.model, ts,
+                        tf.project, cwd)
+
+
+def _read_group(group: Group, max_line_bytes: int) -> dict[str, _Call]:
+    """The calls of one session group, by call key, in the order they first appear."""
+    into = _GroupCalls()
+    take = into.take
+    for _root, tf in group:
+        into.last_mid = None
+        for offset, raw in lines_with(tf.path, _NEEDLE, max_line_bytes, _CHUNK):
+            one = _quick(raw)
+            if one:
+                take(one, tf)
+            elif one is None:
+                for line in _slow(raw, offset):
+                    take(line, tf)
+    return into.calls
+
+
+def _merge_line(calls: dict[str, _Call], key: str, sid: str, usage: UsageTuple | None, api_error: bool,
+                model: str | None, ts: int, project: str | None, cwd: str | None) -> None:
+    have = calls.get(key)
+    if have is None:
+        calls[key] = _Call(sid, usage, api_error, model, ts, ts, project, cwd)
+    else:
+        have.merge_line(usage, api_error, model, ts, cwd)
+
+
+def _read_shard(groups: list[tuple[int, Group]], max_line_bytes: int, pricing: Pricing) -> list[tuple[Any, ...]]:
+    """Calls of these groups (in time order), merged: one flat tuple per call, cheap to send back."""
+    calls: dict[str, tuple[int, _Call]] = {}
+    for index, group in groups:
+        for key, call in _read_group(group, max_line_bytes).items():
+            have = calls.get(key)
+            if have is None:
+                calls[key] = (index, call)
+            else:
+                have[1].merge(call)
+    return [_row(key, index, c, pricing) for key, (index, c) in calls.items()]
+
+
+def _row(key: str, index: int, c: _Call, pricing: Pricing) -> tuple[Any, ...]:
+    """A call as sent back to the merging process, its cost computed here (in parallel)."""
+    cost = None
+    if c.usage is not None:
+        cost = pricing.cost_of(rules.reported_model(c.model), c.usage, c.first_ns or None)
+    return (key, index, *c.flat(), round(cost, 9) if cost is not None else None, c.project, c.cwd)
+
+
+def build_report(options: Options | ReadOptions, workers: int | None = None,
+                 parallel_min_bytes: int = 64 << 20) -> dict[str, SessionUsage]:
+    """Per-session usage read from the transcripts (the fast path: assistant lines only)."""
+    if options.since_ns is not None:
+        # --since keeps or drops whole turns by when they started, as the traces do; only the
+        # assembler knows turns, so this report is summed from the spans (slower, and exact).
+        return report_from_spans(options)
+    out: dict[str, SessionUsage] = {}
+    for _key, _index, sid, usage, is_api_error, model, first_ns, last_ns, cost, *_where in \
+            read_rows(options, workers, parallel_min_bytes):
+        if usage is None or is_api_error:
+            continue
+        s = out.get(sid)
+        if s is None:
+            s = out[sid] = SessionUsage(sid)
+        s.add(usage, cost, rules.reported_model(model), first_ns, last_ns)
+    return out
+
+
+def read_rows(options: Options | ReadOptions, workers: int | None, parallel_min_bytes: int,
+               keep: Callable[[TranscriptFile], bool] | None = None) -> list[tuple[Any, ...]]:
+    """Every call of the transcripts (of the files ``keep`` accepts), merged, in time order:
+    (key, group index, session, usage, is API error, model, first ns, last ns, cost, project, cwd)."""
+    pricing = options.pricing
+    files = find(options.roots, options.since_ns, {})
+    if keep is not None:
+        files = [(root, tf) for root, tf in files if keep(tf)]
+    groups = session_groups(files)
+    weights = [sum(unread_bytes(tf.path, {}) for _root, tf in g) for g in groups]  # file sizes
+    n = default_workers() if workers is None else max(1, workers)
+    if n == 1 or sum(weights) < parallel_min_bytes:
+        return _merged([_read_shard(list(enumerate(groups)), options.max_line_bytes, pricing)], pricing)
+    bins = balance(plan_shards(groups, weights), weights, n)
+    jobs = [[(i, groups[i]) for i in b] for b in bins]
+    if len(jobs) == 1:
+        return _merged([_read_shard(jobs[0], options.max_line_bytes, pricing)], pricing)
+    with ProcessPoolExecutor(len(jobs) - 1, mp_context=process_context()) as pool:
+        futures = [pool.submit(_read_shard, job, options.max_line_bytes, pricing) for job in jobs[1:]]
+        results = [_read_shard(jobs[0], options.max_line_bytes, pricing)]  # this process reads a share too
+        results += [f.result() for f in futures]
+    return _merged(results, pricing)
+
+
+def _merged(results: Sequence[list[tuple[Any, ...]]], pricing: Pricing) -> list[tuple[Any, ...]]:
+    """Merge the shards (a call in two of them: the earlier group keeps it), in time order."""
+    rows: dict[str, tuple[Any, ...]] = {}
+    for shard_rows in results:
+        for row in shard_rows:
+            have = rows.setdefault(row[0], row)
+            if have is not row:  # only if the shard plan missed a link: still counted once
+                first, later = (row, have) if row[1] < have[1] else (have, row)
+                call = _Call(*first[2:8], *first[9:11])
+                call.merge(_Call(*later[2:8], *later[9:11]))
+                rows[row[0]] = _row(row[0], first[1], call, pricing)
+    return sorted(rows.values(), key=itemgetter(1))

@@ -1,0 +1,201 @@
+"""The sidecar's commands, ``ccotel run`` and ``ccotel backfill``: their options become an
+``Options``, the state is locked, a large history is read by worker processes, then the runner
+(runner.py) reads what is left and follows the files live. Imported by cli.py only for these two
+commands: the others (check, report, trace, ...) start without the pipeline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import time
+from collections import Counter
+from typing import TYPE_CHECKING
+
+from ccotel.assemble.assembler import Timeouts
+from ccotel.metrics.counters import Metrics, serve
+from ccotel.read.discover import default_roots
+from ccotel.read.shard import default_workers
+from ccotel.read.watch import Watcher
+from ccotel.run.pipeline import Options
+from ccotel.run.runner import describe, fill_ledger, follow, read_history, wait_for_backend, wire
+from ccotel.run.stopping import EXIT_ERROR, Stopper, settle_state
+from ccotel.sources.orchestrator import DEFAULT_PATTERNS, load_patterns, parse_log_arg
+from ccotel.spans.build import Conventions
+from ccotel.spans.content import DEFAULT_REDACTIONS, ContentPolicy
+from ccotel.spans.pricing import DEFAULT_PRICING, Pricing, load_overrides
+from ccotel.store.state import StateLock, is_url, lock_state, open_state, resolve_state
+
+if TYPE_CHECKING:
+    from ccotel.run.catchup import CatchUpResult
+
+__all__ = ["cmd_run", "cmd_backfill", "options_of"]
+
+log = logging.getLogger("ccotel")
+
+
+def options_of(args: argparse.Namespace) -> Options:
+    """The pipeline's options from the command line's."""
+    content = None
+    if getattr(args, "capture_content", False):
+        content = ContentPolicy(max_length=args.max_attribute_length,
+                                patterns=DEFAULT_REDACTIONS + tuple(args.redact))
+    stall = int(getattr(args, "stall_timeout", 180.0) * 1e9)
+    patterns = DEFAULT_PATTERNS
+    if getattr(args, "orchestrator_patterns", None):
+        patterns = patterns + load_patterns(args.orchestrator_patterns)
+    return Options(
+        orchestrator_logs=tuple(parse_log_arg(v) for v in getattr(args, "orchestrator_log", [])),
+        orchestrator_patterns=patterns,
+        roots=tuple(args.root or default_roots()),
+        since_ns=args.since,
+        timeouts=Timeouts(stall_ns=stall),
+        content=content,
+        conventions=Conventions.from_env(),
+        pricing=Pricing(load_overrides(args.prices)) if getattr(args, "prices", None) else DEFAULT_PRICING,
+        registries=tuple(os.path.abspath(d) for d in getattr(args, "registry", [])),
+        registry_kill_grace_ns=int(getattr(args, "registry_kill_grace", 5.0) * 1e9),
+    )
+
+
+class _Progress:
+    """A one-line progress bar on stderr while catching up (only on a terminal). Called between
+    files: where a stop is honoured (the stopper is soft from the first call on)."""
+
+    def __init__(self, stopper: Stopper | None = None) -> None:
+        self.enabled = sys.stderr.isatty()
+        self.last = 0.0
+        self.stopper = stopper
+
+    def __call__(self, done: int, total: int) -> None:
+        if self.stopper is not None:
+            self.stopper.hard = False
+            self.stopper.check()
+        now = time.monotonic()
+        if not self.enabled or (now - self.last < 0.2 and done < total):
+            return
+        self.last = now
+        frac = done / total if total else 1.0
+        bar = "#" * int(frac * 30)
+        sys.stderr.write(f"\rcatching up [{bar:<30}] {frac:6.1%} {done / 1e6:,.1f}/{total / 1e6:,.1f} MB")
+        sys.stderr.flush()
+
+    def end(self) -> None:
+        if self.enabled:
+            sys.stderr.write("\n")
+
+
+def _lock(args: argparse.Namespace) -> StateLock | None:
+    """The state for this process alone: the dir, or this host id in PostgreSQL (raises
+    StateLocked / StateUnavailable)."""
+    location = _state_dir(args)
+    if location is None:
+        log.warning("--state none: no checkpoints; every start reads, sends and counts the whole history again")
+        return None
+    return lock_state(location, args.host_id)
+
+
+def _catch_up_in_parallel(args: argparse.Namespace, progress: _Progress, close_all: bool = False,
+                          metrics: bool = False, stopper: Stopper | None = None) -> CatchUpResult | None:
+    """A large history is first read by several processes (catchup.py); the pipeline then reads
+    only what they left open."""
+    location = _state_dir(args)
+    if location is None or is_url(location):
+        return None  # without checkpoints the pipeline would read it all again; PostgreSQL: one reader per host
+    from ccotel.run.catchup import catch_up_in_parallel  # multiprocessing and ctypes: only when needed
+
+    workers = default_workers() if args.workers is None else args.workers
+    done = catch_up_in_parallel(options_of(args), location, args.traces_exporter,
+                                workers, progress, close_all=close_all, min_bytes=int(args.parallel_min_mb * 1e6),
+                                metrics=metrics, stopper=stopper)
+    if done is not None:
+        log.info("%d processes read %d files, %d lines and exported %d spans in %.1f s (%s s; peak RSS %s MB)%s",
+                 done.workers, done.files, done.lines, done.spans_exported, done.seconds,
+                 " / ".join(f"{s:.1f}" for s in done.worker_seconds),
+                 " / ".join(f"{m:.0f}" for m in done.worker_peak_rss_mb),
+                 f"; {done.failed_workers} failed (their part is read again)" if done.failed_workers else "")
+    return done
+
+
+def _state_dir(args: argparse.Namespace) -> str | None:
+    """--state, --state-dir, $CCOTEL_STATE or the default dir; None for 'none'."""
+    return resolve_state(getattr(args, "state", None), args.state_dir)
+
+
+def cmd_backfill(args: argparse.Namespace, stopper: Stopper | None = None) -> int:
+    stopper = stopper or Stopper()
+    lock = _lock(args)  # noqa: F841  (held until the process ends)
+    fill_ledger(options_of(args), _state_dir(args), stopper)
+    progress = _Progress(stopper)
+    parallel = _catch_up_in_parallel(args, progress, close_all=args.close_all, stopper=stopper)
+    stopper.hard = True
+    wired = wire(options_of(args), args.traces_exporter, _state_dir(args), stopper=stopper, host=args.host_id)
+    describe(wired, args.traces_exporter)
+    pipeline, queue = wired.pipeline, wired.queue
+    kept = read_history(wired, progress, stopper, close_all=args.close_all)
+    progress.end()
+    pipeline.forget_gone()
+    wait_for_backend(queue, stopper)
+    queue.close(timeout_s=None)
+    pipeline.process_acks()
+    written = settle_state(wired.state, time.monotonic() + 5.0)
+    wired.close()
+    st = pipeline.stats
+    lines, exported, errors = st.lines, queue.exported, Counter(st.errors)
+    if parallel is not None:  # the files are the same; the lines and spans add up
+        lines, exported = lines + parallel.lines, exported + parallel.spans_exported
+        errors.update(parallel.errors)
+    bad = ", ".join(f"{k}={v}" for k, v in sorted(errors.items())) or "none"
+    log.info("backfill: %d files, %d lines, %d spans exported, bad input: %s%s", st.files, lines,
+             exported, bad, f"; {kept} turns still open (ccotel run follows them)" if kept else "")
+    return 0 if written else EXIT_ERROR
+
+
+def _metrics_server(args: argparse.Namespace, metrics: Metrics) -> None:
+    if args.metrics_addr == "none":
+        return
+    host, _, port = args.metrics_addr.rpartition(":")
+    host = host.strip("[]") or "127.0.0.1"
+    serve(metrics, host, int(port))
+    log.info("metrics on http://%s:%s/metrics", host, port)
+
+
+def cmd_run(args: argparse.Namespace, stopper: Stopper | None = None) -> int:
+    stopper = stopper or Stopper()
+    lock = _lock(args)  # noqa: F841  (held until the process ends)
+    from ccotel.metrics.genai import GenAIMetrics  # the OpenTelemetry metrics SDK: only for run
+
+    genai = GenAIMetrics.from_env()  # None unless an OTLP metrics endpoint is configured
+    metrics = Metrics(genai=genai)
+    if genai is not None:
+        log.info("GenAI metrics go to %s every %.0f s", genai.describe(), genai.settings.interval_ms / 1000)
+    state_dir = _state_dir(args)
+    if state_dir is not None:  # served from the start, with the totals of the last run
+        saved = open_state(state_dir, args.host_id)
+        metrics.restore(saved.counters())
+        saved.close()
+    _metrics_server(args, metrics)
+    watcher = Watcher(options_of(args).roots, force_polling=args.poll)
+    watcher.start()  # before the catch-up, so nothing written meanwhile is missed
+    fill_ledger(options_of(args), state_dir, stopper)
+    progress = _Progress(stopper)
+    parallel = _catch_up_in_parallel(args, progress, metrics=True, stopper=stopper)
+    stopper.hard = True
+    wired = wire(options_of(args), args.traces_exporter, state_dir, metrics, stopper, keep_reading=True,
+                 host=args.host_id)
+    describe(wired, args.traces_exporter)
+    pipeline = wired.pipeline
+    read_history(wired, progress, stopper)
+    if parallel is not None:
+        pipeline.adopt_detector_state(parallel.ghosts, parallel.unseen_agents)
+    progress.end()
+    pipeline.forget_gone()
+    log.info("caught up: %d files, %d spans; following live (%s)", pipeline.stats.files,
+             pipeline.stats.spans, watcher.mode)
+    status = follow(wired, watcher, stopper, metrics, sys.stderr.isatty() and not args.no_status)
+    wired.close()
+    if genai is not None:
+        genai.shutdown(timeout_s=max(stopper.deadline(0.95) - time.monotonic(), 0.05))
+    return status

@@ -1,0 +1,461 @@
+"""``ccotel sessions``: the recent sessions under the roots, newest first, with their state.
+
+Also what ``ccotel trace`` (waterfall.py) shares with it: finding a session by id or unique
+prefix (only under the roots; path-like or malformed ids are refused as ``ccotel check``
+refuses them), and the spans of one session built by the real pipeline, exactly as the
+exporter builds them (same names, ids, attributes), so a listing, a waterfall and a trace
+backend never disagree.
+
+Numbers come from those spans (``report.session_usage``, the reference ``ccotel report`` is
+held equal to); the verdict (ghost, orphaned tool_use, stalled, process running) is
+``ccotel check``'s (``check.check_session``), and turn outcomes (killed, interrupted, ...)
+are the pipeline's: no rule is written a second time here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+import orjson
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from ccotel.assemble.assembler import Timeouts
+from ccotel.commands.check import _SESSION_ID, CheckError, Health, check_session
+from ccotel.commands.report import session_usage
+from ccotel.read.discover import default_roots
+from ccotel.read.shard import Group
+from ccotel.records import FileKind, SpanRecord, StatusCode, TranscriptFile
+from ccotel.run.pipeline import Options, Pipeline, discover, session_groups
+from ccotel.spans.build import Conventions
+from ccotel.spans.pricing import DEFAULT_PRICING, Pricing, load_overrides
+
+__all__ = [
+    "SessionError",
+    "SessionRef",
+    "SessionSpans",
+    "SessionSummary",
+    "TURN_SPAN",
+    "add_arguments",
+    "collect_spans",
+    "find_session",
+    "is_error",
+    "list_sessions",
+    "options_from_args",
+    "run",
+    "session_refs",
+    "state_of",
+    "summarize",
+]
+
+TURN_SPAN = "invoke_agent claude-code"  # spans.py: the root span of every turn
+
+
+class SessionError(Exception):
+    """The session argument was refused (path-like, malformed), names nothing, or is ambiguous."""
+
+
+@dataclass(frozen=True)
+class SessionRef:
+    """One session found under the roots: its main transcript(s) and what must be read with them."""
+
+    session_id: str
+    project: str  # the projects dir name (the mangled cwd)
+    main_paths: tuple[str, ...]
+    groups: tuple[Group, ...]  # pipeline.session_groups' groups holding its files (main first)
+    last_write_ns: int  # newest mtime of its files: its last activity, without reading it
+
+
+@dataclass(frozen=True)
+class SessionSpans:
+    """The spans of one session as the exporter builds them. ``open_ids``: spans of turns (or
+    background subagents) still open, which the exporter has not sent yet; they are shown as if
+    they ended now (pipeline backfill with close_all)."""
+
+    ref: SessionRef
+    spans: tuple[SpanRecord, ...]
+    open_ids: frozenset[int] = frozenset()
+
+
+@dataclass(frozen=True)
+class SessionSummary:
+    session_id: str
+    short_id: str  # the shortest unique prefix (at least 8 characters): what `ccotel trace` takes
+    project: str
+    cwd: str | None
+    path: str
+    first_ns: int | None
+    last_ns: int
+    versions: tuple[str, ...]
+    models: tuple[str, ...]
+    turns: int
+    open_turns: int
+    outcomes: dict[str, int]
+    last_outcome: str | None
+    api_calls: int
+    api_errors: int
+    tool_calls: int
+    tool_errors: int
+    subagents: int
+    input_tokens: int  # fresh input, as `ccotel report` and ccusage count it
+    output_tokens: int
+    cache_read_tokens: int
+    cache_write_tokens: int
+    cost_usd: float
+    unpriced_models: tuple[str, ...]
+    state: str
+    process: str
+    problems: tuple[str, ...] = field(default_factory=tuple)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "sessionId": self.session_id, "shortId": self.short_id, "project": self.project, "cwd": self.cwd,
+            "path": self.path, "start": _iso(self.first_ns), "lastActivity": _iso(self.last_ns),
+            "startNs": self.first_ns, "lastActivityNs": self.last_ns, "versions": list(self.versions),
+            "models": list(self.models), "turns": self.turns, "openTurns": self.open_turns,
+            "outcomes": dict(sorted(self.outcomes.items())), "lastOutcome": self.last_outcome,
+            "apiCalls": self.api_calls, "apiErrors": self.api_errors, "toolCalls": self.tool_calls,
+            "toolErrors": self.tool_errors, "subagents": self.subagents, "inputTokens": self.input_tokens,
+            "outputTokens": self.output_tokens, "cacheReadTokens": self.cache_read_tokens,
+            "cacheCreationTokens": self.cache_write_tokens, "totalCost": round(self.cost_usd, 6),
+            "unpricedModels": list(self.unpriced_models), "state": self.state, "process": self.process,
+            "problems": list(self.problems),
+        }
+
+
+# -- finding sessions ----------------------------------------------------------------------------
+
+
+def session_refs(roots: Sequence[str], since_ns: int | None = None) -> list[SessionRef]:
+    """Every session with a main transcript under the roots (those written since ``since_ns``)."""
+    files = discover(Options(roots=tuple(roots), since_ns=since_ns), {})
+    groups = session_groups(files)
+    mains: dict[str, list[tuple[str, TranscriptFile]]] = {}
+    for group in groups:
+        for root, tf in group:
+            if tf.kind is FileKind.MAIN and tf.session_id is not None:
+                mains.setdefault(tf.session_id, []).append((root, tf))
+    refs = []
+    for sid, found in mains.items():
+        paths = {tf.path for _, tf in found}
+        # the groups holding its main file(s): with 2.0.x flat agent files, the whole project
+        held = tuple(g for g in groups if any(tf.path in paths for _, tf in g))
+        last = max((_mtime_ns(tf.path) for g in held for _, tf in g
+                    if tf.session_id in (sid, None)), default=0)
+        refs.append(SessionRef(sid, found[0][1].project, tuple(sorted(paths)), held, last))
+    return refs
+
+
+def find_session(arg: str, roots: Sequence[str]) -> SessionRef:
+    """A session id, or a unique prefix of one (at least 8 characters), -> its files under the roots.
+    Path-like and malformed arguments are refused before anything is read."""
+    if os.sep in arg or "/" in arg or arg.endswith(".jsonl") or not _SESSION_ID.match(arg):
+        raise SessionError(f"{arg!r} is not a session id (give the id, or at least its first 8 characters)")
+    refs = session_refs(roots)
+    exact = [r for r in refs if r.session_id == arg]
+    found = exact or [r for r in refs if r.session_id.startswith(arg)]
+    if not found:
+        raise SessionError(f"no session {arg} under {', '.join(roots)}")
+    if len(found) > 1:
+        names = ", ".join(sorted(r.session_id for r in found)[:10])
+        raise SessionError(f"{arg} names {len(found)} sessions: {names}; give more of the id")
+    return found[0]
+
+
+# -- the spans of a session, built by the real pipeline -------------------------------------------
+
+
+def options_from_args(args: argparse.Namespace) -> Options:
+    """The pipeline options of the ``trace`` and ``sessions`` commands (content is never captured)."""
+    prices = getattr(args, "prices", None)
+    return Options(
+        roots=tuple(getattr(args, "root", None) or default_roots()),
+        timeouts=Timeouts(stall_ns=int(getattr(args, "stall_timeout", 180.0) * 1e9)),
+        conventions=Conventions.from_env(),
+        pricing=Pricing(load_overrides(prices)) if prices else DEFAULT_PRICING,
+    )
+
+
+def collect_spans(options: Options, ref: SessionRef) -> SessionSpans:
+    """The session's spans as ``ccotel backfill`` builds them. A turn the exporter keeps open (its
+    session may still run) is read a second time with every turn closed, and its spans are
+    marked open."""
+    closed, kept = _run_pipeline(options, ref, close_all=False)
+    spans, open_ids = closed, frozenset[int]()
+    if kept:
+        everything, _ = _run_pipeline(options, ref, close_all=True)
+        known = {s.span_id for s in closed}
+        extra = [s for s in everything if s.span_id not in known]
+        spans, open_ids = closed + extra, frozenset(s.span_id for s in extra)
+    mine = tuple(s for s in spans if s.attributes.get("session.id") == ref.session_id)
+    return SessionSpans(ref, mine, open_ids)
+
+
+def _run_pipeline(options: Options, ref: SessionRef, close_all: bool) -> tuple[list[SpanRecord], int]:
+    out: list[SpanRecord] = []
+    pipeline = Pipeline(options, emit=out.extend, state=None)
+    kept = pipeline.backfill(close_all=close_all, groups=[list(g) for g in ref.groups])
+    return out, kept
+
+
+# -- summaries -------------------------------------------------------------------------------------
+
+
+def is_error(span: SpanRecord, open_ids: frozenset[int]) -> bool:
+    """An error span. Not one of a turn still open: the close-all pass calls its turn and its tool
+    calls without a result orphaned, but the session may still be working on them."""
+    if span.status is not StatusCode.ERROR:
+        return False
+    if span.span_id in open_ids and (span.parent_span_id is None or span.attributes.get("error.type") == "orphaned"):
+        return False
+    return True
+
+
+def state_of(health: Health, last_outcome: str | None, open_turns: int, ends_in_api_error: bool = False) -> str:
+    """One word for a session, from check's verdict and the pipeline's turn outcomes, first match:
+    live (its process runs), ghost (prompts, no assistant record), killed (its last turn's process
+    died), orphaned (ends in a tool_use without result), stalled (owes a reply, silent past the
+    stall timeout), open (a recent turn not finished, no process file to ask), the last turn's
+    outcome when it was cut short (interrupted, orphaned), api_error (the last API call of the last
+    turn failed), else idle. (A last turn ``incomplete`` is idle: 2.1.12-2.1.29 never write a final
+    stop_reason, so most of their turns end so; one that really owes a reply is ``stalled``.)"""
+    if health.process == "running":
+        return "live"
+    if not health.has_assistant_record:
+        return "ghost"
+    if last_outcome == "killed":
+        return "killed"
+    if health.ends_in_orphaned_tool_use:
+        return "orphaned"
+    if health.stalled:
+        return "stalled"
+    if open_turns:
+        return "open"
+    if last_outcome in ("interrupted", "orphaned"):
+        return last_outcome
+    if ends_in_api_error:
+        return "api_error"
+    return "idle"
+
+
+def summarize(ss: SessionSpans, health: Health, short_id: str) -> SessionSummary:
+    ref, spans = ss.ref, ss.spans
+    turns = sorted((s for s in spans if s.parent_span_id is None and s.name == TURN_SPAN), key=lambda s: s.start_ns)
+    open_turns = sum(1 for t in turns if t.span_id in ss.open_ids)
+    done = [t for t in turns if t.span_id not in ss.open_ids]
+    outcomes = Counter(str(t.attributes.get("claude_code.turn.outcome", "incomplete")) for t in done)
+    last_outcome = None
+    if turns:
+        last_turn = turns[-1]
+        last_outcome = "open" if last_turn.span_id in ss.open_ids else \
+            str(last_turn.attributes.get("claude_code.turn.outcome", "incomplete"))
+    usage = session_usage(spans).get(ref.session_id)
+    chats = [s for s in spans if s.attributes.get("gen_ai.operation.name") == "chat"]
+    tools = [s for s in spans if s.attributes.get("gen_ai.operation.name") == "execute_tool"]
+    first = min((s.start_ns for s in spans), default=None)
+    # the transcript's own time; the file's mtime only for a session without a span (a ghost)
+    last = max((s.end_ns for s in spans), default=ref.last_write_ns)
+    last_calls = sorted((s for s in chats if turns and s.trace_id == turns[-1].trace_id
+                         and not s.attributes.get("claude_code.advisor")), key=lambda s: s.start_ns)
+    ends_in_api_error = bool(last_calls) and "error.type" in last_calls[-1].attributes
+    return SessionSummary(
+        session_id=ref.session_id, short_id=short_id, project=ref.project,
+        cwd=next((str(t.attributes["claude_code.cwd"]) for t in reversed(turns) if "claude_code.cwd" in t.attributes),
+                 None),
+        path=ref.main_paths[0], first_ns=first, last_ns=last,
+        versions=tuple(dict.fromkeys(str(t.attributes["claude_code.version"]) for t in turns
+                                     if "claude_code.version" in t.attributes)),
+        models=tuple(sorted(usage.models)) if usage else (),
+        turns=len(turns), open_turns=open_turns, outcomes=dict(outcomes), last_outcome=last_outcome,
+        api_calls=usage.api_calls if usage else 0,
+        api_errors=sum(1 for s in chats if is_error(s, ss.open_ids)),
+        tool_calls=len(tools), tool_errors=sum(1 for s in tools if is_error(s, ss.open_ids)),
+        subagents=sum(1 for s in spans if s.parent_span_id is not None and s.name.startswith("invoke_agent ")),
+        input_tokens=usage.input_tokens if usage else 0, output_tokens=usage.output_tokens if usage else 0,
+        cache_read_tokens=usage.cache_read_tokens if usage else 0,
+        cache_write_tokens=usage.cache_creation_tokens if usage else 0,
+        cost_usd=usage.cost_usd if usage else 0.0,
+        unpriced_models=tuple(sorted(usage.unpriced_models)) if usage else (),
+        state=state_of(health, last_outcome, open_turns, ends_in_api_error), process=health.process,
+        problems=tuple(health.problems),
+    )
+
+
+def list_sessions(options: Options, since_ns: int | None = None, limit: int | None = 20,
+                  now_ns: int | None = None) -> list[SessionSummary]:
+    """The most recently written sessions under the roots, newest first, each read in full."""
+    refs = session_refs(options.roots, since_ns)
+    all_ids = sorted(r.session_id for r in refs)
+    refs.sort(key=lambda r: (r.last_write_ns, r.session_id), reverse=True)
+    if limit is not None and limit >= 0:
+        refs = refs[:limit]
+    out = []
+    stall_s = options.timeouts.stall_ns / 1e9
+    for ref in refs:
+        try:
+            health = check_session(ref.session_id, options.roots, stall_s=stall_s, now_ns=now_ns)
+        except CheckError:
+            continue  # gone (Claude Code's cleanup) since the scan
+        out.append(summarize(collect_spans(options, ref), health, _short_id(ref.session_id, all_ids)))
+    out.sort(key=lambda s: (s.last_ns, s.session_id), reverse=True)
+    return out
+
+
+def _short_id(sid: str, sorted_ids: list[str], minimum: int = 8) -> str:
+    """The shortest prefix of ``sid`` (at least ``minimum`` long) that no other session shares."""
+    import bisect
+
+    i = bisect.bisect_left(sorted_ids, sid)
+    neighbours = [sorted_ids[j] for j in (i - 1, i + 1) if 0 <= j < len(sorted_ids) and sorted_ids[j] != sid]
+    need = minimum
+    for other in neighbours:
+        common = len(os.path.commonprefix([sid, other]))
+        need = max(need, common + 1)
+    return sid[:need]
+
+
+# -- command line ----------------------------------------------------------------------------------
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """``ccotel sessions`` options beyond cli.py's common ones (--root, --since, --prices, -v)."""
+    parser.add_argument("--limit", type=int, default=20, help="at most this many sessions (default 20; 0: all)")
+    parser.add_argument("--json", action="store_true", help="one JSON document, every field")
+    parser.add_argument("--stall-timeout", type=float, default=180.0,
+                        help="seconds a reply may be owed before the session counts as stalled")
+    parser.add_argument("--width", type=int, default=None, help="render for this many columns")
+
+
+def run(args: argparse.Namespace) -> int:
+    options = options_from_args(args)
+    limit = args.limit if args.limit > 0 else None
+    now = time.time_ns()
+    found = list_sessions(options, since_ns=getattr(args, "since", None), limit=limit, now_ns=now)
+    if args.json:
+        doc = {"sessions": [s.as_dict() for s in found]}
+        sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
+        return 0
+    console = Console(width=args.width, highlight=False) if args.width else Console(highlight=False)
+    console.print(render_sessions(found, now, console.width))
+    return 0
+
+
+_STATE_STYLE = {"live": "bold green", "idle": "", "open": "yellow", "ghost": "bold red", "killed": "bold red",
+                "orphaned": "bold red", "stalled": "red", "interrupted": "yellow", "incomplete": "yellow",
+                "api_error": "red"}
+
+
+def _session_cells(s: SessionSummary, now_ns: int) -> dict[str, str | Text]:
+    errors = s.api_errors + s.tool_errors
+    return {
+        "session": s.short_id,
+        "started (UTC)": _short_clock(s.first_ns),
+        "last": _ago(now_ns - s.last_ns),
+        "version": s.versions[-1] if s.versions else "",
+        "model": ", ".join(s.models),
+        "turns": f"{s.turns}" + (f" ({s.open_turns} open)" if s.open_turns else ""),
+        "calls": str(s.api_calls),
+        "err": Text(str(errors), style="red" if errors else ""),
+        "in": _compact(s.input_tokens + s.cache_read_tokens + s.cache_write_tokens),
+        "out": _compact(s.output_tokens),
+        "cost": f"${s.cost_usd:.2f}" + ("*" if s.unpriced_models else ""),
+        "state": Text(s.state, style=_STATE_STYLE.get(s.state, "")),
+    }
+
+
+# Columns left out first when the terminal is narrow (the project column takes what is left).
+_OPTIONAL = ("model", "version", "started (UTC)")
+_RIGHT = {"turns", "calls", "err", "in", "out", "cost", "last"}
+
+
+def render_sessions(found: Sequence[SessionSummary], now_ns: int, width: int = 120) -> Table | Text:
+    """A table that fits ``width`` columns: the project path cut from the left (its end is the
+    project's name), and model, version and start time left out, in that order, when too narrow."""
+    if not found:
+        return Text("no sessions under the roots")
+    rows = [_session_cells(s, now_ns) for s in found]
+    names = list(rows[0])
+    widths = {n: max(len(n), *(len(r[n]) for r in rows)) for n in names}
+    widths["model"] = min(widths["model"], 24)
+    min_project = 16
+    projects = [s.cwd or s.project for s in found]
+    want_project = max(len("project"), *(len(p) for p in projects))
+    shown = list(names)
+    while True:
+        used = sum(widths[n] for n in shown) + len(shown)  # one space after each column
+        if width - used >= min_project or not any(n in shown for n in _OPTIONAL):
+            break
+        shown.remove(next(n for n in _OPTIONAL if n in shown))
+    project_width = max(min_project, min(want_project, width - used))
+    shown.insert(1, "project")
+    table = Table(box=None, pad_edge=False, padding=(0, 1, 0, 0), show_edge=False, header_style="bold")
+    for n in shown:
+        table.add_column(n, justify="right" if n in _RIGHT else "left", no_wrap=True, overflow="ellipsis",
+                         width=project_width if n == "project" else widths[n])
+    for row, project in zip(rows, projects, strict=True):
+        cells = dict(row, project=_left_ellipsis(project, project_width))
+        table.add_row(*(cells[n] for n in shown))
+    return table
+
+
+# -- formatting helpers (also used by waterfall.py) ------------------------------------------------
+
+
+def _mtime_ns(path: str) -> int:
+    try:
+        return os.stat(path).st_mtime_ns
+    except OSError:
+        return 0
+
+
+def _iso(ns: int | None) -> str | None:
+    if ns is None:
+        return None
+    dt = datetime.fromtimestamp(ns / 1e9, tz=timezone.utc)
+    return dt.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _clock(ns: int | None) -> str:
+    if ns is None:
+        return "-"
+    return datetime.fromtimestamp(ns / 1e9, tz=timezone.utc).strftime("%Y-%m-%d %H:%M")
+
+
+def _short_clock(ns: int | None) -> str:
+    return "-" if ns is None else datetime.fromtimestamp(ns / 1e9, tz=timezone.utc).strftime("%m-%d %H:%M")
+
+
+def _ago(delta_ns: int) -> str:
+    s = max(delta_ns, 0) / 1e9
+    if s < 60:
+        return f"{s:.0f}s ago"
+    if s < 3600:
+        return f"{s / 60:.0f}m ago"
+    if s < 86400 * 2:
+        return f"{s / 3600:.0f}h ago"
+    return f"{s / 86400:.0f}d ago"
+
+
+def _compact(n: int) -> str:
+    """Token counts in at most 5 characters: exact below 10,000, then k and M."""
+    if n < 10_000:
+        return f"{n:,}"
+    if n < 100_000:
+        return f"{n / 1000:.1f}k"
+    if n < 1_000_000:
+        return f"{n / 1000:.0f}k"
+    return f"{n / 1e6:.2f}M"
+
+
+def _left_ellipsis(text: str, width: int) -> str:
+    """Keep the end of a path (the project's own name) when it is too long."""
+    return text if len(text) <= width else "…" + text[-(width - 1):]

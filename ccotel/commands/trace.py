@@ -1,0 +1,481 @@
+"""``ccotel trace SESSION [--turn N]``: one turn's spans as a waterfall in the terminal.
+
+The view a user needs when no trace backend runs. The spans are the exporter's own: the real
+pipeline over the session's files (sessions.collect_spans), so names, ids, attributes and
+nesting are what Jaeger or Phoenix would show. Nothing here decides what a span is; this
+module only lays the spans of one trace out as a tree on a time axis (bars proportional to
+durations), with tokens and cost on chat spans and errors in red.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from rich.console import Console, Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from ccotel.commands.sessions import (
+    TURN_SPAN,
+    SessionError,
+    SessionSpans,
+    _clock,
+    _compact,
+    _iso,
+    collect_spans,
+    find_session,
+    is_error,
+    options_from_args,
+)
+from ccotel.records import SpanRecord
+
+__all__ = [
+    "Row",
+    "TurnTrace",
+    "add_arguments",
+    "bar_cells",
+    "render_turn",
+    "render_turns",
+    "rows_of",
+    "run",
+    "select_turn",
+    "turn_json",
+    "turns_json",
+    "turns_of",
+]
+
+
+@dataclass(frozen=True)
+class TurnTrace:
+    """The spans of one trace (one turn), ``index`` counted from 1 in start order."""
+
+    index: int
+    trace_id: int
+    spans: tuple[SpanRecord, ...]
+    open_ids: frozenset[int]
+
+    @property
+    def root(self) -> SpanRecord:
+        """The turn span (``invoke_agent claude-code``), or the earliest span without a parent here."""
+        tops = _tops(self.spans)
+        return next((s for s in tops if s.name == TURN_SPAN), tops[0])
+
+    @property
+    def is_open(self) -> bool:
+        return self.root.span_id in self.open_ids
+
+    @property
+    def start_ns(self) -> int:
+        return min(s.start_ns for s in self.spans)
+
+    @property
+    def end_ns(self) -> int:
+        # background subagents outlive the turn span: the axis covers every span of the trace
+        return max(s.end_ns for s in self.spans)
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of the waterfall: a span, its depth, and the tree guide drawn before its name."""
+
+    span: SpanRecord
+    depth: int
+    guide: str
+    parent_span_id: int | None  # the row above it in the tree (== span.parent_span_id when that is in the trace)
+
+
+def turns_of(ss: SessionSpans) -> list[TurnTrace]:
+    by_trace: dict[int, list[SpanRecord]] = {}
+    for s in ss.spans:
+        by_trace.setdefault(s.trace_id, []).append(s)
+    traces = sorted(by_trace.items(), key=lambda kv: (min(s.start_ns for s in kv[1]), kv[0]))
+    return [TurnTrace(i + 1, tid, tuple(spans), ss.open_ids) for i, (tid, spans) in enumerate(traces)]
+
+
+def select_turn(turns: Sequence[TurnTrace], n: int | None) -> TurnTrace:
+    """The Nth turn (1-based; negative from the end; None: the last)."""
+    if not turns:
+        raise SessionError("the session has no turn (no prompt on its main chain)")
+    if n is None:
+        return turns[-1]
+    if n == 0 or abs(n) > len(turns):
+        raise SessionError(f"--turn {n}: the session has {len(turns)} turn{'s' if len(turns) != 1 else ''} "
+                           f"(1..{len(turns)}, or -1..-{len(turns)} from the end)")
+    return turns[n - 1] if n > 0 else turns[n]
+
+
+def _order(s: SpanRecord) -> tuple[int, int, str, int]:
+    # advisor calls start with their chat span: keep them right under it, before its tool calls
+    return (s.start_ns, 0 if s.attributes.get("claude_code.advisor") else 1, s.name, s.span_id)
+
+
+def _tops(spans: Sequence[SpanRecord]) -> list[SpanRecord]:
+    ids = {s.span_id for s in spans}
+    return sorted((s for s in spans if s.parent_span_id is None or s.parent_span_id not in ids), key=_order)
+
+
+def rows_of(turn: TurnTrace) -> list[Row]:
+    """The trace as a depth-first tree, children in start order."""
+    children: dict[int, list[SpanRecord]] = {}
+    for s in turn.spans:
+        if s.parent_span_id is not None:
+            children.setdefault(s.parent_span_id, []).append(s)
+    rows: list[Row] = []
+
+    def walk(span: SpanRecord, depth: int, prefix: str, last: bool, parent: int | None) -> None:
+        guide = "" if depth == 0 else prefix + ("└─ " if last else "├─ ")
+        rows.append(Row(span, depth, guide, parent))
+        kids = sorted(children.get(span.span_id, []), key=_order)
+        below = "" if depth == 0 else prefix + ("   " if last else "│  ")
+        for i, kid in enumerate(kids):
+            walk(kid, depth + 1, below, i == len(kids) - 1, span.span_id)
+
+    for top in _tops(turn.spans):
+        walk(top, 0, "", True, None)
+    return rows
+
+
+# -- what a span says ------------------------------------------------------------------------------
+
+
+def _kind(s: SpanRecord) -> str:
+    op = s.attributes.get("gen_ai.operation.name")
+    if op == "chat":
+        return "advisor" if s.attributes.get("claude_code.advisor") else "chat"
+    if op == "execute_tool":
+        return "tool"
+    return "turn" if s.name == TURN_SPAN and s.parent_span_id is None else "agent"
+
+
+def _still_running(s: SpanRecord, open_ids: frozenset[int]) -> bool:
+    """A tool call of an open turn without a result yet: the close-all pass calls it orphaned,
+    but its session may still be working on it."""
+    return s.span_id in open_ids and s.attributes.get("error.type") == "orphaned"
+
+
+def _duration(ns: int) -> str:
+    s = max(ns, 0) / 1e9
+    if s < 1:
+        return f"{s * 1000:.0f}ms"
+    if s < 60:
+        return f"{s:.2f}s"
+    if s < 3600:
+        return f"{int(s // 60)}m{int(s % 60):02d}s"
+    return f"{int(s // 3600)}h{int(s % 3600 // 60):02d}m"
+
+
+def _tokens(a: dict[str, Any]) -> str:
+    text = (f"in {_compact(int(a.get('gen_ai.usage.input_tokens', 0)))} "
+            f"out {_compact(int(a.get('gen_ai.usage.output_tokens', 0)))} "
+            f"cr {_compact(int(a.get('gen_ai.usage.cache_read.input_tokens', 0)))} "
+            f"cw {_compact(int(a.get('gen_ai.usage.cache_write.input_tokens', 0)))}")
+    cost = a.get("claude_code.cost.usd")
+    if cost is not None:
+        text += f" ${float(cost):.4f}"
+    elif a.get("claude_code.cost.unpriced"):
+        text += " unpriced"
+    return text
+
+
+def _info(s: SpanRecord, open_ids: frozenset[int]) -> Text:
+    a, kind = s.attributes, _kind(s)
+    parts: list[tuple[str, str]] = []
+    if kind == "turn":
+        outcome = "open (still running)" if s.span_id in open_ids else str(a.get("claude_code.turn.outcome", ""))
+        parts.append((outcome, "bold red" if is_error(s, open_ids) else "bold"))
+        parts.append((f" · {_n(int(a.get('claude_code.turn.api_calls', 0)), 'call')}"
+                      f" · {_n(int(a.get('claude_code.turn.tool_calls', 0)), 'tool')}", ""))
+        if a.get("claude_code.turn.api_errors"):
+            parts.append((f" · {_n(int(a['claude_code.turn.api_errors']), 'API error')}", "red"))
+    elif kind in ("chat", "advisor"):
+        if "gen_ai.usage.output_tokens" in a:
+            parts.append(((("advisor " if kind == "advisor" else "") + _tokens(a)), ""))
+    elif kind == "agent":
+        agent = str(a.get("claude_code.agent_id", ""))[:8]
+        parts.append((f"agent {agent} · {_n(int(a.get('claude_code.turn.api_calls', 0)), 'call')}", ""))
+        if a.get("claude_code.agent.background"):
+            parts.append((" · background", "cyan"))
+    elif kind == "tool":
+        if a.get("claude_code.tool.background"):
+            parts.append(("background", "cyan"))
+        if _still_running(s, open_ids):
+            parts.append(("running: no result yet", "yellow"))
+    if s.span_id in open_ids and kind != "turn":
+        parts.append((" (open)", "yellow"))
+    if is_error(s, open_ids) and kind != "turn":
+        err = str(a.get("error.type", "error"))
+        msg = s.status_message or ""
+        detail = f"✗ {err}" + (f": {msg}" if msg and msg != err else "")
+        parts.append(((" " if parts else "") + detail, "bold red"))
+    text = Text()
+    for part, style in parts:
+        text.append(part, style=style)
+    return text
+
+
+_STYLE = {"turn": "bold", "chat": "blue", "advisor": "cyan", "tool": "green", "agent": "magenta"}
+
+
+def bar_cells(start_ns: int, end_ns: int, t0: int, total_ns: int, width: int) -> tuple[int, int]:
+    """(first cell, cells) of a span's bar on an axis of ``width`` cells from t0 over total_ns:
+    the start is floored, the end rounded, at least one cell; a later span never starts left of
+    an earlier one."""
+    total = max(total_ns, 1)
+    first = min(int((start_ns - t0) * width // total), width - 1)
+    end = math.floor((end_ns - t0) * width / total + 0.5)
+    last = min(width, max(first + 1, end))
+    return first, last - first
+
+
+def _bar(s: SpanRecord, t0: int, total: int, width: int, style: str) -> Text:
+    first, cells = bar_cells(s.start_ns, s.end_ns, t0, total, width)
+    short = (s.end_ns - s.start_ns) * width < total / 2  # under half a cell: a tick, not a block
+    text = Text(" " * first)
+    text.append("▏" if short else "█" * cells, style=style)
+    text.append(" " * (width - first - (1 if short else cells)))
+    return text
+
+
+def _axis(total_ns: int, width: int) -> Text:
+    """Tick labels at 0, 1/2 and the end of the axis."""
+    cells = [" "] * width
+    labels = [(0, "0"), (width // 2, _duration(total_ns // 2)), (width, _duration(total_ns))]
+    for pos, label in labels:
+        at = max(0, min(pos - (len(label) if pos == width else 0), width - len(label)))
+        if pos == width // 2:
+            at = max(0, pos - len(label) // 2)
+        for i, ch in enumerate(label):
+            if at + i < width:
+                cells[at + i] = ch
+    return Text("".join(cells), style="dim")
+
+
+@dataclass(frozen=True)
+class _Layout:
+    name: int
+    duration: int
+    bar: int
+    info: int
+
+
+def _layout(width: int, names: Sequence[int], infos: Sequence[int]) -> _Layout:
+    """Column widths from what the rows hold: the info column as wide as its longest cell (up to
+    42% of the width), the bar at least a fifth of the width, the name what is left (at least
+    20, cut with an ellipsis: the model is in the header too), any surplus to the bar."""
+    duration, gaps = 6, 3
+    info = min(max(infos, default=10), int(width * 0.42))
+    min_bar = max(16, width // 5)
+    name = max(20, min(max(names, default=10), width - duration - gaps - info - min_bar))
+    bar = max(min_bar, width - name - duration - gaps - info)
+    if name + duration + gaps + info + bar > width:  # very narrow: the info column gives way
+        info = max(10, width - name - duration - gaps - bar)
+    return _Layout(name, duration, bar, info)
+
+
+def render_turn(turn: TurnTrace, ss: SessionSpans, count: int, width: int) -> RenderableType:
+    rows = rows_of(turn)
+    infos = [_info(r.span, ss.open_ids) for r in rows]
+    lay = _layout(width, [len(r.guide) + len(r.span.name) for r in rows], [len(i) for i in infos])
+    t0, total = turn.start_ns, max(turn.end_ns - turn.start_ns, 1)
+    table = Table(box=None, pad_edge=False, padding=(0, 1, 0, 0), show_edge=False, header_style="bold")
+    table.add_column("span", width=lay.name, no_wrap=True, overflow="ellipsis")
+    table.add_column("took", width=lay.duration, justify="right", no_wrap=True)
+    table.add_column(_axis(total, lay.bar), width=lay.bar, no_wrap=True)
+    table.add_column("tokens · cost · status", width=lay.info, no_wrap=True, overflow="ellipsis")
+    for r, info in zip(rows, infos, strict=True):
+        s = r.span
+        error = is_error(s, ss.open_ids)
+        style = "bold red" if error else ("yellow" if s.span_id in ss.open_ids else _STYLE[_kind(s)])
+        name = Text()
+        name.append(r.guide, style="dim")  # only the guide: a Text's own style would dim the name too
+        name.append(s.name, style=style)
+        table.add_row(name, _duration(s.end_ns - s.start_ns), _bar(s, t0, total, lay.bar, style), info)
+    return Group(*_header(turn, ss, count), table, *_errors(rows, ss.open_ids), _legend())
+
+
+def _header(turn: TurnTrace, ss: SessionSpans, count: int) -> list[Text]:
+    root, spans = turn.root, turn.spans
+    a = root.attributes
+    chats = [s for s in spans if "gen_ai.usage.output_tokens" in s.attributes]
+    cost = sum(float(s.attributes.get("claude_code.cost.usd", 0.0)) for s in chats)
+    unpriced = any(s.attributes.get("claude_code.cost.unpriced") for s in chats)
+    models = sorted({str(s.attributes["gen_ai.response.model"]) for s in chats
+                     if "gen_ai.response.model" in s.attributes})
+    api_errors = [s for s in spans if _kind(s) == "chat" and is_error(s, ss.open_ids)]
+    tool_errors = [s for s in spans if _kind(s) == "tool" and is_error(s, ss.open_ids)]
+    agents = [s for s in spans if _kind(s) == "agent"]
+    outcome = "open (still running; shown as of now, not exported yet)" if turn.is_open else \
+        str(a.get("claude_code.turn.outcome", "incomplete"))
+    title = Text(f"session {ss.ref.session_id}  turn {turn.index}/{count}  trace {turn.trace_id:032x}", style="bold")
+    when = Text(f"started {_clock(turn.start_ns)} UTC · took {_duration(turn.end_ns - turn.start_ns)} · outcome ")
+    when.append(outcome, style="bold red" if is_error(root, ss.open_ids) else
+                ("yellow" if turn.is_open else "bold green"))
+    if a.get("claude_code.version"):
+        when.append(f" · Claude Code {a['claude_code.version']}")
+    lines = [title, when]
+    if a.get("claude_code.cwd"):
+        lines.append(Text(f"cwd {a['claude_code.cwd']}"))
+    sums = {k: sum(int(s.attributes.get(k, 0)) for s in chats) for k in (
+        "gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens", "gen_ai.usage.cache_read.input_tokens",
+        "gen_ai.usage.cache_write.input_tokens")}
+    calls = [s for s in spans if _kind(s) == "chat"]
+    advisors = sum(1 for s in spans if _kind(s) == "advisor")
+    tools = sum(1 for s in spans if _kind(s) == "tool")
+    advised = f" + {_n(advisors, 'advisor call')}" if advisors else ""
+    lines.append(Text(f"{_n(len(calls), 'API call')} ({', '.join(models) or 'no model'}){advised} · "
+                      f"{_n(tools, 'tool call')} · {_n(len(agents), 'subagent')}"))
+    lines.append(Text(f"tokens {_tokens(sums)} · cost ${cost:.4f}{' + unpriced calls' if unpriced else ''}"))
+    if api_errors or tool_errors:
+        err = Text("errors: ", style="bold red")
+        err.append(", ".join(x for x in (_n(len(api_errors), "API error") if api_errors else "",
+                                         _n(len(tool_errors), "tool error") if tool_errors else "") if x),
+                   style="red")
+        lines.append(err)
+    lines.append(Text(""))
+    return lines
+
+
+def _errors(rows: Sequence[Row], open_ids: frozenset[int]) -> list[Text]:
+    """Each error in full under the table (the table cuts long messages)."""
+    out = []
+    for r in rows:
+        s = r.span
+        if is_error(s, open_ids):
+            err = s.attributes.get("error.type") or s.attributes.get("claude_code.turn.outcome") or "error"
+            line = Text(f"✗ {s.name} at +{_duration(s.start_ns - rows[0].span.start_ns)}: {err}", style="red")
+            if s.status_message and s.status_message != err:
+                line.append(f": {s.status_message}")
+            out.append(line)
+    return out
+
+
+def _n(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def _legend() -> Text:
+    return Text("in = input incl. cache read (cr) and cache write (cw) · $ = estimate at list prices", style="dim")
+
+
+def render_turns(turns: Sequence[TurnTrace], ss: SessionSpans) -> RenderableType:
+    """``--list``: one line per turn."""
+    table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold",
+                  title=f"session {ss.ref.session_id}: {len(turns)} turns", title_justify="left")
+    for name, justify in (("#", "right"), ("started (UTC)", "left"), ("took", "right"), ("outcome", "left"),
+                          ("calls", "right"), ("tools", "right"), ("agents", "right"), ("in", "right"),
+                          ("out", "right"), ("cost $", "right"), ("errors", "right")):
+        table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+    for t in turns:
+        s = _turn_summary(t)
+        errors = int(s["apiErrors"]) + int(s["toolErrors"])
+        table.add_row(str(t.index), _clock(t.start_ns), _duration(t.end_ns - t.start_ns),
+                      Text(str(s["outcome"]), style="bold red" if is_error(t.root, t.open_ids) else ""),
+                      str(s["apiCalls"]), str(s["toolCalls"]), str(s["subagents"]),
+                      _compact(int(s["inputTokens"])), _compact(int(s["outputTokens"])), f"{float(s['cost']):.4f}",
+                      Text(str(errors), style="red" if errors else ""))
+    return table
+
+
+# -- JSON ------------------------------------------------------------------------------------------
+
+
+def _span_json(s: SpanRecord, open_ids: frozenset[int]) -> dict[str, Any]:
+    return {
+        "spanId": f"{s.span_id:016x}",
+        "parentSpanId": f"{s.parent_span_id:016x}" if s.parent_span_id is not None else None,
+        "traceId": f"{s.trace_id:032x}",
+        "name": s.name,
+        "kind": s.kind.name,
+        "startNs": s.start_ns,
+        "endNs": s.end_ns,
+        "start": _iso(s.start_ns),
+        "end": _iso(s.end_ns),
+        "durationS": (s.end_ns - s.start_ns) / 1e9,
+        "status": s.status.name,
+        "statusMessage": s.status_message,
+        "open": s.span_id in open_ids,
+        "attributes": dict(sorted(s.attributes.items())),
+        "events": [{"name": e.name, "timeNs": e.time_ns, "attributes": e.attributes} for e in s.events],
+    }
+
+
+def _turn_summary(t: TurnTrace) -> dict[str, Any]:
+    spans = t.spans
+    chats = [s for s in spans if "gen_ai.usage.output_tokens" in s.attributes]
+    return {
+        "turn": t.index, "traceId": f"{t.trace_id:032x}", "start": _iso(t.start_ns), "end": _iso(t.end_ns),
+        "durationS": (t.end_ns - t.start_ns) / 1e9,
+        "outcome": "open" if t.is_open else t.root.attributes.get("claude_code.turn.outcome"),
+        "apiCalls": sum(1 for s in spans if _kind(s) == "chat"),
+        "toolCalls": sum(1 for s in spans if _kind(s) == "tool"),
+        "subagents": sum(1 for s in spans if _kind(s) == "agent"),
+        "apiErrors": sum(1 for s in spans if _kind(s) == "chat" and is_error(s, t.open_ids)),
+        "toolErrors": sum(1 for s in spans if _kind(s) == "tool" and is_error(s, t.open_ids)),
+        "inputTokens": sum(int(s.attributes.get("gen_ai.usage.input_tokens", 0)) for s in chats),
+        "outputTokens": sum(int(s.attributes.get("gen_ai.usage.output_tokens", 0)) for s in chats),
+        "cacheReadTokens": sum(int(s.attributes.get("gen_ai.usage.cache_read.input_tokens", 0)) for s in chats),
+        "cacheWriteTokens": sum(int(s.attributes.get("gen_ai.usage.cache_write.input_tokens", 0)) for s in chats),
+        "cost": round(sum(float(s.attributes.get("claude_code.cost.usd", 0.0)) for s in chats), 9),
+    }
+
+
+def turn_json(turn: TurnTrace, ss: SessionSpans, count: int) -> dict[str, Any]:
+    """The turn's span tree: every span once, depth-first, each with its children nested."""
+    by_id = {r.span.span_id: _span_json(r.span, turn.open_ids) for r in rows_of(turn)}
+    tops = []
+    for r in rows_of(turn):
+        node = by_id[r.span.span_id]
+        node.setdefault("children", [])
+        if r.parent_span_id is None:
+            tops.append(node)
+        else:
+            by_id[r.parent_span_id].setdefault("children", []).append(node)
+    return {"sessionId": ss.ref.session_id, "turns": count, **_turn_summary(turn), "spans": tops}
+
+
+def turns_json(turns: Sequence[TurnTrace], ss: SessionSpans) -> dict[str, Any]:
+    return {"sessionId": ss.ref.session_id, "turns": [_turn_summary(t) for t in turns]}
+
+
+# -- command line ----------------------------------------------------------------------------------
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """``ccotel trace`` options beyond --root (and --prices, -v) of cli.py."""
+    parser.add_argument("session", help="a session id, or a unique prefix of one (at least 8 characters)")
+    parser.add_argument("--turn", type=int, default=None, metavar="N",
+                        help="the Nth turn (1-based; negative counts from the end; default: the last)")
+    parser.add_argument("--list", action="store_true", help="list the session's turns, one line each")
+    parser.add_argument("--json", action="store_true", help="the span tree (or with --list the turns) as JSON")
+    parser.add_argument("--width", type=int, default=None, help="render for this many columns (default: the terminal)")
+    parser.add_argument("--stall-timeout", type=float, default=180.0,
+                        help="seconds a tool call may go without a result before it counts as orphaned")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Exit status 0; 2 when the session is refused, not found, ambiguous, or has no such turn."""
+    options = options_from_args(args)
+    try:
+        ref = find_session(args.session, options.roots)
+        ss = collect_spans(options, ref)
+        turns = turns_of(ss)
+        turn = None if args.list else select_turn(turns, args.turn)
+    except SessionError as exc:
+        sys.stderr.write(f"ccotel trace: {exc}\n")
+        return 2
+    if args.json:
+        doc = turns_json(turns, ss) if turn is None else turn_json(turn, ss, len(turns))
+        sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode() + "\n")
+        return 0
+    console = Console(width=args.width, highlight=False) if args.width else Console(highlight=False)
+    if turn is None:
+        console.print(render_turns(turns, ss))
+    else:
+        console.print(render_turn(turn, ss, len(turns), console.width))
+    return 0

@@ -1,0 +1,110 @@
+"""Splitting a large catch-up over processes: which session groups may be read apart.
+
+An API call is counted once across ALL files (DESIGN.md: resumed, forked and copied sessions
+replay the same message.id/requestId), and the first file in time order keeps it. Reading
+two sessions in different processes is therefore exact only when no call can appear in both.
+A session's subagents are in its group already; a resumed session appends to its own file; a
+forked or copied session starts with the original's lines (the same uuids, message ids and
+request ids, FORMAT.md). So sessions whose main files begin with the same uuid, or whose first
+API response has the same message id, share a shard; other sessions may be read apart, also
+within one project (most of a heavy user's history is often one project). Within a shard,
+groups keep their global (oldest first) order.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import threading
+from collections.abc import Sequence
+from multiprocessing.context import ForkContext, SpawnContext
+
+from ccotel.records import FileKind, TranscriptFile
+
+__all__ = ["Group", "plan_shards", "balance", "default_workers", "head_keys", "process_context"]
+
+Group = list[tuple[str, TranscriptFile]]  # (root, file), main file first
+
+
+def head_keys(path: str, first: int = 1 << 16, limit: int = 4 << 20) -> list[tuple[str, str]]:
+    """What a copy of this session would share with it: the first uuid and the first message id
+    (of an API response: "msg_..."), from the file's start (64 KiB, up to 4 MiB when the first
+    prompt is long). Neither found: ("unknown", ""), which puts all such sessions together."""
+    keys: dict[str, str] = {}
+    try:
+        with open(path, "rb") as f:
+            head = f.read(first)
+            while True:
+                for kind, needle in (("uuid", b'"uuid":"'), ("message", b'"id":"msg_')):
+                    i = head.find(needle) if kind not in keys else -1
+                    start = i + len(needle) - (4 if kind == "message" else 0)
+                    end = head.find(b'"', start) if i >= 0 else -1
+                    if 0 < end - start <= 128:
+                        keys[kind] = head[start:end].decode("utf-8", "replace")
+                if len(keys) == 2 or len(head) >= limit:
+                    break
+                more = f.read(len(head))
+                if not more:
+                    break
+                head += more
+    except OSError:
+        pass
+    return list(keys.items()) or [("unknown", "")]
+
+
+def plan_shards(groups: Sequence[Group], weights: Sequence[int]) -> list[list[int]]:
+    """Indices of ``groups`` per shard (each list ascending), heaviest shard first (weights are
+    bytes to read). Groups that may share API calls are always in the same shard; shards are
+    handed to worker processes as they come free, so the heaviest go first."""
+    parent = list(range(len(groups)))
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    def union(a: int, b: int) -> None:
+        ra, rb = find(a), find(b)
+        if ra != rb:
+            parent[max(ra, rb)] = min(ra, rb)
+
+    by_key: dict[tuple[str, str], int] = {}
+    for i, group in enumerate(groups):
+        main = next((tf for _root, tf in group if tf.kind is FileKind.MAIN), None)
+        keys = head_keys(main.path) if main is not None else []
+        for key in keys:
+            j = by_key.setdefault(key, i)
+            union(i, j)
+    components: dict[int, list[int]] = {}
+    for i in range(len(groups)):
+        components.setdefault(find(i), []).append(i)
+    return sorted(components.values(), key=lambda m: -sum(weights[i] for i in m))
+
+
+def balance(shards: list[list[int]], weights: Sequence[int], n: int) -> list[list[int]]:
+    """At most ``n`` bins of shards, by weight (heaviest shard into the lightest bin); each bin's
+    group indices ascending, so every process reads its sessions in time order."""
+    bins: list[list[int]] = [[] for _ in range(max(1, min(n, len(shards))))]
+    loads = [0] * len(bins)
+    for members in sorted(shards, key=lambda m: -sum(weights[i] for i in m)):
+        k = loads.index(min(loads))
+        loads[k] += sum(weights[i] for i in members)
+        bins[k].extend(members)
+    return [sorted(b) for b in bins if b]
+
+
+def process_context() -> ForkContext | SpawnContext:
+    """fork when this process has no other thread (instant, nothing to re-import), else spawn:
+    forking a process with threads can copy a lock some thread holds."""
+    if threading.active_count() == 1 and "fork" in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("fork")
+    return multiprocessing.get_context("spawn")
+
+
+def default_workers() -> int:
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cpus = os.cpu_count() or 1
+    return max(1, min(cpus, 4))

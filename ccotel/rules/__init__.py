@@ -1,0 +1,1 @@
+"""The rules of the Claude Code transcript: a leaf every stage asks (no ccotel imports but records)."""

@@ -1,0 +1,266 @@
+"""A large catch-up read by several processes, one shard of sessions each.
+
+One Python process is bound by its per-line work (parse, assemble, build and encode spans).
+When the history to read is large, worker processes each run the ordinary pipeline over a
+shard of the sessions (shard.py: sessions that may share API calls stay together) with their
+own OTLP exporter, writing the same checkpoint database. The ordinary rules make this safe:
+a worker moves a file's checkpoint only past turns whose every span the backend acknowledged,
+and adds its counter increments (state.py commits counters as increments). Afterwards the caller's own
+pipeline starts from those checkpoints: it re-reads only the turns still open, skips spans
+already delivered, and is the one that declares the catch-up complete. A worker that dies
+loses nothing: whatever it did not checkpoint is read again by the caller.
+
+Stopping (SIGINT/SIGTERM to ccotel, runner.Stopper): the caller sends SIGTERM to each worker and
+waits for them until a deadline, then kills what is left. A worker stops like ccotel does: at
+the next file, after the batch it is sending was acknowledged and committed, without moving any
+offset past lines it read but did not hand to its exporter; its watchdog ends it in any case.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import logging
+import os
+import resource
+import signal
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ccotel.metrics.counters import Metrics
+from ccotel.read.shard import Group, balance, plan_shards, process_context
+from ccotel.run.memory import Heap
+from ccotel.run.pipeline import Options, discover, session_groups, unread_bytes
+from ccotel.store.state import State
+
+if TYPE_CHECKING:
+    from multiprocessing.sharedctypes import Synchronized
+
+__all__ = ["CatchUpResult", "catch_up_in_parallel", "PARALLEL_MIN_BYTES"]
+
+log = logging.getLogger("ccotel.catchup")
+
+# Below this much to read, starting worker processes costs more than it saves.
+PARALLEL_MIN_BYTES = 256 << 20
+
+
+@dataclass
+class CatchUpResult:
+    workers: int
+    files: int = 0
+    lines: int = 0
+    spans_exported: int = 0
+    errors: Counter[str] = field(default_factory=Counter)  # bad input, by reason
+    failed_workers: int = 0
+    seconds: float = 0.0
+    worker_seconds: list[float] = field(default_factory=list)
+    worker_peak_rss_mb: list[float] = field(default_factory=list)
+    # this process's RSS high-water mark when its workers are done: what it held while they ran
+    caller_peak_rss_mb: float = 0.0
+    # for the caller's detectors (workers run none): Pipeline.adopt_detector_state
+    ghosts: list[str] = field(default_factory=list)
+    unseen_agents: list[tuple[str, str, int]] = field(default_factory=list)
+
+
+# A worker returns its heap's free pages after each this many bytes read: ~16 times in a 1 GB
+# catch-up of two workers (a trim costs a few ms and the page faults of reusing what it returned).
+WORKER_TRIM_EVERY_BYTES = 32 << 20
+
+# A stopped worker is gone within this long (its own watchdog); the caller kills it a little later.
+WORKER_STOP_GRACE_S = 1.2
+
+
+def catch_up_in_parallel(options: Options, state_dir: str, exporter: str, workers: int,
+                         progress: Callable[[int, int], None] | None = None, close_all: bool = False,
+                         min_bytes: int = PARALLEL_MIN_BYTES, metrics: bool = True,
+                         stopper: Any = None) -> CatchUpResult | None:
+    """Read the unread history in ``workers`` processes. None if it is too small to split (or
+    cannot be split: one shard); the caller's pipeline then reads it all, as it always does.
+    ``metrics``: the caller keeps metrics (``ccotel run``), so the workers add to its counters.
+    ``stopper`` (runner.Stopper): once it is set the workers are stopped and runner.Interrupted raised;
+    any exception (``progress`` may raise one) stops them too before it goes on."""
+    if workers < 2 or exporter == "console":  # console: several processes would interleave the output
+        return None
+    t0 = time.monotonic()
+    state = State(state_dir, verify=False)  # the caller opened (and checked) it first
+    try:
+        checkpoints = state.files()
+    finally:
+        state.close()
+    files = discover(options, checkpoints)
+    if sum(unread_bytes(tf.path, checkpoints) for _root, tf in files) < min_bytes:
+        return None
+    groups = session_groups(files, checkpoints)
+    weights = [sum(unread_bytes(tf.path, checkpoints) for _root, tf in g) for g in groups]
+    total = sum(weights)
+    bins = balance(plan_shards(groups, weights), weights, workers)
+    if len(bins) < 2:
+        return None
+    worker_options = dataclasses.replace(options, orchestrator_logs=(), registries=())  # the caller follows those
+    ctx = process_context()
+    done = ctx.Value("q", 0)
+    procs: list[tuple[Any, Any]] = []
+    if stopper is not None:
+        stopper.hard = False  # from here on the workers are stopped, not abandoned
+        stopper.check()
+    try:
+        for b in bins:
+            reader, writer = ctx.Pipe(duplex=False)
+            proc = ctx.Process(target=_worker, name="ccotel-catchup", daemon=True,
+                               args=(worker_options, state_dir, exporter, [groups[i] for i in b], close_all,
+                                     metrics, done, writer, os.getpid()))
+            proc.start()
+            writer.close()
+            procs.append((proc, reader))
+        log.info("catching up on %.1f MB in %d processes", total / 1e6, len(procs))
+        result = _collect(procs, done, total, progress, stopper)
+    except BaseException:
+        _stop_workers(procs, stopper)
+        raise
+    result.seconds = time.monotonic() - t0
+    result.caller_peak_rss_mb = _peak_rss_mb()
+    # What all processes held together at most (every worker has ended: this process's peak
+    # from here on no longer adds to theirs). Not "peak RSS ...": bench/run.py reads that of the workers.
+    log.info("RSS high-water mark of this process during the catch-up: %.0f MB (with its workers' at most %.0f MB)",
+             result.caller_peak_rss_mb, result.caller_peak_rss_mb + sum(result.worker_peak_rss_mb))
+    return result
+
+
+def _stop_workers(procs: list[tuple[Any, Any]], stopper: Any) -> None:
+    """SIGTERM each worker still running, wait for them (until the stopper's deadline), kill the rest."""
+    alive = [proc for proc, _ in procs if proc.is_alive()]
+    for proc in alive:
+        try:
+            os.kill(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    until = stopper.deadline(0.85) if stopper is not None and stopper.is_set() else time.monotonic() + 1.5
+    for proc in alive:
+        proc.join(max(until - time.monotonic(), 0.0))
+    for proc in alive:
+        if proc.is_alive():
+            log.warning("catch-up worker %d did not stop in time: killed", proc.pid)
+            proc.kill()
+            proc.join(1.0)
+    for _, reader in procs:
+        reader.close()
+
+
+def _collect(procs: list[tuple[Any, Any]], done: Synchronized[int], total: int,
+             progress: Callable[[int, int], None] | None, stopper: Any) -> CatchUpResult:
+    result = CatchUpResult(workers=len(procs))
+    for proc, reader in procs:
+        while proc.is_alive() and not reader.poll(0.1):
+            if stopper is not None:
+                stopper.check()
+            if progress is not None:
+                progress(min(done.value, total), total)
+        if stopper is not None:
+            stopper.check()
+        stats = _receive(reader)
+        proc.join()
+        if stats is None:
+            result.failed_workers += 1
+            log.warning("a catch-up worker ended with exit code %s; its unfinished part is read again",
+                        proc.exitcode)
+            continue
+        result.files += stats["files"]
+        result.lines += stats["lines"]
+        result.spans_exported += stats["exported"]
+        result.errors.update(stats["errors"])
+        result.worker_seconds.append(stats["seconds"])
+        result.worker_peak_rss_mb.append(stats["peak_rss_mb"])
+        result.ghosts += stats["ghosts"]
+        result.unseen_agents += [tuple(a) for a in stats["unseen_agents"]]
+    if progress is not None:
+        progress(min(done.value, total), total)
+    return result
+
+
+def _receive(reader: Any) -> dict[str, Any] | None:
+    try:
+        return reader.recv() if reader.poll(1.0) else None
+    except (EOFError, OSError):
+        return None
+
+
+def _worker(options: Options, state_dir: str, exporter: str, groups: list[Group], close_all: bool,
+            count: bool, done: Synchronized[int], writer: Any, parent_pid: int) -> None:
+    from ccotel.run.runner import Interrupted, Stopper, die, settle_state, wire
+
+    stopper = Stopper(grace_s=WORKER_STOP_GRACE_S).install()  # hard: raises at once until the first file
+    _die_with_parent(parent_pid)
+    heap = Heap()  # memory.py: a worker's heap would otherwise only grow (its peak RSS, issue 15)
+    heap.map_large_blocks()
+    trimmed = [0]
+    t0 = time.monotonic()
+    wired = wire(options, exporter, state_dir, Metrics() if count else None, stopper, verify=False)
+    pipeline, queue, state = wired.pipeline, wired.queue, wired.state
+    assert state is not None
+    last = [0]
+
+    def progress(n: int, _total: int) -> None:
+        stopper.hard = False
+        stopper.check()
+        if os.getppid() != parent_pid:
+            os._exit(1)  # ccotel is gone (where PR_SET_PDEATHSIG does not exist)
+        with done.get_lock():
+            done.value += n - last[0]
+        last[0] = n
+        if n - trimmed[0] >= WORKER_TRIM_EVERY_BYTES:
+            heap.trim()
+            trimmed[0] = n
+
+    try:
+        try:
+            pipeline.backfill(progress, close_all=close_all, groups=groups, final=False)
+        except Interrupted:
+            queue.abandon(stopper.deadline(0.8))  # no process_acks: see runner.read_history
+            raise
+        stopper.hard = False
+        while not queue.flush(timeout_s=0.1):
+            stopper.check()
+        stopper.check()
+    except Interrupted as stop:
+        die(stop.signum)
+    queue.close(timeout_s=None)
+    pipeline.process_acks()
+    settle_state(state, time.monotonic() + 5.0)
+    state.close()
+    wired.close()
+    ghosts, unseen = pipeline.detector_state()
+    writer.send({"ghosts": ghosts, "unseen_agents": unseen, "files": pipeline.stats.files,
+                 "lines": pipeline.stats.lines, "exported": queue.exported,
+                 "errors": dict(pipeline.stats.errors), "seconds": time.monotonic() - t0,
+                 "peak_rss_mb": _peak_rss_mb()})
+    writer.close()
+
+
+def _peak_rss_mb() -> float:
+    """This process's RSS high-water mark, MB. Linux: VmHWM, of this program only. ru_maxrss
+    keeps, across exec, the RSS of the process it was forked from: a spawned worker would report
+    ccotel run's RSS at the spawn, and ccotel run that of whatever started it."""
+    try:
+        with open("/proc/self/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"VmHWM:"):
+                    return int(line.split()[1]) / 1024  # kB
+    except (OSError, ValueError, IndexError):
+        pass
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / (1 << 20) if sys.platform == "darwin" else peak / 1024  # bytes on macOS, KiB elsewhere
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """A worker must not outlive ccotel: a restarted ccotel would read its sessions a second time."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass  # not Linux: the parent's pid is checked below and on every progress poll instead
+    if os.getppid() != parent_pid:
+        os._exit(1)

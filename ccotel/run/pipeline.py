@@ -1,0 +1,501 @@
+"""The data flow, wired: discover -> read -> assemble -> spans -> deliver -> checkpoint.
+
+Where a line of transcript becomes a span: ``Reader.read`` (reader.py) parses each whole line
+(parse.py) and adds its entries to the ``Assembler`` (assemble.py), which rebuilds the
+parentUuid tree into turns, API calls, tool calls and subagent runs. What the assembler has
+finished is drained in ``Pipeline._emit``, turned into spans by ``build_spans`` (spans.py),
+handed to the ``Delivery`` (delivery.py: in flight, acknowledged, checkpoints) and emitted to
+the export queue. The ``Detectors`` (detectors.py) count what no span stands for.
+
+``Pipeline`` does no waiting of its own: ``backfill`` reads everything once; ``poll`` reads what
+a watcher reported; ``tick`` closes what time has finished and runs the detectors;
+``acknowledge`` (any thread) takes the batches the backend accepted and ``process_acks`` (the
+pipeline's thread) moves the checkpoints. The loops that drive it are in runner.py.
+
+Following live (``go_live``), lines come a few at a time and one SQLite transaction per batch
+(checkpoints, acknowledged ids, ledger rows) cost more than reading them: the ledger rows and the
+state are then written together at most every ``commit_every_s`` from ``tick``, the ledger first
+(a span acknowledged in the state is never read again, so its rows must be in the ledger by
+then), and at once by every other ``process_acks`` call (stop, catch-up, tests).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sqlite3
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from ccotel.assemble.assembler import AgentRun, Assembler, Finished, Owner, Timeouts, Turn
+from ccotel.export.result import ExportResult
+from ccotel.metrics.counters import Metrics
+from ccotel.read.discover import Checkpoint, ScanCache, find, scan, session_groups, unread_bytes
+from ccotel.read.shard import Group
+from ccotel.records import FileKind, SpanRecord, TranscriptFile
+from ccotel.run.delivery import Delivery
+from ccotel.run.detectors import Detectors
+from ccotel.run.reader import FileState, Reader, ReadStats
+from ccotel.sources.orchestrator import DEFAULT_PATTERNS, Pattern
+from ccotel.sources.registry import Registry
+from ccotel.spans.build import DEFAULT_CONVENTIONS, Conventions, build_spans
+from ccotel.spans.content import ContentPolicy
+from ccotel.spans.pricing import DEFAULT_PRICING, Pricing
+from ccotel.store.ledger import Ledger
+from ccotel.store.state import Commit, State
+
+__all__ = ["Pipeline", "PipelineStats", "Options", "discover", "session_groups", "unread_bytes"]
+
+log = logging.getLogger("ccotel.pipeline")
+
+PipelineStats = ReadStats
+
+_CLOCK_STEP_NS = 30_000_000_000  # a wall clock ahead of the steady one by this much since the last tick
+
+
+@dataclass(frozen=True)
+class Options:
+    roots: tuple[str, ...]
+    since_ns: int | None = None
+    timeouts: Timeouts = Timeouts()
+    content: ContentPolicy | None = None  # None: content is not exported
+    max_line_bytes: int = 64 << 20
+    # A live file's unterminated last line is taken after this much quiet.
+    unterminated_grace_ns: int = 2_000_000_000
+    orchestrator_logs: tuple[tuple[str, str], ...] = ()  # (path, source label)
+    orchestrator_patterns: tuple[Pattern, ...] = DEFAULT_PATTERNS
+    conventions: Conventions = DEFAULT_CONVENTIONS
+    pricing: Pricing = DEFAULT_PRICING
+    registries: tuple[str, ...] = ()  # orchestrator agent registries followed live (registry.py)
+    registry_kill_grace_ns: int = 5_000_000_000
+    # How often a backfill commits what the backend acknowledged: a process killed mid-way sends
+    # again what was acknowledged since (each commit costs; once per session was ~10 % of 1 GB).
+    backfill_commit_every_s: float = 1.0
+
+
+class Pipeline:
+    def __init__(self, options: Options, emit: Callable[[list[SpanRecord]], object],
+                 clock: Callable[[], int] = time.time_ns, state: State | None = None,
+                 metrics: Metrics | None = None, elapsed: Callable[[], int] | None = None,
+                 ledger: Ledger | None = None) -> None:
+        """``ledger``: the usage ledger every span built is recorded in (reports past the sweep)."""
+        self.options = options
+        self.ledger = ledger
+        self.emit = emit
+        self.clock = clock
+        # A steady clock beside the wall clock tells a step of the wall clock (NTP, a resumed VM)
+        # from real silence. By default only with the real wall clock: a test's fake clock moves
+        # alone on purpose.
+        self.elapsed = elapsed if elapsed is not None else (time.monotonic_ns if clock is time.time_ns else None)
+        self._last_tick: tuple[int, int] | None = None
+        self.state = state
+        self.metrics = metrics
+        self.started_ns = clock()
+        self.assembler = Assembler(options.timeouts, capture_content=options.content is not None)
+        if state is not None:
+            self.assembler.preload(*_seen_digests(state))
+        stall = options.timeouts.stall_ns
+        self.detectors = Detectors(options.roots, self.assembler, clock, metrics, state, stall)
+        self.registries = [Registry(d, options.roots, metrics, self.detectors.marks, clock,
+                                    options.registry_kill_grace_ns) for d in options.registries]
+        self.checkpoints: dict[str, Checkpoint] = state.files() if state is not None else {}
+        self.reader = Reader(options.roots, self.assembler, clock, metrics, self.detectors.counting,
+                             self.checkpoints, options.content is not None, options.max_line_bytes, stall,
+                             options.unterminated_grace_ns)
+        self.delivery = Delivery(state, metrics, clock)
+        self.delivery.not_live |= self.detectors.history_owners()  # read as history: never counted
+        self._commit_every_ns = 0  # live: the least time between two commits from tick (go_live)
+        self._last_commit_ns = 0
+        self._unrecorded: list[SpanRecord] = []  # live: spans not in the ledger yet (written before each commit)
+        self._unreadable_dirs: set[str] = set()
+        self._scan_cache = ScanCache()  # the safety rescan lists only directories that changed
+        for path, source in options.orchestrator_logs:
+            self.reader.follow_log(path, source, options.orchestrator_patterns)
+        if metrics is not None:
+            if state is not None:
+                metrics.restore(state.counters())
+            _declare_series(metrics, options)
+
+    # What the runner and the tests look at, kept where each stage keeps it.
+    @property
+    def files(self) -> dict[str, FileState]:
+        return self.reader.files
+
+    @property
+    def stats(self) -> ReadStats:
+        return self.reader.stats
+
+    @property
+    def caught_up(self) -> bool:
+        return self.detectors.caught_up
+
+    @property
+    def traces_behind(self) -> bool:
+        return self.delivery.traces_behind
+
+    @property
+    def not_live(self) -> set[str]:
+        return self.delivery.not_live
+
+    @not_live.setter
+    def not_live(self, tokens: set[str]) -> None:
+        self.delivery.not_live = tokens
+
+    @property
+    def last_export_ns(self) -> int:
+        return self.delivery.last_export_ns
+
+    def acknowledge(self, spans: Sequence[SpanRecord], result: ExportResult | None = None) -> None:
+        """These spans are final (any thread): see Delivery.acknowledge."""
+        others = sum(registry.acknowledge(spans) for registry in self.registries)
+        self.delivery.acknowledge(spans, result, others=others)
+
+    # -- backfill ----------------------------------------------------------------
+
+    def discover(self) -> list[tuple[str, TranscriptFile]]:
+        return discover(self.options, self.checkpoints, self._unreadable_dir, self._scan_cache)
+
+    def backfill(self, progress: Callable[[int, int], None] | None = None,
+                 close_all: bool = False, groups: list[Group] | None = None, final: bool = True) -> int:
+        """Read every transcript once (from its checkpoint). Returns how many turns stay open.
+
+        Files are read session by session (main file, then its subagents) and each finished
+        session's state is dropped, so memory does not grow with history. ``groups``: only these
+        sessions (a worker's shard, catchup.py); ``final=False``: the catch-up is not complete
+        when this returns (events are not counted from here on).
+        """
+        self.reader.complete = close_all
+        if groups is None:
+            groups = session_groups(self.discover(), self.checkpoints)
+        total = sum(unread_bytes(tf.path, self.checkpoints) for group in groups for _, tf in group)
+        done = 0
+        # A history is committed (ledger, then state) about once a second, as live lines are, not
+        # once per session: a commit of each of a 1 GB history's 247 sessions cost ~10 % of it.
+        was = self._commit_every_ns, self.delivery.coalesce
+        if not self._commit_every_ns:
+            self.go_live(self.options.backfill_commit_every_s)
+        try:
+            for group in groups:
+                for root, tf in group:
+                    state = self._track(root, tf)
+                    before = state.tailer.offset
+                    self._read(state, accept_unterminated=True, live=False)
+                    done += max(state.tailer.offset - before, 0)
+                    if progress is not None:
+                        progress(done, total)
+                self._flush_group(group, close_all)
+                self.process_acks(force=False)
+            kept = self.assembler.flush(None if close_all else self.clock(), alive=self.detectors.alive)
+            self._emit()
+            self.reader.complete = False
+            if final:
+                self.detectors.catch_up_done(self.delivery.history_in_flight())
+            self.process_acks()
+        finally:
+            # Done or stopped (a signal): acknowledgements kept back since the last commit are
+            # committed now, ledger rows first, and from here on as they come; the offsets of
+            # what was read after that commit are not (a stopped read must not pass its lines).
+            self._commit_every_ns = was[0]
+            if not was[1]:
+                if self._unrecorded:
+                    spans, self._unrecorded = self._unrecorded, []
+                    self._record(spans)
+                self.delivery.stop_coalescing()
+        return kept
+
+    def _flush_group(self, group: list[tuple[str, TranscriptFile]], close_all: bool) -> None:
+        sessions = {tf.session_id for _, tf in group if tf.session_id}
+        if any(tf.kind is FileKind.FLAT_AGENT for _, tf in group):
+            return  # 2.0.x flat agent files name their session only inside: keep it to the end
+        for sid in sessions:
+            self.assembler.flush(None if close_all else self.clock(), session_id=sid, alive=self.detectors.alive)
+        self._emit()
+
+    # -- live --------------------------------------------------------------------
+
+    def poll(self, paths: Iterable[str]) -> None:
+        """Read what changed. Paths may be files, meta.json files or new directories."""
+        for path in paths:
+            state = self.files.get(path)
+            if state is not None:  # a followed transcript (not a directory: no stat to ask)
+                self._read(state, accept_unterminated=False)
+                continue
+            if os.path.isdir(path):
+                self._scan_dir(path)
+                continue
+            if path.endswith(".meta.json"):
+                self.reader.meta_changed(path)
+                continue
+            found = self.reader.classify(path)
+            if found is not None:
+                self._read(self._track(*found), accept_unterminated=False)
+        self._emit()
+
+    def go_live(self, commit_every_s: float) -> None:
+        """Following live: commit (state and ledger) at most every ``commit_every_s`` from tick."""
+        self._commit_every_ns = int(commit_every_s * 1e9)
+        self.delivery.coalesce = True
+
+    def rescan(self) -> None:
+        """Pick up files the watcher missed; forget files Claude Code's cleanup deleted."""
+        listed = set()
+        for root in self.options.roots:
+            for tf in scan(root, self._unreadable_dir, self._scan_cache):
+                listed.add(tf.path)
+                if tf.path not in self.files:
+                    state = self._track(root, tf)
+                    self._read(state, accept_unterminated=False)
+        self.forget([p for p in self.files if p not in listed and not os.path.exists(p)])
+        self._emit()
+
+    def tick(self) -> None:
+        now = self.clock()
+        self._absorb_clock_step(now)
+        for state in self.reader.partials_due(now):
+            self._read(state, accept_unterminated=True)
+        self.assembler.tick(now, self.detectors.alive)
+        self.detectors.detect(now, self.files)
+        self.reader.read_logs()
+        self._emit()
+        self._poll_registries(now)
+        self.process_acks(force=False)
+
+    def _poll_registries(self, now: int) -> None:
+        """Registry agents' spans go straight to the export queue: not through the delivery (no
+        transcript offset waits on them) nor metrics.observe_span (the registry counts them itself)."""
+        for registry in self.registries:
+            spans = registry.poll(now)
+            if spans and self.emit(spans) is False:
+                registry.unsent(spans, now)
+
+    def _absorb_clock_step(self, now: int) -> None:
+        """The wall clock moved forward more than the steady clock since the last tick: a step,
+        not hours of silence. Everything that waits for silence is moved forward by the step, so
+        no running tool call turns into an orphan and no session into a ghost because of it."""
+        if self.elapsed is None:
+            return
+        steady = self.elapsed()
+        last, self._last_tick = self._last_tick, (now, steady)
+        if last is None:
+            return
+        step = (now - last[0]) - (steady - last[1])
+        if step < _CLOCK_STEP_NS:
+            return
+        log.warning("the wall clock stepped forward by %.0f s; not counted as silence", step / 1e9)
+        self.assembler.shift_activity(step)
+        self.reader.shift(step)
+
+    # -- deleted files -----------------------------------------------------------
+
+    def forget_gone(self) -> None:
+        """Forget the transcripts deleted while ccotel did not run (Claude Code's cleanupPeriodDays
+        sweep): only under a root that is there (an unmounted root is not a sweep)."""
+        if self.state is None:
+            return
+        roots = [r.rstrip(os.sep) + os.sep for r in self.options.roots if os.path.isdir(r)]
+        logs = {path for path, _ in self.options.orchestrator_logs}
+        gone = [p for p in self.state.files() if p not in logs and p not in self.files and
+                any(p.startswith(r) for r in roots) and not os.path.lexists(p)]
+        if gone:
+            self.forget(gone)
+            log.info("forgot the checkpoints of %d transcripts that no longer exist", len(gone))
+
+    def forget_deleted(self, paths: Iterable[str]) -> None:
+        """Files (or directories of them) the watcher saw deleted."""
+        gone: list[str] = []
+        for path in paths:
+            if not os.path.lexists(path):
+                prefix = path.rstrip(os.sep) + os.sep
+                gone += [p for p in self.files if p == path or p.startswith(prefix)]
+        self.forget(gone)
+
+    def forget(self, paths: Iterable[str]) -> None:
+        """These transcripts were deleted (Claude Code's cleanup sweep): stop following them and
+        forget their checkpoints, and every digest and mark no other file on disk holds (no copy
+        of them can come any more), in the state and in memory. So the state, and this process,
+        follow what is on disk, not the history."""
+        gone = [p for p in dict.fromkeys(paths) if not os.path.lexists(p)]
+        if not gone:
+            return
+        dropped = [st for st in (self.reader.drop(p) for p in gone) if st is not None]
+        marks: set[str] = set()
+        if self.state is not None:
+            calls, prompts, marks = self.state.held_only_by(gone)
+            self.assembler.forget_seen(calls, prompts, keep=self.delivery.open_digests())
+        self.detectors.forget(dropped, marks)
+        if self.state is not None:
+            self.state.commit(Commit(forget_files=gone))
+
+    # -- delivery ----------------------------------------------------------------
+
+    def process_acks(self, force: bool = True) -> None:
+        """Move checkpoints past owners whose every span was acknowledged (pipeline thread).
+        ``force=False``: not if the last commit was less than ``go_live``'s interval ago
+        (everything waits as it is: the next commit writes it)."""
+        now = time.monotonic_ns()
+        if not force and now - self._last_commit_ns < self._commit_every_ns:
+            return
+        self._last_commit_ns = now
+        if self._unrecorded:
+            spans, self._unrecorded = self._unrecorded, []
+            self._record(spans)
+        commit = Commit()
+        # Done owners first, the acknowledgements kept back last, just before the write: one
+        # that lands in between (export thread) is then in this commit, and an owner it makes
+        # done waits for the next. The other order could commit an owner done (its offset moved
+        # past, its ids dropped) without its last span's id and count, which a kill before the
+        # next commit lost; and acknowledgements taken early would be lost by anything raising
+        # before the write, while a later commit of the counters held their counts.
+        moved = self.delivery.finish_owners(commit)
+        self.delivery.checkpoint_offsets(commit, moved, self.reader)
+        commit.marks = self.detectors.take_marks()
+        for registry in self.registries:
+            marks, gone = registry.take_commit()
+            commit.marks += marks
+            commit.forget_files += gone
+        replays, self.assembler.replays = self.assembler.replays, []
+        self.delivery.anchor_replays(commit, replays)
+        self.delivery.take_acked(commit)
+        self.delivery.write(commit)
+
+    def _emit(self) -> None:
+        """Spans for what the assembler finished: built, handed to the delivery, emitted."""
+        counting = self.detectors.counting()
+        for owner in self.assembler.new_owners:
+            self.delivery.register(owner, counting)
+        self.assembler.new_owners.clear()
+        finished = self.assembler.drain()
+        if not finished:
+            return
+        spans = []
+        for f in finished:
+            owner = _owner_of(f)
+            self.delivery.register(owner, counting)  # also when nothing is sent: a closed owner may now be done
+            if self.options.since_ns is not None and owner.start_ns < self.options.since_ns:
+                self.stats.skipped_before_since += 1
+                continue
+            built = build_spans(f, self.options.content, self.options.conventions, self.options.pricing)
+            taken = self.delivery.take(owner, built)
+            self.stats.resent_skipped += len(built) - len(taken)  # delivered before a restart
+            spans += taken
+        if spans:
+            self.stats.spans += len(spans)
+            if self._commit_every_ns:
+                self._unrecorded += spans  # written by the next commit, before the acknowledgements
+            else:
+                self._record(spans)
+            if self.emit(spans) is False:
+                self.delivery.unsent(spans)
+
+    def _record(self, spans: list[SpanRecord]) -> None:
+        """Into the usage ledger (history for reports): a failed write (a full disk) is counted
+        and logged, and loses only those rows; tracing and counting go on."""
+        if self.ledger is None:
+            return
+        try:
+            self.ledger.record(spans)
+        except sqlite3.Error as exc:
+            self.stats.errors["ledger_write"] += 1
+            if self.metrics is not None:
+                self.metrics.inc("ccotel_checkpoint_errors", "ledger")
+            if self.stats.errors["ledger_write"] == 1:
+                log.error("the usage ledger could not be written (%s); reports miss the calls of these spans", exc)
+
+    # -- detectors ---------------------------------------------------------------
+
+    def detector_state(self) -> tuple[list[str], list[tuple[str, str, int]]]:
+        """What the detectors still wait on (a catch-up worker hands it over)."""
+        return self.detectors.detector_state(self.files)
+
+    def adopt_detector_state(self, ghosts: list[str], agents: list[tuple[str, str, int]]) -> None:
+        self.detectors.adopt(self.files, ghosts, agents)
+
+    # -- internals ---------------------------------------------------------------
+
+    def _track(self, root: str, tf: TranscriptFile) -> FileState:
+        known = tf.path in self.files
+        state = self.reader.track(root, tf)
+        if not known:
+            self.detectors.tracked(state)
+        return state
+
+    def _read(self, state: FileState, accept_unterminated: bool, live: bool = True) -> None:
+        self.reader.read(state, accept_unterminated, live)
+        self.detectors.read(state)
+
+    def _scan_dir(self, path: str) -> None:
+        for dirpath, _dirs, names in os.walk(path, followlinks=False, onerror=self._unreadable_dir):
+            for name in sorted(names):
+                full = os.path.join(dirpath, name)
+                if full.endswith(".jsonl") and full not in self.files:
+                    self.poll([full])
+                elif full.endswith(".meta.json") and not self._history_meta(full):
+                    self.reader.meta_changed(full)
+
+    def _history_meta(self, meta_path: str) -> bool:
+        """The meta.json of a checkpointed transcript this process read no line of (history):
+        the reader loads it before that transcript's next lines, as a backfill does. A directory
+        walk does not load it: the watcher's first event names the whole tree, and after a
+        catch-up by workers every subagent of the history would be rebuilt in the assembler
+        for nothing (2,706 after the 1 GB catch-up: ~8 MB of ccotel run's peak). A new
+        transcript's meta (no checkpoint) is loaded by the walk as before."""
+        state = self.files.get(meta_path[: -len(".meta.json")] + ".jsonl")
+        return (state is not None and not state.meta_loaded and state.saved_offset >= 0
+                and state.tailer.offset == state.saved_offset)
+
+    def _unreadable_dir(self, exc: OSError) -> None:
+        """A directory under a root that cannot be read: its transcripts are not seen. Counted
+        once per directory (the safety rescan walks the roots again every few minutes)."""
+        where = str(getattr(exc, "filename", None) or exc)
+        if where not in self._unreadable_dirs:
+            self._unreadable_dirs.add(where)
+            self.reader.error("unreadable_dir", where)
+
+    def gauges(self) -> dict[str, float]:
+        """Read by the metrics server's thread while the pipeline thread reads files: each value
+        is read from a copy or from what the pipeline thread publishes."""
+        return {
+            "ccotel_files_watched": float(len(self.files)),
+            "ccotel_stalled_turns_open": float(self.assembler.stalled_now()),
+            "ccotel_last_export_success_timestamp_seconds": self.last_export_ns / 1e9,
+            "ccotel_ingest_lag_seconds": self.reader.lag_s(self.clock(), self.started_ns),
+            "ccotel_registry_agents_in_progress": sum(r.gauges()["ccotel_registry_agents_in_progress"]
+                                                      for r in self.registries),
+        }
+
+
+def discover(options: Options, checkpoints: Mapping[str, Checkpoint],
+             on_error: Callable[[OSError], None] | None = None,
+             cache: ScanCache | None = None) -> list[tuple[str, TranscriptFile]]:
+    """Every transcript under the roots (with --since: those written since, or already followed)."""
+    return find(options.roots, options.since_ns, checkpoints, on_error, cache)
+
+
+def _seen_digests(state: State) -> tuple[Iterable[int], Iterable[int]]:
+    """The digests of the calls and prompts delivered before, each in ascending order. SQLite
+    reads them so, one at a time; another backend (PostgreSQL) gives sets, sorted here."""
+    if type(state) is State:
+        return state.sorted_digests("calls"), state.sorted_digests("prompts")
+    return sorted(state.calls()), sorted(state.prompts())
+
+
+def _declare_series(metrics: Metrics, options: Options) -> None:
+    """Series alerts watch start at 0, so the first event is an increase Prometheus can see."""
+    for reason in ("missing_transcript", "orphaned_tool_use"):
+        metrics.inc("ccotel_session_resets", reason, "transcript", value=0.0)
+    metrics.inc("ccotel_missing_transcripts", "session", value=0.0)
+    metrics.inc("ccotel_missing_transcripts", "subagent", value=0.0)
+    metrics.inc("ccotel_stalled_turns", "killed", value=0.0)
+    for _path, source in options.orchestrator_logs:
+        metrics.inc("ccotel_session_resets", "missing_transcript", source, value=0.0)
+        metrics.inc("ccotel_aborts", "abort", source, value=0.0)
+        metrics.inc("ccotel_watchdog_kills", source, value=0.0)
+
+
+def _owner_of(f: Finished) -> Owner:
+    item = f.item
+    if isinstance(item, (Turn, AgentRun)):
+        return item
+    assert item.owner is not None
+    return item.owner

@@ -1,0 +1,131 @@
+"""Stopping: SIGINT and SIGTERM honoured in every phase, and the exit status.
+
+Apart from runner.py so that a command that only reads (check, report, doctor) can say how it
+ends without importing the pipeline.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ccotel.store.state import State
+
+__all__ = ["Stopper", "Interrupted", "die", "settle_state", "EXIT_ERROR", "EXIT_LOCKED", "STOP_GRACE_S"]
+
+log = logging.getLogger("ccotel")
+
+# Exit status (README, "Running it"): 0 done (backfill) or stopped by a signal once caught up
+# (run); killed by SIGINT/SIGTERM (130/143 in a shell) when stopped before its work was done;
+# EXIT_ERROR the state cannot be used or a checkpoint could not be written; EXIT_LOCKED
+# another ccotel holds the state dir; 2 usage (argparse) or, for check, refused.
+EXIT_ERROR = 1
+EXIT_LOCKED = 75  # EX_TEMPFAIL: try again once the other one stopped
+
+# After SIGINT/SIGTERM the process is gone within this long, whatever it was doing.
+STOP_GRACE_S = 1.75
+
+
+class Interrupted(Exception):
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+class Stopper:
+    """SIGINT and SIGTERM, honoured in every phase.
+
+    ``hard`` (the default, and while nothing is being checkpointed by this thread: discovery,
+    loading the state, starting workers' reads): the handler raises Interrupted at once.
+    Otherwise it only sets ``event`` and the code stops at its next ``check()`` (between
+    files, every 0.25 s live). Either way each ``wakers`` callable runs (an export queue drops
+    its unsent spans so nothing blocks on it), and a watchdog thread ends the process
+    ``grace_s`` after the signal if it has not ended by then; a second signal ends it at once.
+    The process ends by the signal itself (``die``), so a shell sees 130 / 143 and systemd a
+    clean stop."""
+
+    def __init__(self, grace_s: float = STOP_GRACE_S) -> None:
+        self.grace_s = grace_s
+        self.event = threading.Event()
+        self.signum = 0
+        self.at = 0.0  # monotonic time of the first signal
+        self.hard = True
+        self.wakers: list[Callable[[], None]] = []
+
+    def install(self) -> Stopper:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, self._handle)
+        return self
+
+    def is_set(self) -> bool:
+        return self.event.is_set()
+
+    def deadline(self, share: float = 1.0) -> float:
+        """A monotonic time ``share`` of the grace period after the signal."""
+        return self.at + self.grace_s * share
+
+    def check(self) -> None:
+        if self.event.is_set():
+            raise Interrupted(self.signum)
+
+    def _handle(self, signum: int, _frame: object) -> None:
+        if self.event.is_set():
+            die(signum, f"{signal.Signals(signum).name} again: exiting now; checkpoints are as last written")
+        self.signum, self.at = signum, time.monotonic()
+        self.event.set()
+        threading.Thread(target=self._watchdog, name="ccotel-stop", daemon=True).start()
+        for wake in self.wakers:
+            wake()
+        if self.hard:
+            raise Interrupted(signum)
+
+    def _watchdog(self) -> None:
+        time.sleep(max(self.deadline() - time.monotonic(), 0.0))
+        die(self.signum, f"still stopping {self.grace_s:.2f} s after {signal.Signals(self.signum).name}: exiting "
+            "now; checkpoints are as last written (a restart reads again what they do not cover)")
+
+
+def die(signum: int, message: str | None = None) -> None:
+    """End this process by ``signum`` (its default action), as an unhandled signal would, from
+    any thread; nothing else runs (no atexit, no thread joins). ``message``: a last log line."""
+    try:
+        if message:
+            stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+            os.write(2, f"{stamp} ccotel WARNING {message}\n".encode())
+        for handler in logging.getLogger().handlers:
+            stream = getattr(handler, "stream", None)
+            if stream is not None:
+                stream.flush()
+    except (OSError, ValueError):
+        pass
+    try:
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signum, signal.SIG_DFL)
+        else:  # signal.signal is for the main thread only; libc's is not
+            import ctypes
+
+            ctypes.CDLL(None).signal(signum, 0)  # SIG_DFL
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signum})
+        os.kill(os.getpid(), signum)
+        time.sleep(1.0)
+    finally:
+        os._exit(128 + signum)
+
+
+def settle_state(state: State | None, until: float) -> bool:
+    """Write what failed commits left, retrying until ``until``. True if nothing is left."""
+    if state is None:
+        return True
+    while not state.retry():
+        if time.monotonic() >= until:
+            log.error("%d checkpoint records could not be written (%d attempts); a restart sends the spans "
+                      "delivered since the last write again", state.pending, state.failures)
+            return False
+        time.sleep(0.2)
+    return True

@@ -1,0 +1,1 @@
+"""The other sources: Claude Code's stream-json, an orchestrator's agent registry and logs, the Agent SDK."""

@@ -1,0 +1,1 @@
+"""Spans: what the assembler finished -> SpanRecords (attributes, ids, cost, opt-in content)."""

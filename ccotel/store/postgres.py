@@ -1,0 +1,676 @@
+"""The state over PostgreSQL: one state for a fleet of hosts (``--state postgresql://...``).
+
+The same interface as the SQLite ``State`` (state.py), for hosts that share sessions: a session
+moves from host A to host B with its synced transcript files, or two hosts read one shared file
+system. What is whose:
+
+- per host (its id, ``--host-id``): the file checkpoints (``files``), the acknowledged ids of
+  turns still open (``acked_ids``), the counter totals (``counters``: each host serves its own
+  Prometheus counters, and the fleet's value of a counter is their sum) and the caught-up mark
+  (each host's first catch-up is history it does not count);
+- shared, keyed by transcript content: ``claims`` (span id -> the host that sends and counts
+  that span), the digests of calls and prompts (``calls``, ``prompts``), the marks of one-off
+  events (``marks``) and the usage ledger (schema ``ccotel_ledger``, see ``PgLedger``).
+
+Who sends and counts a span: span ids are derived from session ids, uuids, message ids and
+tool_use ids (ids.py), so a synced copy of a file builds the same ids on every host. Before a
+host sends a span it inserts the id into ``claims``; the primary key lets one insert win, and
+only the host whose row it is sends it and counts it in its metrics. Nothing else coordinates
+the hosts: no lock of ours, only unique keys and transactions.
+
+Bounded as the SQLite state: every shared row carries the anchor of the (host, file) it was read
+from (``digest64("<host id>:<file anchor>")``) and goes when that host's file goes.
+
+Faults: each commit is one transaction that also writes the host's commit number, so a commit
+whose answer was lost with the connection is looked up after reconnecting, never written twice
+(counters are increments); claims are idempotent for their host. A lost connection is opened
+again on the next use; ``claim`` waits for the server (the pipeline does not send what no host
+may have claimed). Credentials come from libpq's usual places only: the URL, the PG* variables,
+``~/.pgpass`` or ``$PGPASSFILE``; logs name the URL without its password, and error texts are
+scrubbed of it.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, TypeVar
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
+
+from ccotel.read.tail import FileIdentity
+from ccotel.store.ledger import UPSERT_CALL_SET, Ledger, LedgerError, LedgerWriteError, Rows
+from ccotel.store.state import Commit, State, StateError, StateLock, StateLocked, StateUnavailable, anchor_of, digest64
+
+__all__ = ["PgState", "PgLedger", "HostLock", "lock_host", "masked", "SCHEMA_VERSION", "connect", "open_report_ledger"]
+
+log = logging.getLogger("ccotel.state")
+
+T = TypeVar("T")
+
+CAUGHT_UP = "caught_up"  # detectors.CAUGHT_UP: a host's own first catch-up, kept per host
+READ_RETRY_S = 30.0  # reads at start wait this long for the server before giving up
+_MIGRATION_LOCK = 0x63636F74656C  # "ccotel": pg_advisory_xact_lock key, so two hosts never migrate at once
+
+# Schema versions, each a step from the one before (``meta.schema``); a new version appends one.
+_V1 = """
+CREATE TABLE ccotel.hosts (hid serial PRIMARY KEY, host text UNIQUE NOT NULL,
+    commit_seq bigint NOT NULL DEFAULT 0, seen_at timestamptz NOT NULL DEFAULT now());
+CREATE TABLE ccotel.files (hid int NOT NULL, path text NOT NULL, dev bigint, ino bigint, head_len bigint,
+    fingerprint text, read_offset bigint NOT NULL, read_to bigint NOT NULL DEFAULT 0, PRIMARY KEY (hid, path));
+CREATE TABLE ccotel.acked_ids (hid int NOT NULL, owner text NOT NULL, span_ids bytea NOT NULL);
+CREATE INDEX acked_ids_owner ON ccotel.acked_ids (hid, owner);
+CREATE TABLE ccotel.claims (span_id bigint PRIMARY KEY, hid int NOT NULL, anchor bigint NOT NULL);
+CREATE INDEX claims_anchor ON ccotel.claims (anchor);
+CREATE TABLE ccotel.calls (digest bigint NOT NULL, anchor bigint NOT NULL, hid int NOT NULL,
+    PRIMARY KEY (digest, anchor));
+CREATE INDEX calls_anchor ON ccotel.calls (anchor);
+CREATE INDEX calls_hid ON ccotel.calls (hid);
+CREATE TABLE ccotel.prompts (digest bigint NOT NULL, anchor bigint NOT NULL, hid int NOT NULL,
+    PRIMARY KEY (digest, anchor));
+CREATE INDEX prompts_anchor ON ccotel.prompts (anchor);
+CREATE INDEX prompts_hid ON ccotel.prompts (hid);
+CREATE TABLE ccotel.marks (key text NOT NULL, anchor bigint NOT NULL, hid int NOT NULL, PRIMARY KEY (key, anchor));
+CREATE INDEX marks_anchor ON ccotel.marks (anchor);
+CREATE INDEX marks_key ON ccotel.marks (key);
+CREATE TABLE ccotel.mark_claims (key text PRIMARY KEY, hid int NOT NULL);
+CREATE TABLE ccotel.host_marks (hid int NOT NULL, key text NOT NULL, PRIMARY KEY (hid, key));
+CREATE TABLE ccotel.counters (hid int NOT NULL, key text NOT NULL, value double precision NOT NULL,
+    PRIMARY KEY (hid, key));
+CREATE SCHEMA IF NOT EXISTS ccotel_ledger;
+CREATE TABLE ccotel_ledger.meta (key text PRIMARY KEY, value text NOT NULL);
+CREATE TABLE ccotel_ledger.calls (key text PRIMARY KEY, session_id text NOT NULL, time_ns bigint NOT NULL,
+    start_ns bigint NOT NULL, cwd text, project text, model text, agent_id text, api_error int NOT NULL,
+    input bigint NOT NULL, output bigint NOT NULL, cache_read bigint NOT NULL, cache_write bigint NOT NULL,
+    cache_write_5m bigint NOT NULL, cache_write_1h bigint NOT NULL, reasoning bigint NOT NULL,
+    cost double precision, priced int NOT NULL, version text);
+CREATE INDEX calls_time ON ccotel_ledger.calls (time_ns);
+CREATE TABLE ccotel_ledger.tools (session_id text NOT NULL, tool_use_id text NOT NULL, time_ns bigint NOT NULL,
+    end_ns bigint NOT NULL, name text NOT NULL, agent_id text, error_type text, repaired int NOT NULL,
+    PRIMARY KEY (session_id, tool_use_id));
+CREATE TABLE ccotel_ledger.agents (session_id text NOT NULL, agent_key text NOT NULL, time_ns bigint NOT NULL,
+    end_ns bigint NOT NULL, agent_type text NOT NULL, background int NOT NULL, interrupted int NOT NULL,
+    PRIMARY KEY (session_id, agent_key));
+CREATE TABLE ccotel_ledger.turns (session_id text NOT NULL, span_id text NOT NULL, time_ns bigint NOT NULL,
+    end_ns bigint NOT NULL, cwd text, project text, version text, outcome text NOT NULL, api_calls int NOT NULL,
+    tool_calls int NOT NULL, api_errors int NOT NULL, orphaned_tools int NOT NULL, lost_tools int NOT NULL,
+    stalled int NOT NULL, PRIMARY KEY (session_id, span_id));
+"""
+MIGRATIONS: tuple[str, ...] = (_V1,)  # MIGRATIONS[i] takes schema i to i + 1
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+def masked(url: str) -> str:
+    """The URL as logs show it: user, host, port and database, never the password."""
+    try:
+        d = conninfo_to_dict(url)
+    except psycopg.ProgrammingError:
+        return "postgresql://(an invalid URL)"
+    user = f"{d['user']}@" if d.get("user") else ""
+    port = f":{d['port']}" if d.get("port") else ""
+    return f"postgresql://{user}{d.get('host') or ''}{port}/{d.get('dbname') or ''}"
+
+
+def _secret(url: str) -> str | None:
+    try:
+        pw = conninfo_to_dict(url).get("password")
+    except psycopg.ProgrammingError:
+        return None
+    return str(pw) if pw else None
+
+
+def scrub(text: str, url: str) -> str:
+    """An error text without the URL's password (libpq does not print it; this makes sure)."""
+    secret = _secret(url)
+    return text.replace(secret, "***") if secret else text
+
+
+def connect(url: str) -> psycopg.Connection[Any]:
+    """A connection with autocommit (transactions are explicit), keepalives so a dead server is
+    noticed, and a bounded connect time. Credentials: the URL, PG* variables, the password file."""
+    return psycopg.connect(url, autocommit=True, connect_timeout=5, application_name="ccotel",
+                           keepalives=1, keepalives_idle=10, keepalives_interval=5, keepalives_count=3)
+
+
+def migrate(conn: psycopg.Connection[Any], where: str) -> None:
+    """Bring the schema to SCHEMA_VERSION, in one transaction that hosts take in turn."""
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+        conn.execute("CREATE SCHEMA IF NOT EXISTS ccotel")
+        conn.execute("CREATE TABLE IF NOT EXISTS ccotel.meta (key text PRIMARY KEY, value text NOT NULL)")
+        row = conn.execute("SELECT value FROM ccotel.meta WHERE key = 'schema'").fetchone()
+        version = int(row[0]) if row else 0
+        if version > SCHEMA_VERSION:
+            raise StateError(f"state {where} has schema {version}, this ccotel knows {SCHEMA_VERSION}: upgrade it")
+        for step in range(version, SCHEMA_VERSION):
+            conn.execute(MIGRATIONS[step].encode())
+            log.info("state %s: schema %d -> %d", where, step, step + 1)
+        conn.execute("INSERT INTO ccotel.meta VALUES ('schema', %s) ON CONFLICT (key) DO UPDATE SET value = "
+                     "excluded.value", (str(SCHEMA_VERSION),))
+
+
+def _refused(exc: psycopg.OperationalError) -> bool:
+    """The server answered no (a wrong or missing password, no such database or role)."""
+    text = str(exc).lower()
+    return (exc.sqlstate or "")[:2] in ("28", "3D") or "password" in text or "does not exist" in text
+
+
+def _signed(span_id: int) -> int:
+    return span_id - (1 << 64) if span_id >= 1 << 63 else span_id
+
+
+def _unsigned(v: int) -> int:
+    return v + (1 << 64) if v < 0 else v
+
+
+def _pack(span_ids: list[int]) -> bytes:
+    return struct.pack(f">{len(span_ids)}Q", *span_ids)
+
+
+def _unpack(blob: bytes) -> tuple[int, ...]:
+    return struct.unpack(f">{len(blob) // 8}Q", blob[: len(blob) // 8 * 8])
+
+
+class _Link:
+    """One connection, opened again after it broke. ``run(fn)`` runs ``fn(conn)``; a failed
+    connection is closed, so the next call opens a new one."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.where = masked(url)
+        self._conn: psycopg.Connection[Any] | None = None
+
+    def conn(self) -> psycopg.Connection[Any]:
+        if self._conn is None or self._conn.closed or self._conn.broken:
+            self.close()
+            self._conn = connect(self.url)
+        return self._conn
+
+    def run(self, fn: Callable[[psycopg.Connection[Any]], T]) -> T:
+        try:
+            return fn(self.conn())
+        except psycopg.OperationalError:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            except psycopg.Error:
+                pass
+            self._conn = None
+
+    def error(self, exc: BaseException) -> str:
+        return scrub(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__, self.url)
+
+
+class PgState(State):
+    """``State`` over PostgreSQL for the host ``host`` (see the module docstring). Thread-safe:
+    the export thread commits acknowledgements while the pipeline's thread claims and commits."""
+
+    def __init__(self, url: str, host: str) -> None:  # noqa: D107  (State's __init__ opens SQLite: not called)
+        self.url = url
+        self.host = host
+        self.path = masked(url)
+        self.rebuilt_from = None
+        self.on_error = None
+        self.failures = 0
+        self._lock = threading.Lock()
+        self._link = _Link(url)
+        self._pending: Commit | None = None  # not written yet
+        self._unsure: tuple[int, Commit] | None = None  # sent, the answer lost with the connection
+        self._committed: dict[str, float] = {}
+        self._outage_logged = False
+        try:
+            self._hid, self._seq, self.fresh = self._read(self._register)
+        except psycopg.Error as exc:
+            raise StateUnavailable(f"the state {self.path} cannot be used ({self._link.error(exc)})") from None
+
+    def _register(self, conn: psycopg.Connection[Any]) -> tuple[int, int, bool]:
+        migrate(conn, self.path)
+        with conn.transaction():
+            conn.execute("INSERT INTO ccotel.hosts (host) VALUES (%s) ON CONFLICT (host) DO NOTHING", (self.host,))
+            row = conn.execute("SELECT hid, commit_seq FROM ccotel.hosts WHERE host = %s", (self.host,)).fetchone()
+            assert row is not None
+            files = conn.execute("SELECT 1 FROM ccotel.files WHERE hid = %s LIMIT 1", (row[0],)).fetchone()
+        return int(row[0]), int(row[1]), files is None
+
+    # -- anchors ---------------------------------------------------------------------
+
+    def _anchor(self, file_anchor: int) -> int:
+        """A (host, file) anchor from a file's anchor (state.anchor_of; PERMANENT: the host's own)."""
+        return digest64(f"{self.host}:{file_anchor}")
+
+    # -- reading (at start; waits READ_RETRY_S for the server) ---------------------
+
+    def _read(self, fn: Callable[[psycopg.Connection[Any]], T]) -> T:
+        deadline = time.monotonic() + READ_RETRY_S
+        while True:
+            try:
+                with self._lock:
+                    return self._link.run(fn)
+            except psycopg.OperationalError as exc:
+                # refused (a wrong password, no such database): waiting does not help
+                if time.monotonic() >= deadline or _refused(exc):
+                    raise StateUnavailable(f"the state {self.path} cannot be reached ({self._link.error(exc)})") \
+                        from None
+                time.sleep(0.5)
+
+    def files(self) -> dict[str, tuple[FileIdentity | None, int, int]]:
+        rows = self._read(lambda c: c.execute(
+            "SELECT path, dev, ino, head_len, fingerprint, read_offset, read_to FROM ccotel.files WHERE hid = %s",
+            (self._hid,)).fetchall())
+        return {p: (FileIdentity(dev, ino, hl, fp) if fp is not None else None, off, rt)
+                for p, dev, ino, hl, fp, off, rt in rows}
+
+    def acked(self) -> set[int]:
+        out: set[int] = set()
+        for (blob,) in self._read(lambda c: c.execute(
+                "SELECT span_ids FROM ccotel.acked_ids WHERE hid = %s", (self._hid,)).fetchall()):
+            out.update(_unpack(bytes(blob)))
+        return out
+
+    def calls(self) -> set[int]:
+        """This host's digests (its files' calls); other hosts' copies of the same work are told
+        apart by the shared ``claims``, so memory follows this host's files, not the fleet's."""
+        return {r[0] for r in self._read(lambda c: c.execute(
+            "SELECT digest FROM ccotel.calls WHERE hid = %s", (self._hid,)).fetchall())}
+
+    def prompts(self) -> set[int]:
+        return {r[0] for r in self._read(lambda c: c.execute(
+            "SELECT digest FROM ccotel.prompts WHERE hid = %s", (self._hid,)).fetchall())}
+
+    def counters(self) -> dict[str, float]:
+        """This host's totals (its own Prometheus counters)."""
+        rows = self._read(lambda c: c.execute(
+            "SELECT key, value FROM ccotel.counters WHERE hid = %s", (self._hid,)).fetchall())
+        totals = {str(k): float(v) for k, v in rows}
+        with self._lock:
+            self._committed.update(totals)
+        return totals
+
+    def marks(self) -> set[str]:
+        """Every host's marks of events (shared), and this host's own caught-up mark."""
+        rows = self._read(lambda c: c.execute(
+            "SELECT key FROM ccotel.marks UNION SELECT key FROM ccotel.host_marks WHERE hid = %s",
+            (self._hid,)).fetchall())
+        return {r[0] for r in rows}
+
+    def held_only_by(self, paths: list[str]) -> tuple[set[int], set[int], set[str]]:
+        anchors = [self._anchor(anchor_of(p)) for p in paths]
+
+        def query(c: psycopg.Connection[Any]) -> tuple[set[int], set[int], set[str]]:
+            out: tuple[set[int], set[int], set[str]] = (set(), set(), set())
+            for table, column, into in (("calls", "digest", out[0]), ("prompts", "digest", out[1]),
+                                        ("marks", "key", out[2])):
+                rows = c.execute(
+                    f"SELECT a.{column} FROM ccotel.{table} a WHERE a.anchor = ANY(%s) AND NOT EXISTS"  # noqa: S608
+                    f" (SELECT 1 FROM ccotel.{table} b WHERE b.{column} = a.{column} AND b.anchor <> ALL(%s))",
+                    (anchors, anchors)).fetchall()
+                into.update(r[0] for r in rows)
+            return out
+
+        return self._read(query)
+
+    def sizes(self) -> dict[str, int]:
+        def query(c: psycopg.Connection[Any]) -> dict[str, int]:
+            out = {t: int(c.execute(f"SELECT count(*) FROM ccotel.{t}").fetchone()[0])  # type: ignore[index]  # noqa: S608
+                   for t in ("files", "acked_ids", "claims", "calls", "prompts", "counters", "marks", "mark_claims",
+                                 "host_marks")}
+            out["acked"] = out["legacy_files"] = 0
+            out["bytes"] = int(c.execute(
+                "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c JOIN pg_namespace n ON "
+                "n.oid = c.relnamespace WHERE n.nspname = 'ccotel' AND c.relkind = 'r'").fetchone()[0])  # type: ignore[index]
+            return out
+
+        return self._read(query)
+
+    def describe(self) -> str:
+        return f"{self.path} (host {self.host})"
+
+    # -- claiming --------------------------------------------------------------------
+
+    def claim(self, span_ids: list[int], anchor: int) -> set[int]:
+        """Of these spans, the ones this host sends and counts: those it inserted into ``claims``
+        now or before (a restart builds them again); another host's are not. Waits for the server
+        when it is away (nothing is sent that no host may have claimed)."""
+        if not span_ids:
+            return set()
+        ids = sorted({_signed(s) for s in span_ids})  # one order for every host: no deadlock between two
+        own = self._anchor(anchor)
+
+        def claim(c: psycopg.Connection[Any]) -> set[int]:
+            with c.transaction():
+                won = {r[0] for r in c.execute(
+                    "INSERT INTO ccotel.claims (span_id, hid, anchor) SELECT unnest(%s::bigint[]), %s, %s "
+                    "ON CONFLICT (span_id) DO NOTHING RETURNING span_id", (ids, self._hid, own)).fetchall()}
+                rest = [i for i in ids if i not in won]
+                if rest:
+                    won.update(r[0] for r in c.execute(
+                        "SELECT span_id FROM ccotel.claims WHERE span_id = ANY(%s) AND hid = %s",
+                        (rest, self._hid)).fetchall())
+            return won
+
+        return {_unsigned(v) for v in self._until_written(claim)}
+
+    def claim_mark(self, mark: str, anchor: int) -> bool:
+        """True if this host is the first to record the one-off event ``mark`` (it counts it)."""
+        if mark == CAUGHT_UP:
+            return True
+
+        def insert(c: psycopg.Connection[Any]) -> bool:
+            with c.transaction():
+                c.execute("INSERT INTO ccotel.marks VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
+                          (mark, self._anchor(anchor), self._hid))
+                # the unique key decides which host counts it (this host before a restart too)
+                won = c.execute("INSERT INTO ccotel.mark_claims VALUES (%s, %s) ON CONFLICT DO NOTHING "
+                                "RETURNING key", (mark, self._hid)).fetchone()
+            return won is not None
+
+        return self._until_written(insert)
+
+    def _until_written(self, fn: Callable[[psycopg.Connection[Any]], T]) -> T:
+        delay = 0.1
+        while True:
+            try:
+                with self._lock:
+                    result = self._link.run(fn)
+                if self._outage_logged:
+                    log.warning("state %s reachable again", self.path)
+                    self._outage_logged = False
+                return result
+            except (psycopg.OperationalError, psycopg.errors.DeadlockDetected,
+                    psycopg.errors.SerializationFailure) as exc:
+                if not self._outage_logged and isinstance(exc, psycopg.OperationalError):
+                    self._outage_logged = True
+                    log.error("state %s unreachable (%s): waiting for it before sending more spans", self.path,
+                              self._link.error(exc))
+                    if self.on_error is not None:
+                        self.on_error("io_error")
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
+
+    # -- committing ------------------------------------------------------------------
+
+    @property
+    def pending(self) -> int:
+        with self._lock:
+            return sum(c.size() for c in (self._pending, self._unsure[1] if self._unsure else None) if c is not None)
+
+    def commit(self, c: Commit) -> bool:
+        with self._lock:
+            if c.empty() and self._pending is None and self._unsure is None:
+                return True
+            if self._pending is None:
+                self._pending = Commit()
+            self._pending.merge(c)
+            return self._flush()
+
+    def retry(self) -> bool:
+        with self._lock:
+            if self._pending is None and self._unsure is None:
+                return True
+            if self._pending is None:
+                self._pending = Commit()
+            return self._flush()
+
+    def _flush(self) -> bool:
+        """Write what is pending (after settling a commit whose answer was lost); the caller holds the lock."""
+        assert self._pending is not None
+        try:
+            if self._unsure is not None:
+                seq, earlier = self._unsure
+                row = self._link.run(lambda c: c.execute(
+                    "SELECT commit_seq FROM ccotel.hosts WHERE hid = %s", (self._hid,)).fetchone())
+                self._unsure = None
+                if row is not None and int(row[0]) >= seq:  # it was written: never write it again
+                    self._seq = seq
+                    self._committed.update(earlier.counters)
+                else:
+                    earlier.merge(self._pending)
+                    self._pending = earlier
+        except psycopg.Error as exc:
+            self._failed(self._pending, exc)
+            return False
+        c, seq = self._pending, self._seq + 1
+        try:
+            self._link.run(lambda conn: self._write_commit(conn, c, seq))
+        except psycopg.Error as exc:
+            self._pending = None
+            self._unsure = (seq, c)
+            self._failed(c, exc)
+            return False
+        self._seq = seq
+        self._committed.update(c.counters)
+        self._pending = None
+        if self.failures:
+            log.warning("checkpoints written again to %s (after %d failed attempts); nothing was lost", self.path,
+                        self.failures)
+        self.failures = 0
+        return True
+
+    def _write_commit(self, conn: psycopg.Connection[Any], c: Commit, seq: int) -> None:
+        hid = self._hid
+        with conn.transaction():
+            cur = conn.cursor()
+            if c.offsets:
+                cur.executemany(
+                    "INSERT INTO ccotel.files VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (hid, path) DO "
+                    "UPDATE SET dev = excluded.dev, ino = excluded.ino, head_len = excluded.head_len, fingerprint = "
+                    "excluded.fingerprint, read_offset = excluded.read_offset, read_to = excluded.read_to",
+                    [(hid, path, ident.dev if ident else None, ident.ino if ident else None,
+                      ident.head_len if ident else None, ident.fingerprint if ident else None, offset, read_to)
+                     for path, (ident, offset, read_to) in c.offsets.items()])
+            if c.forget_files:
+                anchors = [self._anchor(anchor_of(p)) for p in c.forget_files]
+                cur.execute("DELETE FROM ccotel.files WHERE hid = %s AND path = ANY(%s)", (hid, c.forget_files))
+                for table in ("calls", "prompts", "marks", "claims"):
+                    cur.execute(f"DELETE FROM ccotel.{table} WHERE anchor = ANY(%s)", (anchors,))  # noqa: S608
+                # a mark no file holds any more was counted for the last time
+                cur.execute("DELETE FROM ccotel.mark_claims m WHERE m.hid = %s AND NOT EXISTS "
+                            "(SELECT 1 FROM ccotel.marks k WHERE k.key = m.key)", (hid,))
+            by_owner: dict[str, list[int]] = {}
+            for span_id, owner in c.acked:
+                by_owner.setdefault(owner, []).append(span_id)
+            if by_owner:
+                cur.executemany("INSERT INTO ccotel.acked_ids VALUES (%s, %s, %s)",
+                                [(hid, o, _pack(ids)) for o, ids in by_owner.items()])
+            if c.done_owners:
+                cur.execute("DELETE FROM ccotel.acked_ids WHERE hid = %s AND owner = ANY(%s)", (hid, c.done_owners))
+            for table, rows in (("calls", c.calls), ("prompts", c.prompts)):
+                if rows:
+                    digests = [d for d, _a in rows]
+                    anchors = [self._anchor(a) for _d, a in rows]
+                    cur.execute(f"INSERT INTO ccotel.{table} SELECT d, a, %s FROM unnest(%s::bigint[], "  # noqa: S608
+                                f"%s::bigint[]) AS t(d, a) ON CONFLICT DO NOTHING", (hid, digests, anchors))
+            added = [(hid, k, v - self._committed.get(k, 0.0)) for k, v in c.counters.items()]
+            added = [row for row in added if row[2]]
+            if added:
+                cur.executemany("INSERT INTO ccotel.counters VALUES (%s, %s, %s) ON CONFLICT (hid, key) DO UPDATE "
+                                "SET value = ccotel.counters.value + excluded.value", added)
+            for key, anchor in c.marks:
+                if key == CAUGHT_UP:
+                    cur.execute("INSERT INTO ccotel.host_marks VALUES (%s, %s) ON CONFLICT DO NOTHING", (hid, key))
+                else:
+                    cur.execute("INSERT INTO ccotel.marks VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
+                                (key, self._anchor(anchor), hid))
+            cur.execute("UPDATE ccotel.hosts SET commit_seq = %s, seen_at = now() WHERE hid = %s", (seq, hid))
+
+    def _failed(self, c: Commit, exc: BaseException) -> None:
+        self.failures += 1
+        if self.failures == 1:
+            log.error("checkpoint not written to %s (%s); ccotel keeps reading and exporting, keeps what it must "
+                      "write in memory and retries with every commit", self.path, self._link.error(exc))
+        else:
+            log.debug("checkpoint still not written (%s), attempt %d", self._link.error(exc), self.failures)
+        if self.on_error is not None:
+            self.on_error("io_error")
+
+    def close(self) -> None:
+        with self._lock:
+            self._link.close()
+
+
+# -- the host's lock -----------------------------------------------------------------
+
+
+class HostLock(StateLock):
+    """This host id's session lock in PostgreSQL (``pg_try_advisory_lock``), held on a
+    connection of its own for the life of the process: two ccotel with one host id would send
+    and count the same spans, as two on one state dir would."""
+
+    def __init__(self, where: str, conn: psycopg.Connection[Any]) -> None:
+        super().__init__(where, None)
+        self._conn: psycopg.Connection[Any] | None = conn
+
+    def release(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+
+def lock_host(url: str, host: str) -> HostLock:
+    where = masked(url)
+    try:
+        conn = connect(url)
+        row = conn.execute("SELECT pg_try_advisory_lock(hashtextextended(%s, 0))", (f"ccotel host {host}",)).fetchone()
+    except psycopg.Error as exc:
+        raise StateUnavailable(f"the state {where} cannot be used ({scrub(str(exc).strip(), url)})") from None
+    if not (row and row[0]):
+        conn.close()
+        raise StateLocked(f"another ccotel is using the host id {host!r} in the state {where}; two cannot share one "
+                          f"(each would send and count the same spans): stop it first, or give this one its own "
+                          f"--host-id", None)
+    return HostLock(where, conn)
+
+
+# -- the usage ledger ----------------------------------------------------------------
+
+
+class PgLedger(Ledger):
+    """The usage ledger in PostgreSQL (schema ``ccotel_ledger``), shared by the fleet: ``ccotel
+    report`` on any host sums every host's calls. The roots it covers and its last write are kept
+    per host. A failed write (the server away) keeps its rows and writes them with the next one
+    (the upserts are idempotent) or at ``close``."""
+
+    MAX_BACKLOG = 200_000  # rows kept while the server is away (then the oldest are dropped, counted)
+
+    def __init__(self, url: str, host: str, roots: Sequence[str] = (), clock: Any = time.time_ns) -> None:  # noqa: D107
+        self.path = masked(url)
+        self.url = url
+        self.host = host
+        self.clock = clock
+        self._link = _Link(url)
+        self._backlog: list[Rows] = []
+        try:
+            self._link.run(lambda c: migrate(c, self.path))
+        except (psycopg.Error, StateError) as exc:
+            raise LedgerError(f"{self.path}: {scrub(str(exc).strip(), url)}") from None
+        if roots:
+            import os
+
+            known = set(self.coverage().roots)
+            new = {os.path.realpath(r) for r in roots} - known
+            if new:
+                self._set_meta("roots", "\n".join(sorted(known | new)))
+
+    def _write(self, rows: Rows) -> None:
+        self._backlog.append(rows)
+        while sum(len(r) for b in self._backlog for r in b) > self.MAX_BACKLOG and len(self._backlog) > 1:
+            self._backlog.pop(0)
+        try:
+            self._link.run(self._write_backlog)
+        except psycopg.Error as exc:
+            raise LedgerWriteError(self._link.error(exc)) from None
+        self._backlog = []
+
+    def _write_backlog(self, c: psycopg.Connection[Any]) -> None:
+        with c.transaction():
+            cur = c.cursor()
+            for calls, tools, agents, turns in self._backlog:
+                if calls:
+                    cur.executemany(_PG_UPSERT_CALL, calls)
+                for sql, rows in ((_PG_UPSERT_TOOL, tools), (_PG_UPSERT_AGENT, agents), (_PG_UPSERT_TURN, turns)):
+                    if rows:
+                        cur.executemany(sql, rows)
+            self._set_meta_in(c, "updated_ns", str(self.clock()))
+
+    def close(self) -> None:
+        deadline = time.monotonic() + 5.0
+        while self._backlog and time.monotonic() < deadline:
+            try:
+                self._link.run(self._write_backlog)
+                self._backlog = []
+            except psycopg.Error:
+                time.sleep(0.2)
+        if self._backlog:
+            log.error("usage ledger %s: %d batches of rows could not be written (the server is away)", self.path,
+                      len(self._backlog))
+        self._link.close()
+
+    def _rows(self, sql: str, args: Sequence[Any]) -> Iterator[Sequence[Any]]:
+        pg = sql.replace("?", "%s").replace(" FROM calls", " FROM ccotel_ledger.calls") \
+            .replace(" FROM tools", " FROM ccotel_ledger.tools").replace(" FROM agents", " FROM ccotel_ledger.agents") \
+            .replace(" FROM turns", " FROM ccotel_ledger.turns")
+        try:
+            return iter(self._link.run(lambda c: c.execute(pg.encode(), list(args)).fetchall()))
+        except psycopg.Error as exc:
+            raise LedgerError(f"{self.path}: {self._link.error(exc)}") from None
+
+    def _meta(self, key: str) -> str | None:
+        try:
+            row = self._link.run(lambda c: c.execute("SELECT value FROM ccotel_ledger.meta WHERE key = %s",
+                                                     (f"{key}@{self.host}",)).fetchone())
+        except psycopg.Error as exc:
+            raise LedgerError(f"{self.path}: {self._link.error(exc)}") from None
+        return None if row is None else str(row[0])
+
+    def _set_meta(self, key: str, value: str) -> None:
+        self._link.run(lambda c: self._set_meta_in(c, key, value))
+
+    def _set_meta_in(self, c: psycopg.Connection[Any], key: str, value: str) -> None:
+        c.execute("INSERT INTO ccotel_ledger.meta VALUES (%s, %s) ON CONFLICT (key) DO UPDATE SET value = "
+                  "excluded.value", (f"{key}@{self.host}", value))
+
+
+_PG_UPSERT_CALL = ("INSERT INTO ccotel_ledger.calls AS calls VALUES (" + ",".join(["%s"] * 19) + ") "
+                   "ON CONFLICT (key) DO UPDATE SET time_ns = greatest(calls.time_ns, excluded.time_ns),"
+                   + UPSERT_CALL_SET)
+
+
+def _replace(table: str, columns: Sequence[str], key: Sequence[str]) -> str:
+    sets = ", ".join(f"{c} = excluded.{c}" for c in columns if c not in key)
+    return (f"INSERT INTO ccotel_ledger.{table} VALUES ({','.join(['%s'] * len(columns))}) "  # noqa: S608
+            f"ON CONFLICT ({', '.join(key)}) DO UPDATE SET {sets}")
+
+
+_PG_UPSERT_TOOL = _replace("tools", ("session_id", "tool_use_id", "time_ns", "end_ns", "name", "agent_id",
+                                     "error_type", "repaired"), ("session_id", "tool_use_id"))
+_PG_UPSERT_AGENT = _replace("agents", ("session_id", "agent_key", "time_ns", "end_ns", "agent_type", "background",
+                                       "interrupted"), ("session_id", "agent_key"))
+_PG_UPSERT_TURN = _replace("turns", ("session_id", "span_id", "time_ns", "end_ns", "cwd", "project", "version",
+                                     "outcome", "api_calls", "tool_calls", "api_errors", "orphaned_tools",
+                                     "lost_tools", "stalled"), ("session_id", "span_id"))
+
+
+def open_report_ledger(url: str, host: str, roots: Sequence[str]) -> PgLedger | None:
+    """The shared ledger for ``ccotel report`` on this host: if this host's ccotel recorded
+    exactly these roots (as report.open_ledger asks of a ledger.db), else None (the report then
+    reads the transcripts). Its rows are the whole fleet's: a session that moved between hosts
+    is reported whole on either."""
+    import os
+
+    try:
+        ledger = PgLedger(url, host)
+    except LedgerError as exc:
+        log.warning("ledger not used: %s", exc)
+        return None
+    if ledger.coverage().roots != frozenset(os.path.realpath(r) for r in roots):
+        ledger.close()
+        return None
+    return ledger
