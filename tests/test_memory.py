@@ -15,7 +15,7 @@ glibc_only = pytest.mark.skipif(not Heap().available, reason="glibc's malloc onl
 
 _PRELUDE = textwrap.dedent("""
     import sys
-    from ccotel.memory import Heap
+    from ccotel.run.memory import Heap
 
     def anon_kb():
         with open("/proc/self/status") as f:
