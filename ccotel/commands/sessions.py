@@ -36,6 +36,14 @@ from ccotel.read.discover import default_roots
 from ccotel.read.shard import Group
 from ccotel.records import FileKind, SpanRecord, StatusCode, TranscriptFile
 from ccotel.run.pipeline import Options, Pipeline, discover, session_groups
+from ccotel.spans.attributes import (
+    CLAUDE_CODE_ADVISOR,
+    CLAUDE_CODE_CWD,
+    CLAUDE_CODE_TURN_OUTCOME,
+    CLAUDE_CODE_VERSION,
+    GEN_AI_OPERATION_NAME,
+    SESSION_ID,
+)
 from ccotel.spans.build import Conventions
 from ccotel.spans.pricing import DEFAULT_PRICING, Pricing, load_overrides
 
@@ -196,7 +204,7 @@ def collect_spans(options: Options, ref: SessionRef) -> SessionSpans:
         known = {s.span_id for s in closed}
         extra = [s for s in everything if s.span_id not in known]
         spans, open_ids = closed + extra, frozenset(s.span_id for s in extra)
-    mine = tuple(s for s in spans if s.attributes.get("session.id") == ref.session_id)
+    mine = tuple(s for s in spans if s.attributes.get(SESSION_ID) == ref.session_id)
     return SessionSpans(ref, mine, open_ids)
 
 
@@ -252,28 +260,28 @@ def summarize(ss: SessionSpans, health: Health, short_id: str) -> SessionSummary
     turns = sorted((s for s in spans if s.parent_span_id is None and s.name == TURN_SPAN), key=lambda s: s.start_ns)
     open_turns = sum(1 for t in turns if t.span_id in ss.open_ids)
     done = [t for t in turns if t.span_id not in ss.open_ids]
-    outcomes = Counter(str(t.attributes.get("claude_code.turn.outcome", "incomplete")) for t in done)
+    outcomes = Counter(str(t.attributes.get(CLAUDE_CODE_TURN_OUTCOME, "incomplete")) for t in done)
     last_outcome = None
     if turns:
         last_turn = turns[-1]
         last_outcome = "open" if last_turn.span_id in ss.open_ids else \
-            str(last_turn.attributes.get("claude_code.turn.outcome", "incomplete"))
+            str(last_turn.attributes.get(CLAUDE_CODE_TURN_OUTCOME, "incomplete"))
     usage = session_usage(spans).get(ref.session_id)
-    chats = [s for s in spans if s.attributes.get("gen_ai.operation.name") == "chat"]
-    tools = [s for s in spans if s.attributes.get("gen_ai.operation.name") == "execute_tool"]
+    chats = [s for s in spans if s.attributes.get(GEN_AI_OPERATION_NAME) == "chat"]
+    tools = [s for s in spans if s.attributes.get(GEN_AI_OPERATION_NAME) == "execute_tool"]
     first = min((s.start_ns for s in spans), default=None)
     # the transcript's own time; the file's mtime only for a session without a span (a ghost)
     last = max((s.end_ns for s in spans), default=ref.last_write_ns)
     last_calls = sorted((s for s in chats if turns and s.trace_id == turns[-1].trace_id
-                         and not s.attributes.get("claude_code.advisor")), key=lambda s: s.start_ns)
+                         and not s.attributes.get(CLAUDE_CODE_ADVISOR)), key=lambda s: s.start_ns)
     ends_in_api_error = bool(last_calls) and "error.type" in last_calls[-1].attributes
     return SessionSummary(
         session_id=ref.session_id, short_id=short_id, project=ref.project,
-        cwd=next((str(t.attributes["claude_code.cwd"]) for t in reversed(turns) if "claude_code.cwd" in t.attributes),
+        cwd=next((str(t.attributes[CLAUDE_CODE_CWD]) for t in reversed(turns) if CLAUDE_CODE_CWD in t.attributes),
                  None),
         path=ref.main_paths[0], first_ns=first, last_ns=last,
-        versions=tuple(dict.fromkeys(str(t.attributes["claude_code.version"]) for t in turns
-                                     if "claude_code.version" in t.attributes)),
+        versions=tuple(dict.fromkeys(str(t.attributes[CLAUDE_CODE_VERSION]) for t in turns
+                                     if CLAUDE_CODE_VERSION in t.attributes)),
         models=tuple(sorted(usage.models)) if usage else (),
         turns=len(turns), open_turns=open_turns, outcomes=dict(outcomes), last_outcome=last_outcome,
         api_calls=usage.api_calls if usage else 0,

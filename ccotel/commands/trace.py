@@ -34,6 +34,26 @@ from ccotel.commands.sessions import (
     options_from_args,
 )
 from ccotel.records import SpanRecord
+from ccotel.spans.attributes import (
+    CLAUDE_CODE_ADVISOR,
+    CLAUDE_CODE_AGENT_BACKGROUND,
+    CLAUDE_CODE_AGENT_ID,
+    CLAUDE_CODE_COST_UNPRICED,
+    CLAUDE_CODE_COST_USD,
+    CLAUDE_CODE_CWD,
+    CLAUDE_CODE_TOOL_BACKGROUND,
+    CLAUDE_CODE_TURN_API_CALLS,
+    CLAUDE_CODE_TURN_API_ERRORS,
+    CLAUDE_CODE_TURN_OUTCOME,
+    CLAUDE_CODE_TURN_TOOL_CALLS,
+    CLAUDE_CODE_VERSION,
+    GEN_AI_OPERATION_NAME,
+    GEN_AI_RESPONSE_MODEL,
+    GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS,
+    GEN_AI_USAGE_CACHE_WRITE_INPUT_TOKENS,
+    GEN_AI_USAGE_INPUT_TOKENS,
+    GEN_AI_USAGE_OUTPUT_TOKENS,
+)
 
 __all__ = [
     "Row",
@@ -112,7 +132,7 @@ def select_turn(turns: Sequence[TurnTrace], n: int | None) -> TurnTrace:
 
 def _order(s: SpanRecord) -> tuple[int, int, str, int]:
     # advisor calls start with their chat span: keep them right under it, before its tool calls
-    return (s.start_ns, 0 if s.attributes.get("claude_code.advisor") else 1, s.name, s.span_id)
+    return (s.start_ns, 0 if s.attributes.get(CLAUDE_CODE_ADVISOR) else 1, s.name, s.span_id)
 
 
 def _tops(spans: Sequence[SpanRecord]) -> list[SpanRecord]:
@@ -145,9 +165,9 @@ def rows_of(turn: TurnTrace) -> list[Row]:
 
 
 def _kind(s: SpanRecord) -> str:
-    op = s.attributes.get("gen_ai.operation.name")
+    op = s.attributes.get(GEN_AI_OPERATION_NAME)
     if op == "chat":
-        return "advisor" if s.attributes.get("claude_code.advisor") else "chat"
+        return "advisor" if s.attributes.get(CLAUDE_CODE_ADVISOR) else "chat"
     if op == "execute_tool":
         return "tool"
     return "turn" if s.name == TURN_SPAN and s.parent_span_id is None else "agent"
@@ -171,14 +191,14 @@ def _duration(ns: int) -> str:
 
 
 def _tokens(a: dict[str, Any]) -> str:
-    text = (f"in {_compact(int(a.get('gen_ai.usage.input_tokens', 0)))} "
-            f"out {_compact(int(a.get('gen_ai.usage.output_tokens', 0)))} "
-            f"cr {_compact(int(a.get('gen_ai.usage.cache_read.input_tokens', 0)))} "
-            f"cw {_compact(int(a.get('gen_ai.usage.cache_write.input_tokens', 0)))}")
-    cost = a.get("claude_code.cost.usd")
+    text = (f"in {_compact(int(a.get(GEN_AI_USAGE_INPUT_TOKENS, 0)))} "
+            f"out {_compact(int(a.get(GEN_AI_USAGE_OUTPUT_TOKENS, 0)))} "
+            f"cr {_compact(int(a.get(GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS, 0)))} "
+            f"cw {_compact(int(a.get(GEN_AI_USAGE_CACHE_WRITE_INPUT_TOKENS, 0)))}")
+    cost = a.get(CLAUDE_CODE_COST_USD)
     if cost is not None:
         text += f" ${float(cost):.4f}"
-    elif a.get("claude_code.cost.unpriced"):
+    elif a.get(CLAUDE_CODE_COST_UNPRICED):
         text += " unpriced"
     return text
 
@@ -187,22 +207,22 @@ def _info(s: SpanRecord, open_ids: frozenset[int]) -> Text:
     a, kind = s.attributes, _kind(s)
     parts: list[tuple[str, str]] = []
     if kind == "turn":
-        outcome = "open (still running)" if s.span_id in open_ids else str(a.get("claude_code.turn.outcome", ""))
+        outcome = "open (still running)" if s.span_id in open_ids else str(a.get(CLAUDE_CODE_TURN_OUTCOME, ""))
         parts.append((outcome, "bold red" if is_error(s, open_ids) else "bold"))
-        parts.append((f" · {_n(int(a.get('claude_code.turn.api_calls', 0)), 'call')}"
-                      f" · {_n(int(a.get('claude_code.turn.tool_calls', 0)), 'tool')}", ""))
-        if a.get("claude_code.turn.api_errors"):
-            parts.append((f" · {_n(int(a['claude_code.turn.api_errors']), 'API error')}", "red"))
+        parts.append((f" · {_n(int(a.get(CLAUDE_CODE_TURN_API_CALLS, 0)), 'call')}"
+                      f" · {_n(int(a.get(CLAUDE_CODE_TURN_TOOL_CALLS, 0)), 'tool')}", ""))
+        if a.get(CLAUDE_CODE_TURN_API_ERRORS):
+            parts.append((f" · {_n(int(a[CLAUDE_CODE_TURN_API_ERRORS]), 'API error')}", "red"))
     elif kind in ("chat", "advisor"):
-        if "gen_ai.usage.output_tokens" in a:
+        if GEN_AI_USAGE_OUTPUT_TOKENS in a:
             parts.append(((("advisor " if kind == "advisor" else "") + _tokens(a)), ""))
     elif kind == "agent":
-        agent = str(a.get("claude_code.agent_id", ""))[:8]
-        parts.append((f"agent {agent} · {_n(int(a.get('claude_code.turn.api_calls', 0)), 'call')}", ""))
-        if a.get("claude_code.agent.background"):
+        agent = str(a.get(CLAUDE_CODE_AGENT_ID, ""))[:8]
+        parts.append((f"agent {agent} · {_n(int(a.get(CLAUDE_CODE_TURN_API_CALLS, 0)), 'call')}", ""))
+        if a.get(CLAUDE_CODE_AGENT_BACKGROUND):
             parts.append((" · background", "cyan"))
     elif kind == "tool":
-        if a.get("claude_code.tool.background"):
+        if a.get(CLAUDE_CODE_TOOL_BACKGROUND):
             parts.append(("background", "cyan"))
         if _still_running(s, open_ids):
             parts.append(("running: no result yet", "yellow"))
@@ -302,28 +322,28 @@ def render_turn(turn: TurnTrace, ss: SessionSpans, count: int, width: int) -> Re
 def _header(turn: TurnTrace, ss: SessionSpans, count: int) -> list[Text]:
     root, spans = turn.root, turn.spans
     a = root.attributes
-    chats = [s for s in spans if "gen_ai.usage.output_tokens" in s.attributes]
-    cost = sum(float(s.attributes.get("claude_code.cost.usd", 0.0)) for s in chats)
-    unpriced = any(s.attributes.get("claude_code.cost.unpriced") for s in chats)
-    models = sorted({str(s.attributes["gen_ai.response.model"]) for s in chats
-                     if "gen_ai.response.model" in s.attributes})
+    chats = [s for s in spans if GEN_AI_USAGE_OUTPUT_TOKENS in s.attributes]
+    cost = sum(float(s.attributes.get(CLAUDE_CODE_COST_USD, 0.0)) for s in chats)
+    unpriced = any(s.attributes.get(CLAUDE_CODE_COST_UNPRICED) for s in chats)
+    models = sorted({str(s.attributes[GEN_AI_RESPONSE_MODEL]) for s in chats
+                     if GEN_AI_RESPONSE_MODEL in s.attributes})
     api_errors = [s for s in spans if _kind(s) == "chat" and is_error(s, ss.open_ids)]
     tool_errors = [s for s in spans if _kind(s) == "tool" and is_error(s, ss.open_ids)]
     agents = [s for s in spans if _kind(s) == "agent"]
     outcome = "open (still running; shown as of now, not exported yet)" if turn.is_open else \
-        str(a.get("claude_code.turn.outcome", "incomplete"))
+        str(a.get(CLAUDE_CODE_TURN_OUTCOME, "incomplete"))
     title = Text(f"session {ss.ref.session_id}  turn {turn.index}/{count}  trace {turn.trace_id:032x}", style="bold")
     when = Text(f"started {_clock(turn.start_ns)} UTC · took {_duration(turn.end_ns - turn.start_ns)} · outcome ")
     when.append(outcome, style="bold red" if is_error(root, ss.open_ids) else
                 ("yellow" if turn.is_open else "bold green"))
-    if a.get("claude_code.version"):
-        when.append(f" · Claude Code {a['claude_code.version']}")
+    if a.get(CLAUDE_CODE_VERSION):
+        when.append(f" · Claude Code {a[CLAUDE_CODE_VERSION]}")
     lines = [title, when]
-    if a.get("claude_code.cwd"):
-        lines.append(Text(f"cwd {a['claude_code.cwd']}"))
+    if a.get(CLAUDE_CODE_CWD):
+        lines.append(Text(f"cwd {a[CLAUDE_CODE_CWD]}"))
     sums = {k: sum(int(s.attributes.get(k, 0)) for s in chats) for k in (
-        "gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens", "gen_ai.usage.cache_read.input_tokens",
-        "gen_ai.usage.cache_write.input_tokens")}
+        GEN_AI_USAGE_INPUT_TOKENS, GEN_AI_USAGE_OUTPUT_TOKENS, GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS,
+        GEN_AI_USAGE_CACHE_WRITE_INPUT_TOKENS)}
     calls = [s for s in spans if _kind(s) == "chat"]
     advisors = sum(1 for s in spans if _kind(s) == "advisor")
     tools = sum(1 for s in spans if _kind(s) == "tool")
@@ -347,7 +367,7 @@ def _errors(rows: Sequence[Row], open_ids: frozenset[int]) -> list[Text]:
     for r in rows:
         s = r.span
         if is_error(s, open_ids):
-            err = s.attributes.get("error.type") or s.attributes.get("claude_code.turn.outcome") or "error"
+            err = s.attributes.get("error.type") or s.attributes.get(CLAUDE_CODE_TURN_OUTCOME) or "error"
             line = Text(f"✗ {s.name} at +{_duration(s.start_ns - rows[0].span.start_ns)}: {err}", style="red")
             if s.status_message and s.status_message != err:
                 line.append(f": {s.status_message}")
@@ -407,21 +427,21 @@ def _span_json(s: SpanRecord, open_ids: frozenset[int]) -> dict[str, Any]:
 
 def _turn_summary(t: TurnTrace) -> dict[str, Any]:
     spans = t.spans
-    chats = [s for s in spans if "gen_ai.usage.output_tokens" in s.attributes]
+    chats = [s for s in spans if GEN_AI_USAGE_OUTPUT_TOKENS in s.attributes]
     return {
         "turn": t.index, "traceId": f"{t.trace_id:032x}", "start": _iso(t.start_ns), "end": _iso(t.end_ns),
         "durationS": (t.end_ns - t.start_ns) / 1e9,
-        "outcome": "open" if t.is_open else t.root.attributes.get("claude_code.turn.outcome"),
+        "outcome": "open" if t.is_open else t.root.attributes.get(CLAUDE_CODE_TURN_OUTCOME),
         "apiCalls": sum(1 for s in spans if _kind(s) == "chat"),
         "toolCalls": sum(1 for s in spans if _kind(s) == "tool"),
         "subagents": sum(1 for s in spans if _kind(s) == "agent"),
         "apiErrors": sum(1 for s in spans if _kind(s) == "chat" and is_error(s, t.open_ids)),
         "toolErrors": sum(1 for s in spans if _kind(s) == "tool" and is_error(s, t.open_ids)),
-        "inputTokens": sum(int(s.attributes.get("gen_ai.usage.input_tokens", 0)) for s in chats),
-        "outputTokens": sum(int(s.attributes.get("gen_ai.usage.output_tokens", 0)) for s in chats),
-        "cacheReadTokens": sum(int(s.attributes.get("gen_ai.usage.cache_read.input_tokens", 0)) for s in chats),
-        "cacheWriteTokens": sum(int(s.attributes.get("gen_ai.usage.cache_write.input_tokens", 0)) for s in chats),
-        "cost": round(sum(float(s.attributes.get("claude_code.cost.usd", 0.0)) for s in chats), 9),
+        "inputTokens": sum(int(s.attributes.get(GEN_AI_USAGE_INPUT_TOKENS, 0)) for s in chats),
+        "outputTokens": sum(int(s.attributes.get(GEN_AI_USAGE_OUTPUT_TOKENS, 0)) for s in chats),
+        "cacheReadTokens": sum(int(s.attributes.get(GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS, 0)) for s in chats),
+        "cacheWriteTokens": sum(int(s.attributes.get(GEN_AI_USAGE_CACHE_WRITE_INPUT_TOKENS, 0)) for s in chats),
+        "cost": round(sum(float(s.attributes.get(CLAUDE_CODE_COST_USD, 0.0)) for s in chats), 9),
     }
 
 

@@ -17,6 +17,16 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from ccotel.records import SpanRecord
+from ccotel.spans.attributes import (
+    CLAUDE_CODE_PARENT_UUID,
+    CLAUDE_CODE_REQUEST_ID,
+    CLAUDE_CODE_TOOL_AGENT_ID,
+    CLAUDE_CODE_UUID,
+    GEN_AI_AGENT_DESCRIPTION,
+    GEN_AI_AGENT_ID,
+    GEN_AI_RESPONSE_ID,
+    GEN_AI_TOOL_CALL_ID,
+)
 
 __all__ = ["RpcStatus", "decode_partial_success", "decode_status", "encode_request", "encode_span"]
 
@@ -107,9 +117,9 @@ _KV_CACHE: dict[tuple[bytes, str, Any], bytes] = {}
 _KV_CACHE_MAX = 4096
 _KV_STR_VALUE_MAX = 128
 # Ids unique to one span: caching them would only evict the values that do repeat.
-_NEVER_CACHED = frozenset(("claude_code.uuid", "claude_code.parent_uuid", "claude_code.request_id",
-                           "gen_ai.response.id", "gen_ai.tool.call.id", "gen_ai.agent.id",
-                           "gen_ai.agent.description", "claude_code.tool.agent_id"))
+_NEVER_CACHED = frozenset((CLAUDE_CODE_UUID, CLAUDE_CODE_PARENT_UUID, CLAUDE_CODE_REQUEST_ID,
+                           GEN_AI_RESPONSE_ID, GEN_AI_TOOL_CALL_ID, GEN_AI_AGENT_ID,
+                           GEN_AI_AGENT_DESCRIPTION, CLAUDE_CODE_TOOL_AGENT_ID))
 
 
 def _key(k: str) -> bytes:

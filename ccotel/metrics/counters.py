@@ -20,6 +20,24 @@ from typing import TYPE_CHECKING
 
 from ccotel import __version__
 from ccotel.records import SpanRecord, StatusCode
+from ccotel.spans.attributes import (
+    CLAUDE_CODE_COMPACTION,
+    CLAUDE_CODE_COMPACTION_TRIGGER,
+    CLAUDE_CODE_COST_UNPRICED,
+    CLAUDE_CODE_COST_USD,
+    CLAUDE_CODE_TOOL_REPAIRED,
+    CLAUDE_CODE_TURN_LOST_TOOLS,
+    CLAUDE_CODE_TURN_OUTCOME,
+    CLAUDE_CODE_TURN_STALLED,
+    CLAUDE_CODE_USAGE_INPUT_TOKENS,
+    GEN_AI_AGENT_NAME,
+    GEN_AI_OPERATION_NAME,
+    GEN_AI_RESPONSE_MODEL,
+    GEN_AI_TOOL_NAME,
+    GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS,
+    GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS,
+    GEN_AI_USAGE_OUTPUT_TOKENS,
+)
 
 if TYPE_CHECKING:  # prometheus_client is loaded when metrics are served: catch-up workers only count
     from wsgiref.simple_server import WSGIServer
@@ -116,9 +134,9 @@ METRICS: dict[str, Spec] = {
                                       "(malformed_json, partial_front_matter, no_front_matter, bad_entry, bad_pid, "
                                       "unknown_status, ...).", ("reason",)),
 }
-_TOKEN_ATTRS = (("input", "claude_code.usage.input_tokens"), ("output", "gen_ai.usage.output_tokens"),
-                ("cache_read", "gen_ai.usage.cache_read.input_tokens"),
-                ("cache_creation", "gen_ai.usage.cache_creation.input_tokens"))
+_TOKEN_ATTRS = (("input", CLAUDE_CODE_USAGE_INPUT_TOKENS), ("output", GEN_AI_USAGE_OUTPUT_TOKENS),
+                ("cache_read", GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS),
+                ("cache_creation", GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS))
 
 
 Key = tuple[str, ...]  # (name, *label values): label values from transcripts hold any character
@@ -378,9 +396,9 @@ def _span_increments(s: SpanRecord, buckets: _BucketKeys | None = None) -> list[
     ran for every span built while following."""
     out: list[tuple[Key, float]] = []
     a = s.attributes
-    op = a.get("gen_ai.operation.name")
+    op = a.get(GEN_AI_OPERATION_NAME)
     if op == "chat":
-        model = str(a.get("gen_ai.response.model") or "unknown")
+        model = str(a.get(GEN_AI_RESPONSE_MODEL) or "unknown")
         if s.status is StatusCode.ERROR:
             out.append((("ccotel_api_errors", str(a.get("error.type", "api_error"))), 1.0))
             return out
@@ -388,19 +406,19 @@ def _span_increments(s: SpanRecord, buckets: _BucketKeys | None = None) -> list[
         for kind, attr in _TOKEN_ATTRS:
             if attr in a:
                 out.append((("ccotel_tokens", model, kind), float(a[attr])))
-        if "claude_code.cost.usd" in a:
-            out.append((("ccotel_cost_usd", model), float(a["claude_code.cost.usd"])))
-        elif a.get("claude_code.cost.unpriced"):
+        if CLAUDE_CODE_COST_USD in a:
+            out.append((("ccotel_cost_usd", model), float(a[CLAUDE_CODE_COST_USD])))
+        elif a.get(CLAUDE_CODE_COST_UNPRICED):
             out.append((("ccotel_unpriced_calls", model), 1.0))
     elif op == "execute_tool":
-        tool = str(a.get("gen_ai.tool.name", "unknown"))
+        tool = str(a.get(GEN_AI_TOOL_NAME, "unknown"))
         outcome = str(a.get("error.type", "ok")) if s.status is StatusCode.ERROR else "ok"
         out.append((("ccotel_tool_calls", tool, outcome), 1.0))
         seconds = max(s.end_ns - s.start_ns, 0) / 1e9
         out += (buckets or _BucketKeys()).from_(tool, seconds)
         out.append((("ccotel_tool_duration_seconds_sum", tool), seconds))
         out.append((("ccotel_tool_duration_seconds_count", tool), 1.0))
-        if outcome == "orphaned" or a.get("claude_code.tool.repaired"):
+        if outcome == "orphaned" or a.get(CLAUDE_CODE_TOOL_REPAIRED):
             out.append((("ccotel_orphaned_tool_uses", tool), 1.0))  # once: seen live, or only from the repair
     elif op == "invoke_agent":
         _agent_increments(s, a, out)
@@ -413,25 +431,25 @@ def _agent_increments(s: SpanRecord, a: Mapping[str, object], out: list[tuple[Ke
     def inc(name: str, *labels: str, value: float = 1.0) -> None:
         out.append((_key(name, labels), value))
 
-    if s.parent_span_id is None and a.get("gen_ai.agent.name") == "claude-code":
-        outcome = str(a.get("claude_code.turn.outcome", "incomplete"))
+    if s.parent_span_id is None and a.get(GEN_AI_AGENT_NAME) == "claude-code":
+        outcome = str(a.get(CLAUDE_CODE_TURN_OUTCOME, "incomplete"))
         inc("ccotel_turns", outcome)
         if outcome == "interrupted":
             inc("ccotel_user_interrupts")
         if outcome == "killed":
             inc("ccotel_killed_turns")
-        if a.get("claude_code.turn.lost_tools"):
+        if a.get(CLAUDE_CODE_TURN_LOST_TOOLS):
             # resumed on a branch without a call that never got its result: memory lost
             inc("ccotel_session_resets", "orphaned_tool_use", "transcript")
-        if a.get("claude_code.turn.stalled"):
+        if a.get(CLAUDE_CODE_TURN_STALLED):
             fate = {"completed": "recovered", "interrupted": "recovered"}.get(outcome, outcome)
             inc("ccotel_stalled_turns", fate)
     else:
-        inc("ccotel_subagents", str(a.get("gen_ai.agent.name", "subagent")))
+        inc("ccotel_subagents", str(a.get(GEN_AI_AGENT_NAME, "subagent")))
     _compactions(s, inc)
 
 
 def _compactions(s: SpanRecord, inc: Callable[..., None]) -> None:
     for e in s.events:
-        if e.name == "claude_code.compaction":
-            inc("ccotel_compactions", str(e.attributes.get("claude_code.compaction.trigger", "unknown")))
+        if e.name == CLAUDE_CODE_COMPACTION:
+            inc("ccotel_compactions", str(e.attributes.get(CLAUDE_CODE_COMPACTION_TRIGGER, "unknown")))

@@ -51,6 +51,22 @@ from ccotel import __version__
 from ccotel.export.sinks import resource_attributes
 from ccotel.export.transport import parse_headers
 from ccotel.records import SpanRecord, StatusCode
+from ccotel.spans.attributes import (
+    CLAUDE_CODE_ADVISOR,
+    GEN_AI_AGENT_NAME,
+    GEN_AI_OPERATION_NAME,
+    GEN_AI_PROVIDER_NAME,
+    GEN_AI_REQUEST_MODEL,
+    GEN_AI_RESPONSE_MODEL,
+    GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK,
+    GEN_AI_TOOL_NAME,
+    GEN_AI_TOOL_TYPE,
+    GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS,
+    GEN_AI_USAGE_CACHE_WRITE_INPUT_TOKENS,
+    GEN_AI_USAGE_INPUT_TOKENS,
+    GEN_AI_USAGE_OUTPUT_TOKENS,
+    GEN_AI_USAGE_REASONING_OUTPUT_TOKENS,
+)
 from ccotel.spans.build import PROVIDER, Conventions
 
 if TYPE_CHECKING:  # the SDK is imported when metrics are configured (2 MB, ~15 ms of every ccotel run)
@@ -78,15 +94,15 @@ TOKEN_BUCKETS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4
 
 # usage counter -> the chat span attribute it adds up (spans.py _usage_attrs)
 _USAGE_COUNTERS = (
-    ("gen_ai.client.inference.usage.input_tokens", "gen_ai.usage.input_tokens",
+    ("gen_ai.client.inference.usage.input_tokens", GEN_AI_USAGE_INPUT_TOKENS,
      "Input tokens used, cached ones included."),
-    ("gen_ai.client.inference.usage.output_tokens", "gen_ai.usage.output_tokens",
+    ("gen_ai.client.inference.usage.output_tokens", GEN_AI_USAGE_OUTPUT_TOKENS,
      "Output tokens used, reasoning ones included."),
-    ("gen_ai.client.inference.usage.cache_read.input_tokens", "gen_ai.usage.cache_read.input_tokens",
+    ("gen_ai.client.inference.usage.cache_read.input_tokens", GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS,
      "Input tokens served from the provider's cache."),
-    ("gen_ai.client.inference.usage.cache_write.input_tokens", "gen_ai.usage.cache_write.input_tokens",
+    ("gen_ai.client.inference.usage.cache_write.input_tokens", GEN_AI_USAGE_CACHE_WRITE_INPUT_TOKENS,
      "Input tokens written to the provider's cache."),
-    ("gen_ai.client.inference.usage.reasoning.output_tokens", "gen_ai.usage.reasoning.output_tokens",
+    ("gen_ai.client.inference.usage.reasoning.output_tokens", GEN_AI_USAGE_REASONING_OUTPUT_TOKENS,
      "Output tokens used for reasoning (extended thinking)."),
 )
 
@@ -268,7 +284,7 @@ class GenAIMetrics:
             if span.span_id in self._expected:
                 self._expected.discard(span.span_id)
                 return
-        op = span.attributes.get("gen_ai.operation.name")
+        op = span.attributes.get(GEN_AI_OPERATION_NAME)
         if op == "chat":
             self._chat(span)
         elif op == "execute_tool":
@@ -278,30 +294,30 @@ class GenAIMetrics:
 
     def _chat(self, s: SpanRecord) -> None:
         a = s.attributes
-        attrs: dict[str, str] = {"gen_ai.operation.name": "chat",
-                                 "gen_ai.provider.name": str(a.get("gen_ai.provider.name", PROVIDER))}
-        for key in ("gen_ai.request.model", "gen_ai.response.model"):
+        attrs: dict[str, str] = {GEN_AI_OPERATION_NAME: "chat",
+                                 GEN_AI_PROVIDER_NAME: str(a.get(GEN_AI_PROVIDER_NAME, PROVIDER))}
+        for key in (GEN_AI_REQUEST_MODEL, GEN_AI_RESPONSE_MODEL):
             if a.get(key):
                 attrs[key] = str(a[key])
         failed = s.status is StatusCode.ERROR
         if failed:
             attrs["error.type"] = str(a.get("error.type") or "_OTHER")
         # An advisor's span copies the response's times: its own duration is not known.
-        if not a.get("claude_code.advisor"):
+        if not a.get(CLAUDE_CODE_ADVISOR):
             seconds = _seconds(s)
             self._inference.record(seconds, attrs)
             if self._legacy is not None:
                 self._legacy[1].record(seconds, attrs)
-            first = a.get("gen_ai.response.time_to_first_chunk")
+            first = a.get(GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK)
             if first is not None and not failed:
                 self._first_chunk.record(float(first), attrs)
-        if failed or "gen_ai.usage.input_tokens" not in a:
+        if failed or GEN_AI_USAGE_INPUT_TOKENS not in a:
             return  # a failed call's usage was never billed (spans.py writes none)
         by_modality = {**attrs, "gen_ai.token.modality": "unknown"}
         for counter, attr in self._usage:
             if attr in a:
                 counter.add(int(a[attr]), by_modality)
-        tokens_in, tokens_out = int(a["gen_ai.usage.input_tokens"]), int(a.get("gen_ai.usage.output_tokens", 0))
+        tokens_in, tokens_out = int(a[GEN_AI_USAGE_INPUT_TOKENS]), int(a.get(GEN_AI_USAGE_OUTPUT_TOKENS, 0))
         self._op_input.record(tokens_in, attrs)
         self._op_output.record(tokens_out, attrs)
         if self._legacy is not None:
@@ -310,18 +326,18 @@ class GenAIMetrics:
 
     def _execute_tool(self, s: SpanRecord) -> None:
         a = s.attributes
-        attrs = {"gen_ai.tool.name": str(a.get("gen_ai.tool.name", "unknown"))}
-        if a.get("gen_ai.tool.type"):
-            attrs["gen_ai.tool.type"] = str(a["gen_ai.tool.type"])
+        attrs = {GEN_AI_TOOL_NAME: str(a.get(GEN_AI_TOOL_NAME, "unknown"))}
+        if a.get(GEN_AI_TOOL_TYPE):
+            attrs[GEN_AI_TOOL_TYPE] = str(a[GEN_AI_TOOL_TYPE])
         if s.status is StatusCode.ERROR:
             attrs["error.type"] = str(a.get("error.type") or "_OTHER")
         self._tool.record(_seconds(s), attrs)
 
     def _invoke_agent(self, s: SpanRecord) -> None:
         a = s.attributes
-        attrs: dict[str, Any] = {"gen_ai.operation.name": "invoke_agent"}
-        if a.get("gen_ai.agent.name"):
-            attrs["gen_ai.agent.name"] = str(a["gen_ai.agent.name"])
+        attrs: dict[str, Any] = {GEN_AI_OPERATION_NAME: "invoke_agent"}
+        if a.get(GEN_AI_AGENT_NAME):
+            attrs[GEN_AI_AGENT_NAME] = str(a[GEN_AI_AGENT_NAME])
         if s.status is StatusCode.ERROR:
             # turn outcomes (orphaned, interrupted, killed) and interrupted subagents: few values
             attrs["error.type"] = s.status_message or "_OTHER"

@@ -37,6 +37,55 @@ import orjson
 from ccotel.assemble import ids
 from ccotel.records import SpanEvent, SpanKind, SpanRecord, StatusCode
 from ccotel.rules import transcript as rules
+from ccotel.spans.attributes import (
+    CCOTEL_AGENT_STATUS,
+    CCOTEL_API_RETRY,
+    CCOTEL_API_RETRY_ERROR,
+    CCOTEL_API_RETRY_PREFIX,
+    CCOTEL_RELAY_LINKED,
+    CCOTEL_RELAY_OUTPUT_TOKENS_FINAL,
+    CCOTEL_RESULT_COUNT,
+    CCOTEL_RESULT_MODEL_USAGE_COST_USD,
+    CCOTEL_RESULT_MODEL_USAGE_MODELS,
+    CCOTEL_RESULT_MODEL_USAGE_PREFIX,
+    CCOTEL_RESULT_PERMISSION_DENIALS,
+    CCOTEL_RESULT_PERMISSION_DENIALS_TOOLS,
+    CCOTEL_RESULT_PREFIX,
+    CCOTEL_RESULT_USAGE_PREFIX,
+    CCOTEL_SOURCE,
+    CCOTEL_TURN_API_RETRIES,
+    CLAUDE_CODE_AGENT_BACKGROUND,
+    CLAUDE_CODE_AGENT_ID,
+    CLAUDE_CODE_AGENT_SPAWN_DEPTH,
+    CLAUDE_CODE_CWD,
+    CLAUDE_CODE_IS_SIDECHAIN,
+    CLAUDE_CODE_MESSAGE_LINES,
+    CLAUDE_CODE_REQUEST_ID,
+    CLAUDE_CODE_TOOL_AGENT_ID,
+    CLAUDE_CODE_TOOL_BACKGROUND,
+    CLAUDE_CODE_TURN_API_CALLS,
+    CLAUDE_CODE_TURN_TOOL_CALLS,
+    CLAUDE_CODE_USAGE_INPUT_TOKENS,
+    CLAUDE_CODE_UUID,
+    CLAUDE_CODE_VERSION,
+    GEN_AI_AGENT_DESCRIPTION,
+    GEN_AI_AGENT_NAME,
+    GEN_AI_CONVERSATION_ID,
+    GEN_AI_OPERATION_NAME,
+    GEN_AI_PROVIDER_NAME,
+    GEN_AI_REQUEST_MODEL,
+    GEN_AI_RESPONSE_FINISH_REASONS,
+    GEN_AI_RESPONSE_ID,
+    GEN_AI_RESPONSE_MODEL,
+    GEN_AI_TOOL_CALL_ID,
+    GEN_AI_TOOL_NAME,
+    GEN_AI_TOOL_TYPE,
+    GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS,
+    GEN_AI_USAGE_CACHE_WRITE_INPUT_TOKENS,
+    GEN_AI_USAGE_INPUT_TOKENS,
+    GEN_AI_USAGE_OUTPUT_TOKENS,
+    SESSION_ID,
+)
 
 __all__ = [
     "BAD_LINE_REASONS",
@@ -622,12 +671,12 @@ def _result_text(content: object) -> str:
 
 
 def _common(a: StreamAssembler) -> dict[str, Any]:
-    attrs: dict[str, Any] = {"gen_ai.conversation.id": a.session_id, "session.id": a.session_id,
-                             "ccotel.source": "stream"}
+    attrs: dict[str, Any] = {GEN_AI_CONVERSATION_ID: a.session_id, SESSION_ID: a.session_id,
+                             CCOTEL_SOURCE: "stream"}
     if a.version:
-        attrs["claude_code.version"] = a.version
+        attrs[CLAUDE_CODE_VERSION] = a.version
     if a.cwd:
-        attrs["claude_code.cwd"] = a.cwd
+        attrs[CLAUDE_CODE_CWD] = a.cwd
     return attrs
 
 
@@ -635,23 +684,23 @@ def _chat_span(c: _Call, a: StreamAssembler) -> SpanRecord:
     model = rules.reported_model(c.model)
     attrs = _common(a)
     attrs.update({
-        "gen_ai.operation.name": "chat",
-        "gen_ai.provider.name": "anthropic",
-        "gen_ai.response.id": c.message_id,
-        "claude_code.is_sidechain": c.is_sidechain,
-        "claude_code.message.lines": c.blocks,
+        GEN_AI_OPERATION_NAME: "chat",
+        GEN_AI_PROVIDER_NAME: "anthropic",
+        GEN_AI_RESPONSE_ID: c.message_id,
+        CLAUDE_CODE_IS_SIDECHAIN: c.is_sidechain,
+        CLAUDE_CODE_MESSAGE_LINES: c.blocks,
     })
     if model:
-        attrs["gen_ai.request.model"] = model
-        attrs["gen_ai.response.model"] = model
+        attrs[GEN_AI_REQUEST_MODEL] = model
+        attrs[GEN_AI_RESPONSE_MODEL] = model
     if c.first_uuid:
-        attrs["claude_code.uuid"] = c.first_uuid
+        attrs[CLAUDE_CODE_UUID] = c.first_uuid
     if c.request_id:
-        attrs["claude_code.request_id"] = c.request_id
+        attrs[CLAUDE_CODE_REQUEST_ID] = c.request_id
     if c.agent_id:
-        attrs["claude_code.agent_id"] = c.agent_id
+        attrs[CLAUDE_CODE_AGENT_ID] = c.agent_id
     if c.stop_reason:
-        attrs["gen_ai.response.finish_reasons"] = (c.stop_reason,)
+        attrs[GEN_AI_RESPONSE_FINISH_REASONS] = (c.stop_reason,)
     if c.usage is not None and not c.is_api_error:
         _usage_attrs(attrs, c.usage, final=c.stop_reason is not None)
     status, message = StatusCode.UNSET, None
@@ -674,30 +723,30 @@ def _usage_attrs(attrs: dict[str, Any], u: dict[str, Any], final: bool) -> None:
     the placeholder of the first snapshot until a stop_reason is there: not exported then."""
     fresh, read, write = _int(u.get("input_tokens")), _int(u.get("cache_read_input_tokens")), \
         _int(u.get("cache_creation_input_tokens"))
-    attrs["gen_ai.usage.input_tokens"] = fresh + read + write
-    attrs["gen_ai.usage.cache_read.input_tokens"] = read
-    attrs["gen_ai.usage.cache_write.input_tokens"] = write
-    attrs["claude_code.usage.input_tokens"] = fresh
+    attrs[GEN_AI_USAGE_INPUT_TOKENS] = fresh + read + write
+    attrs[GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS] = read
+    attrs[GEN_AI_USAGE_CACHE_WRITE_INPUT_TOKENS] = write
+    attrs[CLAUDE_CODE_USAGE_INPUT_TOKENS] = fresh
     if final:
-        attrs["gen_ai.usage.output_tokens"] = _int(u.get("output_tokens"))
+        attrs[GEN_AI_USAGE_OUTPUT_TOKENS] = _int(u.get("output_tokens"))
     else:
-        attrs["ccotel.relay.output_tokens_final"] = False
+        attrs[CCOTEL_RELAY_OUTPUT_TOKENS_FINAL] = False
 
 
 
 def _tool_span(t: _Tool, a: StreamAssembler, end_ns: int, error: str | None) -> SpanRecord:
     attrs = _common(a)
     attrs.update({
-        "gen_ai.operation.name": "execute_tool",
-        "gen_ai.tool.name": t.name,
-        "gen_ai.tool.call.id": t.tool_use_id,
-        "gen_ai.tool.type": "function",
+        GEN_AI_OPERATION_NAME: "execute_tool",
+        GEN_AI_TOOL_NAME: t.name,
+        GEN_AI_TOOL_CALL_ID: t.tool_use_id,
+        GEN_AI_TOOL_TYPE: "function",
     })
     agent = a._agents.get(t.tool_use_id)  # noqa: SLF001  (the assembler's own records)
     if agent is not None and agent.agent_id:
-        attrs["claude_code.tool.agent_id"] = agent.agent_id
+        attrs[CLAUDE_CODE_TOOL_AGENT_ID] = agent.agent_id
     if t.background:
-        attrs["claude_code.tool.background"] = True
+        attrs[CLAUDE_CODE_TOOL_BACKGROUND] = True
     if error:
         attrs["error.type"] = error
     return SpanRecord(
@@ -712,22 +761,22 @@ def _agent_span(ag: _Agent, a: StreamAssembler) -> SpanRecord:
     agent_type = ag.agent_type or "subagent"
     attrs = _common(a)
     attrs.update({
-        "gen_ai.operation.name": "invoke_agent",
-        "gen_ai.agent.name": agent_type,
-        "claude_code.agent.background": ag.background,
-        "claude_code.turn.api_calls": ag.calls,
-        "claude_code.turn.tool_calls": ag.tool_calls,
-        "claude_code.is_sidechain": True,
-        "gen_ai.tool.call.id": ag.tool_use_id,
+        GEN_AI_OPERATION_NAME: "invoke_agent",
+        GEN_AI_AGENT_NAME: agent_type,
+        CLAUDE_CODE_AGENT_BACKGROUND: ag.background,
+        CLAUDE_CODE_TURN_API_CALLS: ag.calls,
+        CLAUDE_CODE_TURN_TOOL_CALLS: ag.tool_calls,
+        CLAUDE_CODE_IS_SIDECHAIN: True,
+        GEN_AI_TOOL_CALL_ID: ag.tool_use_id,
     })
     if ag.agent_id:
-        attrs["claude_code.agent_id"] = ag.agent_id
+        attrs[CLAUDE_CODE_AGENT_ID] = ag.agent_id
     if ag.description:
-        attrs["gen_ai.agent.description"] = ag.description
+        attrs[GEN_AI_AGENT_DESCRIPTION] = ag.description
     if ag.spawn_depth is not None:
-        attrs["claude_code.agent.spawn_depth"] = ag.spawn_depth
+        attrs[CLAUDE_CODE_AGENT_SPAWN_DEPTH] = ag.spawn_depth
     if ag.status:
-        attrs["ccotel.agent.status"] = ag.status
+        attrs[CCOTEL_AGENT_STATUS] = ag.status
     failed = ag.status in ("failed", "killed", "stopped")
     return SpanRecord(
         trace_id=ag.turn.trace_id, span_id=ag.span_id(a.session_id),
@@ -740,21 +789,21 @@ def _agent_span(ag: _Agent, a: StreamAssembler) -> SpanRecord:
 def _turn_span(t: _Turn, a: StreamAssembler) -> SpanRecord:
     attrs = _common(a)
     attrs.update({
-        "gen_ai.operation.name": "invoke_agent",
-        "gen_ai.agent.name": "claude-code",
-        "claude_code.turn.api_calls": t.calls,
-        "claude_code.turn.tool_calls": t.tool_calls,
-        "ccotel.relay.linked": t.linked,
+        GEN_AI_OPERATION_NAME: "invoke_agent",
+        GEN_AI_AGENT_NAME: "claude-code",
+        CLAUDE_CODE_TURN_API_CALLS: t.calls,
+        CLAUDE_CODE_TURN_TOOL_CALLS: t.tool_calls,
+        CCOTEL_RELAY_LINKED: t.linked,
     })
     if t.linked:
-        attrs["claude_code.uuid"] = t.key
+        attrs[CLAUDE_CODE_UUID] = t.key
     if t.results:
         attrs.update(result_attributes(t.results[-1]))
         if len(t.results) > 1:
-            attrs["ccotel.result.count"] = len(t.results)
+            attrs[CCOTEL_RESULT_COUNT] = len(t.results)
     if t.retries:
-        attrs["ccotel.turn.api_retries"] = len(t.retries)
-    events = tuple(SpanEvent("ccotel.api_retry", ts, _retry_attributes(r)) for ts, r in t.retries)
+        attrs[CCOTEL_TURN_API_RETRIES] = len(t.retries)
+    events = tuple(SpanEvent(CCOTEL_API_RETRY, ts, _retry_attributes(r)) for ts, r in t.retries)
     last = t.results[-1] if t.results else {}
     error = last.get("is_error") is True
     return SpanRecord(
@@ -780,27 +829,27 @@ def result_attributes(r: dict[str, Any]) -> dict[str, Any]:
         if typ is float and isinstance(v, int) and not isinstance(v, bool):
             v = float(v)
         if isinstance(v, typ) and (typ is bool or not isinstance(v, bool)):
-            out[f"ccotel.result.{name}"] = v
+            out[f"{CCOTEL_RESULT_PREFIX}{name}"] = v
     usage = r.get("usage")
     if isinstance(usage, dict):
         for key in ("input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"):
-            out[f"ccotel.result.usage.{key}"] = _int(usage.get(key))
+            out[f"{CCOTEL_RESULT_USAGE_PREFIX}{key}"] = _int(usage.get(key))
     models = r.get("modelUsage")
     if isinstance(models, dict) and models:
         names = sorted(str(m) for m in models)
-        out["ccotel.result.model_usage.models"] = tuple(names)
+        out[CCOTEL_RESULT_MODEL_USAGE_MODELS] = tuple(names)
         for attr, key in (("input_tokens", "inputTokens"), ("output_tokens", "outputTokens"),
                           ("cache_read_input_tokens", "cacheReadInputTokens"),
                           ("cache_creation_input_tokens", "cacheCreationInputTokens")):
-            out[f"ccotel.result.model_usage.{attr}"] = tuple(_int(_fig(models, m).get(key)) for m in names)
-        out["ccotel.result.model_usage.cost_usd"] = tuple(float(_fig(models, m).get("costUSD") or 0.0)
+            out[f"{CCOTEL_RESULT_MODEL_USAGE_PREFIX}{attr}"] = tuple(_int(_fig(models, m).get(key)) for m in names)
+        out[CCOTEL_RESULT_MODEL_USAGE_COST_USD] = tuple(float(_fig(models, m).get("costUSD") or 0.0)
                                                           for m in names)
     denials = r.get("permission_denials")
     if isinstance(denials, list):
-        out["ccotel.result.permission_denials"] = len(denials)
+        out[CCOTEL_RESULT_PERMISSION_DENIALS] = len(denials)
         tools = [str(d.get("tool_name")) for d in denials if isinstance(d, dict) and d.get("tool_name")]
         if tools:
-            out["ccotel.result.permission_denials.tools"] = tuple(tools)  # their inputs may hold secrets
+            out[CCOTEL_RESULT_PERMISSION_DENIALS_TOOLS] = tuple(tools)  # their inputs may hold secrets
     return out
 
 
@@ -813,7 +862,7 @@ def _retry_attributes(r: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key in ("attempt", "max_retries", "retry_delay_ms", "error_status"):
         if isinstance(r.get(key), int) and not isinstance(r.get(key), bool):
-            out[f"ccotel.api_retry.{key}"] = r[key]
+            out[f"{CCOTEL_API_RETRY_PREFIX}{key}"] = r[key]
     if isinstance(r.get("error"), str):
-        out["ccotel.api_retry.error"] = r["error"]
+        out[CCOTEL_API_RETRY_ERROR] = r["error"]
     return out

@@ -24,6 +24,68 @@ from ccotel.assemble import ids
 from ccotel.assemble.assembler import AgentRun, Call, Finished, ToolCall, Turn
 from ccotel.records import SpanEvent, SpanKind, SpanRecord, StatusCode, Usage, fast_constructor
 from ccotel.rules import transcript as rules
+from ccotel.spans.attributes import (
+    CLAUDE_CODE_ADVISOR,
+    CLAUDE_CODE_ADVISOR_CALLS,
+    CLAUDE_CODE_AGENT_BACKGROUND,
+    CLAUDE_CODE_AGENT_ID,
+    CLAUDE_CODE_AGENT_LINK,
+    CLAUDE_CODE_AGENT_SPAWN_DEPTH,
+    CLAUDE_CODE_COMPACTION,
+    CLAUDE_CODE_COMPACTION_PRE_TOKENS,
+    CLAUDE_CODE_COMPACTION_TRIGGER,
+    CLAUDE_CODE_COST_UNPRICED,
+    CLAUDE_CODE_COST_USD,
+    CLAUDE_CODE_CWD,
+    CLAUDE_CODE_EFFORT,
+    CLAUDE_CODE_ENTRYPOINT,
+    CLAUDE_CODE_GIT_BRANCH,
+    CLAUDE_CODE_IS_SIDECHAIN,
+    CLAUDE_CODE_MESSAGE_LINES,
+    CLAUDE_CODE_PARENT_UUID,
+    CLAUDE_CODE_REQUEST_ID,
+    CLAUDE_CODE_REQUESTED_MODEL,
+    CLAUDE_CODE_TOOL_AGENT_ID,
+    CLAUDE_CODE_TOOL_BACKGROUND,
+    CLAUDE_CODE_TOOL_REPAIRED,
+    CLAUDE_CODE_TURN_API_CALLS,
+    CLAUDE_CODE_TURN_API_ERRORS,
+    CLAUDE_CODE_TURN_API_RETRIES,
+    CLAUDE_CODE_TURN_LOST_TOOLS,
+    CLAUDE_CODE_TURN_ORPHANED_TOOLS,
+    CLAUDE_CODE_TURN_OUTCOME,
+    CLAUDE_CODE_TURN_STALLED,
+    CLAUDE_CODE_TURN_TOOL_CALLS,
+    CLAUDE_CODE_TURN_TRIGGER,
+    CLAUDE_CODE_USAGE_CACHE_CREATION_EPHEMERAL_1H_INPUT_TOKENS,
+    CLAUDE_CODE_USAGE_CACHE_CREATION_EPHEMERAL_5M_INPUT_TOKENS,
+    CLAUDE_CODE_USAGE_INPUT_TOKENS,
+    CLAUDE_CODE_UUID,
+    CLAUDE_CODE_VERSION,
+    GEN_AI_AGENT_DESCRIPTION,
+    GEN_AI_AGENT_NAME,
+    GEN_AI_CONVERSATION_ID,
+    GEN_AI_INPUT_MESSAGES,
+    GEN_AI_OPERATION_NAME,
+    GEN_AI_PROVIDER_NAME,
+    GEN_AI_REQUEST_MODEL,
+    GEN_AI_RESPONSE_FINISH_REASONS,
+    GEN_AI_RESPONSE_ID,
+    GEN_AI_RESPONSE_MODEL,
+    GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK,
+    GEN_AI_TOOL_CALL_ARGUMENTS,
+    GEN_AI_TOOL_CALL_ID,
+    GEN_AI_TOOL_CALL_RESULT,
+    GEN_AI_TOOL_NAME,
+    GEN_AI_TOOL_TYPE,
+    GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS,
+    GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS,
+    GEN_AI_USAGE_CACHE_WRITE_INPUT_TOKENS,
+    GEN_AI_USAGE_INPUT_TOKENS,
+    GEN_AI_USAGE_OUTPUT_TOKENS,
+    GEN_AI_USAGE_REASONING_OUTPUT_TOKENS,
+    SESSION_ID,
+)
 from ccotel.spans.content import ContentPolicy
 from ccotel.spans.pricing import DEFAULT_PRICING, Pricing
 
@@ -76,45 +138,45 @@ def build_span(f: Finished, content: ContentPolicy | None = None,
 
 
 def _common(owner_session: str, version: str | None, cwd: str | None, branch: str | None) -> dict[str, Any]:
-    attrs: dict[str, Any] = {"gen_ai.conversation.id": owner_session, "session.id": owner_session}
+    attrs: dict[str, Any] = {GEN_AI_CONVERSATION_ID: owner_session, SESSION_ID: owner_session}
     if version:
-        attrs["claude_code.version"] = version
+        attrs[CLAUDE_CODE_VERSION] = version
     if cwd:
-        attrs["claude_code.cwd"] = cwd
+        attrs[CLAUDE_CODE_CWD] = cwd
     if branch:
-        attrs["claude_code.git_branch"] = branch
+        attrs[CLAUDE_CODE_GIT_BRANCH] = branch
     return attrs
 
 
 def _turn(t: Turn, f: Finished, content: ContentPolicy | None) -> SpanRecord:
     attrs = _common(t.session_id, t.version, t.cwd, t.git_branch)
     attrs.update({
-        "gen_ai.operation.name": "invoke_agent",
-        "gen_ai.agent.name": "claude-code",
-        "claude_code.turn.trigger": t.trigger,
-        "claude_code.turn.outcome": t.outcome or "incomplete",
-        "claude_code.turn.api_calls": t.calls,
-        "claude_code.turn.tool_calls": t.tool_calls,
+        GEN_AI_OPERATION_NAME: "invoke_agent",
+        GEN_AI_AGENT_NAME: "claude-code",
+        CLAUDE_CODE_TURN_TRIGGER: t.trigger,
+        CLAUDE_CODE_TURN_OUTCOME: t.outcome or "incomplete",
+        CLAUDE_CODE_TURN_API_CALLS: t.calls,
+        CLAUDE_CODE_TURN_TOOL_CALLS: t.tool_calls,
     })
     if t.prompt_uuid:
-        attrs["claude_code.uuid"] = t.prompt_uuid
+        attrs[CLAUDE_CODE_UUID] = t.prompt_uuid
     if t.entrypoint:
-        attrs["claude_code.entrypoint"] = t.entrypoint
+        attrs[CLAUDE_CODE_ENTRYPOINT] = t.entrypoint
     if t.api_errors:
-        attrs["claude_code.turn.api_errors"] = t.api_errors
+        attrs[CLAUDE_CODE_TURN_API_ERRORS] = t.api_errors
     if t.api_retries:
-        attrs["claude_code.turn.api_retries"] = t.api_retries
+        attrs[CLAUDE_CODE_TURN_API_RETRIES] = t.api_retries
     if t.stalled:
-        attrs["claude_code.turn.stalled"] = True
+        attrs[CLAUDE_CODE_TURN_STALLED] = True
     if t.orphaned_tools:
-        attrs["claude_code.turn.orphaned_tools"] = t.orphaned_tools
+        attrs[CLAUDE_CODE_TURN_ORPHANED_TOOLS] = t.orphaned_tools
     if t.lost_tools:
-        attrs["claude_code.turn.lost_tools"] = t.lost_tools  # the session resumed without them: a reset
+        attrs[CLAUDE_CODE_TURN_LOST_TOOLS] = t.lost_tools  # the session resumed without them: a reset
     if content is not None and t.prompt_text is not None:
-        attrs["gen_ai.input.messages"] = content.messages_json("user", t.prompt_text)
+        attrs[GEN_AI_INPUT_MESSAGES] = content.messages_json("user", t.prompt_text)
     events = tuple(
-        SpanEvent("claude_code.compaction", ts, {k: v for k, v in
-                  (("claude_code.compaction.trigger", trig), ("claude_code.compaction.pre_tokens", pre))
+        SpanEvent(CLAUDE_CODE_COMPACTION, ts, {k: v for k, v in
+                  ((CLAUDE_CODE_COMPACTION_TRIGGER, trig), (CLAUDE_CODE_COMPACTION_PRE_TOKENS, pre))
                   if v is not None})
         for ts, trig, pre in t.compactions
     )
@@ -132,22 +194,22 @@ def _agent(a: AgentRun, f: Finished) -> SpanRecord:
     agent_type = a.agent_type or "subagent"
     attrs = _common(a.session_id, a.version, a.cwd, a.git_branch)
     attrs.update({
-        "gen_ai.operation.name": "invoke_agent",
-        "gen_ai.agent.name": agent_type,
-        "claude_code.agent.link": a.link or "none",
-        "claude_code.agent.background": a.background,
-        "claude_code.turn.api_calls": a.calls,
-        "claude_code.turn.tool_calls": a.tool_calls,
-        "claude_code.is_sidechain": True,
+        GEN_AI_OPERATION_NAME: "invoke_agent",
+        GEN_AI_AGENT_NAME: agent_type,
+        CLAUDE_CODE_AGENT_LINK: a.link or "none",
+        CLAUDE_CODE_AGENT_BACKGROUND: a.background,
+        CLAUDE_CODE_TURN_API_CALLS: a.calls,
+        CLAUDE_CODE_TURN_TOOL_CALLS: a.tool_calls,
+        CLAUDE_CODE_IS_SIDECHAIN: True,
     })
     if a.agent_id:
-        attrs["claude_code.agent_id"] = a.agent_id
+        attrs[CLAUDE_CODE_AGENT_ID] = a.agent_id
     if a.description:
-        attrs["gen_ai.agent.description"] = a.description
+        attrs[GEN_AI_AGENT_DESCRIPTION] = a.description
     if a.tool_use_id:
-        attrs["gen_ai.tool.call.id"] = a.tool_use_id
+        attrs[GEN_AI_TOOL_CALL_ID] = a.tool_use_id
     if a.spawn_depth is not None:
-        attrs["claude_code.agent.spawn_depth"] = a.spawn_depth
+        attrs[CLAUDE_CODE_AGENT_SPAWN_DEPTH] = a.spawn_depth
     return _new_span({
         "trace_id": f.trace_id, "span_id": a.span_id, "parent_span_id": f.parent_span_id,
         "name": f"invoke_agent {agent_type}", "kind": SpanKind.INTERNAL,
@@ -161,35 +223,35 @@ def _chat(c: Call, f: Finished, conventions: Conventions, pricing: Pricing) -> S
     model = rules.reported_model(c.model)
     attrs = _common(c.owner.session_id if c.owner else "", c.version, c.cwd, c.git_branch)
     attrs.update({
-        "gen_ai.operation.name": "chat",
-        "gen_ai.provider.name": PROVIDER,
-        "gen_ai.response.id": c.message_id,
-        "claude_code.is_sidechain": c.is_sidechain,
-        "claude_code.message.lines": c.lines,
+        GEN_AI_OPERATION_NAME: "chat",
+        GEN_AI_PROVIDER_NAME: PROVIDER,
+        GEN_AI_RESPONSE_ID: c.message_id,
+        CLAUDE_CODE_IS_SIDECHAIN: c.is_sidechain,
+        CLAUDE_CODE_MESSAGE_LINES: c.lines,
     })
     if model:
-        attrs["gen_ai.request.model"] = c.requested_model or model
-        attrs["gen_ai.response.model"] = model
+        attrs[GEN_AI_REQUEST_MODEL] = c.requested_model or model
+        attrs[GEN_AI_RESPONSE_MODEL] = model
     if c.requested_model and c.requested_model != model:
-        attrs["claude_code.requested_model"] = c.requested_model  # a fallback answered
+        attrs[CLAUDE_CODE_REQUESTED_MODEL] = c.requested_model  # a fallback answered
     if c.effort:
-        attrs["claude_code.effort"] = c.effort
+        attrs[CLAUDE_CODE_EFFORT] = c.effort
     if c.sent_ns is not None:
-        attrs["gen_ai.response.time_to_first_chunk"] = max(c.first_line_ns - c.sent_ns, 0) / 1e9
+        attrs[GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK] = max(c.first_line_ns - c.sent_ns, 0) / 1e9
     if c.stop_reason:
-        attrs["gen_ai.response.finish_reasons"] = (c.stop_reason,)
+        attrs[GEN_AI_RESPONSE_FINISH_REASONS] = (c.stop_reason,)
     if c.first_uuid:
-        attrs["claude_code.uuid"] = c.first_uuid
+        attrs[CLAUDE_CODE_UUID] = c.first_uuid
     if c.parent_uuid:
-        attrs["claude_code.parent_uuid"] = c.parent_uuid
+        attrs[CLAUDE_CODE_PARENT_UUID] = c.parent_uuid
     if c.request_id:
-        attrs["claude_code.request_id"] = c.request_id
+        attrs[CLAUDE_CODE_REQUEST_ID] = c.request_id
     if c.agent_id:
-        attrs["claude_code.agent_id"] = c.agent_id
+        attrs[CLAUDE_CODE_AGENT_ID] = c.agent_id
     if c.usage is not None and not c.is_api_error:  # a failed call's zero usage was never billed
         _usage_attrs(attrs, model, c.usage, conventions, pricing.cost(model, c.usage, c.start_ns))
     if c.advisors:
-        attrs["claude_code.advisor_calls"] = len(c.advisors)
+        attrs[CLAUDE_CODE_ADVISOR_CALLS] = len(c.advisors)
     status, message = StatusCode.UNSET, None
     if c.is_api_error:
         status, message = StatusCode.ERROR, c.error_text or "api_error"
@@ -204,22 +266,22 @@ def _chat(c: Call, f: Finished, conventions: Conventions, pricing: Pricing) -> S
 
 def _usage_attrs(attrs: dict[str, Any], model: str | None, u: Usage, conventions: Conventions,
                  cost: float | None) -> None:
-    attrs["gen_ai.usage.input_tokens"] = u.total_input
-    attrs["gen_ai.usage.output_tokens"] = u.output_tokens
-    attrs["gen_ai.usage.cache_read.input_tokens"] = u.cache_read_input_tokens
-    attrs["gen_ai.usage.cache_write.input_tokens"] = u.cache_creation_input_tokens
+    attrs[GEN_AI_USAGE_INPUT_TOKENS] = u.total_input
+    attrs[GEN_AI_USAGE_OUTPUT_TOKENS] = u.output_tokens
+    attrs[GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS] = u.cache_read_input_tokens
+    attrs[GEN_AI_USAGE_CACHE_WRITE_INPUT_TOKENS] = u.cache_creation_input_tokens
     if not conventions.latest:
-        attrs["gen_ai.usage.cache_creation.input_tokens"] = u.cache_creation_input_tokens
+        attrs[GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS] = u.cache_creation_input_tokens
     if u.reasoning_tokens:
-        attrs["gen_ai.usage.reasoning.output_tokens"] = u.reasoning_tokens
-    attrs["claude_code.usage.input_tokens"] = u.input_tokens
+        attrs[GEN_AI_USAGE_REASONING_OUTPUT_TOKENS] = u.reasoning_tokens
+    attrs[CLAUDE_CODE_USAGE_INPUT_TOKENS] = u.input_tokens
     if u.cache_creation_5m or u.cache_creation_1h:
-        attrs["claude_code.usage.cache_creation.ephemeral_5m_input_tokens"] = u.cache_creation_5m
-        attrs["claude_code.usage.cache_creation.ephemeral_1h_input_tokens"] = u.cache_creation_1h
+        attrs[CLAUDE_CODE_USAGE_CACHE_CREATION_EPHEMERAL_5M_INPUT_TOKENS] = u.cache_creation_5m
+        attrs[CLAUDE_CODE_USAGE_CACHE_CREATION_EPHEMERAL_1H_INPUT_TOKENS] = u.cache_creation_1h
     if cost is not None:
-        attrs["claude_code.cost.usd"] = round(cost, 9)
+        attrs[CLAUDE_CODE_COST_USD] = round(cost, 9)
     elif model is not None:
-        attrs["claude_code.cost.unpriced"] = True  # never a silent $0
+        attrs[CLAUDE_CODE_COST_UNPRICED] = True  # never a silent $0
 
 
 def _advisor(c: Call, index: int, chat: SpanRecord, conventions: Conventions, pricing: Pricing) -> SpanRecord:
@@ -227,15 +289,15 @@ def _advisor(c: Call, index: int, chat: SpanRecord, conventions: Conventions, pr
     adv = c.advisors[index]
     attrs = _common(c.owner.session_id if c.owner else "", c.version, c.cwd, c.git_branch)
     attrs.update({
-        "gen_ai.operation.name": "chat",
-        "gen_ai.provider.name": PROVIDER,
-        "gen_ai.request.model": adv.model,
-        "gen_ai.response.model": adv.model,
-        "claude_code.advisor": True,
-        "claude_code.is_sidechain": c.is_sidechain,
+        GEN_AI_OPERATION_NAME: "chat",
+        GEN_AI_PROVIDER_NAME: PROVIDER,
+        GEN_AI_REQUEST_MODEL: adv.model,
+        GEN_AI_RESPONSE_MODEL: adv.model,
+        CLAUDE_CODE_ADVISOR: True,
+        CLAUDE_CODE_IS_SIDECHAIN: c.is_sidechain,
     })
     if c.request_id:
-        attrs["claude_code.request_id"] = c.request_id
+        attrs[CLAUDE_CODE_REQUEST_ID] = c.request_id
     _usage_attrs(attrs, adv.model, adv.usage, conventions, pricing.cost(adv.model, adv.usage, c.start_ns))
     return _new_span({
         "trace_id": chat.trace_id, "span_id": ids.span_id("chat", c.key, "advisor", str(index)),
@@ -249,22 +311,22 @@ def _tool(t: ToolCall, f: Finished, content: ContentPolicy | None) -> SpanRecord
     owner = t.owner
     attrs = _common(owner.session_id if owner else "", owner.version if owner else None, None, None)
     attrs.update({
-        "gen_ai.operation.name": "execute_tool",
-        "gen_ai.tool.name": t.name,
-        "gen_ai.tool.call.id": t.tool_use_id,
-        "gen_ai.tool.type": "function",
+        GEN_AI_OPERATION_NAME: "execute_tool",
+        GEN_AI_TOOL_NAME: t.name,
+        GEN_AI_TOOL_CALL_ID: t.tool_use_id,
+        GEN_AI_TOOL_TYPE: "function",
     })
     if t.agent_id:
-        attrs["claude_code.tool.agent_id"] = t.agent_id
+        attrs[CLAUDE_CODE_TOOL_AGENT_ID] = t.agent_id
     if t.background:
-        attrs["claude_code.tool.background"] = True
+        attrs[CLAUDE_CODE_TOOL_BACKGROUND] = True
     if t.repaired:
-        attrs["claude_code.tool.repaired"] = True  # its process died; the resume wrote the result
+        attrs[CLAUDE_CODE_TOOL_REPAIRED] = True  # its process died; the resume wrote the result
     if content is not None:
         if t.input is not None:
-            attrs["gen_ai.tool.call.arguments"] = content.json_text(t.input)
+            attrs[GEN_AI_TOOL_CALL_ARGUMENTS] = content.json_text(t.input)
         if t.result_text is not None:
-            attrs["gen_ai.tool.call.result"] = content.text(t.result_text)
+            attrs[GEN_AI_TOOL_CALL_RESULT] = content.text(t.result_text)
     status, message = StatusCode.UNSET, None
     if t.is_error:
         status, message = StatusCode.ERROR, "killed, repaired on resume" if t.repaired else t.error_type
