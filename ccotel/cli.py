@@ -148,7 +148,7 @@ def _sessions_options(sp: argparse.ArgumentParser) -> None:
 def _doctor_options(sp: argparse.ArgumentParser) -> None:
     _common(sp)
     _durable(sp)
-    from ccotel.commands import doctor
+    from ccotel.commands.doctor import command as doctor
 
     doctor.add_arguments(sp)
 
@@ -218,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
         from ccotel.commands.sessions import run as cmd_sessions
         return cmd_sessions(args)
     if args.command == "doctor":
-        from ccotel.commands.doctor import run as cmd_doctor
+        from ccotel.commands.doctor.command import run as cmd_doctor
         return cmd_doctor(args)
     if args.command == "relay":
         from ccotel.commands.relay import run as cmd_relay

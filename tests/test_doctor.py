@@ -29,8 +29,14 @@ import grpc
 import pytest
 
 from ccotel import __version__
-from ccotel.commands import doctor
-from ccotel.commands.doctor import DoctorConfig, Finding, Level
+from ccotel.commands.doctor import command as doctor
+from ccotel.commands.doctor import roots as doctor_roots
+from ccotel.commands.doctor.config import DoctorConfig
+from ccotel.commands.doctor.finding import Finding, Level, exit_status
+from ccotel.commands.doctor.lock import probe_lock
+from ccotel.commands.doctor.render import render_text
+from ccotel.commands.doctor.root_scan import SAMPLE_LINES, Denied, read_tail
+from ccotel.commands.doctor.wording import user_name
 from ccotel.metrics.counters import Metrics, serve
 from ccotel.read.discover import scan
 from ccotel.rules.versions import TESTED_CLAUDE_CODE_VERSIONS, VersionStanding, judge_version
@@ -96,7 +102,7 @@ def doctor_parser() -> argparse.ArgumentParser:
 
 DOCTOR_SCRIPT = (  # doctor_parser() again: the test module itself is not imported by the child
     "import argparse, sys\n"
-    "from ccotel.commands import doctor\n"
+    "from ccotel.commands.doctor import command as doctor\n"
     "p = argparse.ArgumentParser(prog='ccotel doctor')\n"
     "p.add_argument('--root', action='append', default=None)\n"
     "p.add_argument('--state-dir', default=None)\n"
@@ -161,7 +167,7 @@ def test_fixture_roots_of_both_versions(tmp_path: Path) -> None:
     assert set(versions.data["versions"]) == {OLD, NEW}  # type: ignore[arg-type]
     fmt = one(findings, "format")
     assert fmt.level is Level.OK and fmt.data["files"] == len(files)
-    assert doctor.exit_status(findings) == 0
+    assert exit_status(findings) == 0
 
 
 def test_unknown_line_type_and_field_are_warned(tmp_path: Path) -> None:
@@ -183,7 +189,7 @@ def test_unknown_line_type_and_field_are_warned(tmp_path: Path) -> None:
     assert types.data["line_types"] == {"session-weather": {"lines": 1, "versions": [NEW]}}
     assert fields.level is Level.WARN and fields.data["fields"] == {"assistant.moodRing": [NEW]}
     assert "ccotel_format_unknown_total" in types.fix
-    assert doctor.exit_status(findings) == 0  # a warning, not a failure
+    assert exit_status(findings) == 0  # a warning, not a failure
 
 
 def test_version_outside_the_matrix(tmp_path: Path) -> None:
@@ -226,16 +232,16 @@ def test_read_tail_reads_only_the_end(tmp_path: Path) -> None:
     path = tmp_path / "t.jsonl"
     long_line = json.dumps({"type": "user", "pad": "x" * 100_000}).encode()
     path.write_bytes(b"\n".join([json.dumps({"n": i}).encode() for i in range(5000)] + [long_line, b'{"partial":']))
-    got = doctor.read_tail(str(path), size=1024)
-    assert got is not None and len(got) == doctor.SAMPLE_LINES
+    got = read_tail(str(path), size=1024)
+    assert got is not None and len(got) == SAMPLE_LINES
     assert got[-3:] == [b'{"n": 4999}', long_line, b'{"partial":']  # the window grew to hold the long line
     assert got[0] == b'{"n": 4982}'
-    assert doctor.read_tail(str(path), size=64, lines=3) == [b'{"n": 4999}', long_line, b'{"partial":']
-    capped = doctor.read_tail(str(path), size=64, max_size=4096, lines=3)
+    assert read_tail(str(path), size=64, lines=3) == [b'{"n": 4999}', long_line, b'{"partial":']
+    capped = read_tail(str(path), size=64, max_size=4096, lines=3)
     assert capped == [b'{"partial":']  # a line longer than the cap is not sampled (nor read whole)
     fifo = tmp_path / "fifo.jsonl"
     os.mkfifo(fifo)
-    assert doctor.read_tail(str(fifo)) is None  # does not block on a FIFO
+    assert read_tail(str(fifo)) is None  # does not block on a FIFO
 
 
 def test_missing_root_and_no_projects(tmp_path: Path) -> None:
@@ -289,7 +295,7 @@ def test_unreadable_directory_and_file_fail_with_the_fix(tmp_path: Path) -> None
     message = fails[str(good)]["message"]
     assert message.startswith("permission denied: 1 directory ccotel cannot list: the transcripts in them are never "
                               "seen, and nothing counts them; 1 file ccotel cannot open: skipped, each counted once")
-    me = doctor._user(os.geteuid())  # noqa: SLF001  (the files are ours: the fix is a chmod)
+    me = user_name(os.geteuid())  # the files are ours: the fix is a chmod
     assert fails[str(good)]["fix"] == (f"they are {me}'s but not readable: chmod -R u+rX {transcript} "
                                        f"{subagent_dir}")  # in the order walked: s01's project sorts first
     assert fails[str(locked_root)]["message"] == "cannot be read (Permission denied)"
@@ -305,7 +311,7 @@ def test_access_fix_names_the_owner(tmp_path: Path) -> None:
     if os.geteuid() != 0:
         pytest.skip("giving a file to another user needs root")
     os.chown(path, NOBODY, NOBODY)
-    fix = doctor._access_fix([doctor.Denied(str(path), False, "permission denied")])  # noqa: SLF001
+    fix = doctor_roots._access_fix([Denied(str(path), False, "permission denied")])  # noqa: SLF001
     assert fix == (f"run ccotel as nobody (the user Claude Code writes as), or let root read them: "
                    f"setfacl -R -m u:root:rX {path}")
 
@@ -409,7 +415,7 @@ def test_lock_held_by_another_process(tmp_path: Path, held_lock: tuple[Path, sub
     assert taken.value.pid == proc.pid
 
     # Without /proc/locks: the shared non-blocking probe, released at once.
-    probe = doctor.probe_lock(str(state_dir / "ccotel.lock"), proc_locks=str(tmp_path / "no-proc-locks"))
+    probe = probe_lock(str(state_dir / "ccotel.lock"), proc_locks=str(tmp_path / "no-proc-locks"))
     assert probe.held and probe.how == "flock-probe" and probe.holder == proc.pid
     with pytest.raises(StateLocked):
         lock_state_dir(str(state_dir))
@@ -419,7 +425,7 @@ def test_lock_held_by_another_process(tmp_path: Path, held_lock: tuple[Path, sub
     proc.wait(timeout=10)
     free = of(doctor.diagnose(config(tmp_path, state_dir=str(state_dir))), "state")[-1]
     assert free.message == f"free: no ccotel runs on this state dir (last held by pid {proc.pid})"
-    assert not doctor.probe_lock(str(state_dir / "ccotel.lock"), proc_locks=str(tmp_path / "none")).held
+    assert not probe_lock(str(state_dir / "ccotel.lock"), proc_locks=str(tmp_path / "none")).held
     lock_state_dir(str(state_dir)).release()  # and it can be taken: nothing of doctor's holds it
 
 
@@ -641,8 +647,8 @@ def test_run_json_and_text(tmp_path: Path, capsys: pytest.CaptureFixture[str],
 
 def test_render_text_names_the_fix() -> None:
     out = io.StringIO()
-    doctor.render_text([Finding("traces", Level.FAIL, "http://x:1/v1/traces", "down", "start it"),
-                        Finding("state", Level.WARN, "/s", "mode 0755", "chmod 700 /s")], out)
+    render_text([Finding("traces", Level.FAIL, "http://x:1/v1/traces", "down", "start it"),
+                 Finding("state", Level.WARN, "/s", "mode 0755", "chmod 700 /s")], out)
     text = out.getvalue()
     assert "FAIL" in text and "→ start it" in text and "→ chmod 700 /s" in text
     assert text.rstrip().endswith("1 failed, 1 warnings")
