@@ -163,7 +163,8 @@ def _instruments(obj: object) -> Iterator[tuple[str, str, str, str]]:
     for v in values:
         if isinstance(v, (Counter, Histogram)):
             kind = "counter" if isinstance(v, Counter) else "histogram"
-            yield str(v.name), kind, str(v.unit), str(v.description)
+            fields = vars(v)  # the SDK's instruments keep what they were created with
+            yield str(fields["name"]), kind, str(fields["unit"]), str(fields["description"])
         elif isinstance(v, (list, tuple)):
             yield from _instruments(v)
 
