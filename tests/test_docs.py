@@ -93,33 +93,44 @@ def _scrape(port: int, proc: subprocess.Popen[bytes], log: Path, tries: int = 15
         if "following live" in log.read_text(errors="replace"):
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
-                    return r.read().decode()
+                    return str(r.read().decode())
             except (urllib.error.URLError, ConnectionError):
                 pass
         time.sleep(0.2)
     raise AssertionError(f"no /metrics within {tries} tries: {log.read_text(errors='replace')}")
 
 
-def test_every_family_ccotel_run_serves_is_documented(tmp_path: Path) -> None:
-    port = free_port()
-    log = tmp_path / "ccotel.log"
+def _serve_and_scrape(tmp_path: Path) -> str:
+    """Start ``ccotel run`` on a fixture with metrics on a free loopback port, scrape, SIGTERM, wait.
+    A port taken between free_port() and ccotel's bind is tried again, three times at most."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     env["PYTHONPATH"] = str(ROOT)
-    with open(log, "wb") as err:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "ccotel", "run", "--root", str(FIXTURE_ROOT), "--state", "none",
-             "--traces-exporter", "none", "--metrics-addr", f"127.0.0.1:{port}", "--no-status"],
-            cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)
-        try:
-            text = _scrape(port, proc, log)
-        finally:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
+    for attempt in range(3):
+        port = free_port()
+        log = tmp_path / f"ccotel-{attempt}.log"
+        with open(log, "wb") as err:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "ccotel", "run", "--root", str(FIXTURE_ROOT), "--state", "none",
+                 "--traces-exporter", "none", "--metrics-addr", f"127.0.0.1:{port}", "--no-status"],
+                cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)
             try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=5)
+                return _scrape(port, proc, log)
+            except AssertionError:
+                if "Address already in use" not in log.read_text(errors="replace") or attempt == 2:
+                    raise
+            finally:
+                if proc.poll() is None:
+                    proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait(timeout=5)
+    raise AssertionError("unreachable")
+
+
+def test_every_family_ccotel_run_serves_is_documented(tmp_path: Path) -> None:
+    text = _serve_and_scrape(tmp_path)
     served = set(re.findall(r"^# TYPE (\S+) \S+$", text, re.M))
     assert len(served) > 40 and "ccotel_turns_total" in served and "ccotel_files_watched" in served
     documented = _documented_prometheus()
