@@ -203,7 +203,8 @@ def render() -> str:
         "",
         "`ccotel run` serves Prometheus text on `http://127.0.0.1:9477/metrics` (`--metrics-addr host:port`, "
         "`none` to turn it off; 9464 is Claude Code's own port). Names are under `ccotel_`; counters end in "
-        "`_total`; no session or user id is a label.",
+        "`_total`; values are in base units (seconds, bytes, USD); no session or user id is a label. "
+        "`promtool check metrics` passes on the exposition (`tests/test_registry.py`).",
         "",
         "Counters count what happens while ccotel runs. History read on the very first start goes to traces only, "
         "so a first start or a restart never fires a rate alert. Totals are checkpointed with the offsets, so a "
