@@ -20,7 +20,7 @@ PY=${PYTHON:-python3}
 .venv/bin/python -m tests.support.install_prometheus
 .venv/bin/python -m tests.support.install_deploy_tools
 .venv/bin/python -m tests.support.install_postgres
-.venv/bin/python -m ruff check ccotel tests bench
+.venv/bin/python -m ruff check ccotel tests bench docs
 .venv/bin/python -m mypy ccotel
 .venv/bin/lint-imports
 # the live e2e tests drive every Claude Code version of the matrix (~1 min per extra version)

@@ -1,5 +1,6 @@
 """The docs agree with the code: docs/metrics.md is what docs/generate.py makes of the metric
-definitions, every family a running ``ccotel run`` serves is documented there, and every relative
+definitions, docs/spans.md's attribute tables what it makes of ccotel/spans/attributes.py, every
+family a running ``ccotel run`` serves is documented there, and every relative
 link of README.md, docs/ and bench/ points to a file (and a heading) that exists."""
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from tests.support.server import free_port
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 METRICS_MD = DOCS / "metrics.md"
+SPANS_MD = DOCS / "spans.md"
 FIXTURE_ROOT = ROOT / "tests" / "fixtures" / "s01_bash_tool" / "claude"
 COMMAND_PAGES = ("run", "check", "report", "trace", "sessions", "doctor", "relay")
 
@@ -72,6 +74,34 @@ def test_a_new_metric_changes_the_page(monkeypatch: pytest.MonkeyPatch) -> None:
     text = _generate().render()
     assert "| `ccotel_docs_probe_total` | counter | `kind` | A probe. |" in text
     assert text != METRICS_MD.read_text(encoding="utf-8")
+
+
+# -- docs/spans.md's attribute tables are generated -------------------------------------------------------
+
+
+def test_spans_md_is_what_generate_makes() -> None:
+    page = SPANS_MD.read_text(encoding="utf-8")
+    assert page == _generate().render_spans(page), "docs/spans.md is stale: run `python docs/generate.py`"
+
+
+def test_every_attribute_constant_is_a_row_of_the_page() -> None:
+    from ccotel.spans import attributes
+
+    keys = {v for k, v in vars(attributes).items() if k.isupper() and isinstance(v, str)}
+    rows = set(re.findall(r"^\| `([a-z0-9_.]+)` \|", SPANS_MD.read_text(encoding="utf-8"), re.M))
+    assert len(keys) > 70 and keys <= rows, keys - rows
+
+
+def test_a_new_attribute_changes_the_page() -> None:
+    """An attribute added to the module without regenerating makes the page stale; one without its
+    string is refused."""
+    generate = _generate()
+    source = generate.ATTRIBUTES.read_text(encoding="utf-8")
+    added = source + '\nCLAUDE_CODE_DOCS_PROBE: Final = "claude_code.docs_probe"\n"""a probe."""\n'
+    page = SPANS_MD.read_text(encoding="utf-8")
+    assert "| `claude_code.docs_probe` | a probe. |" in generate.render_spans(page, added)
+    with pytest.raises(ValueError, match="CLAUDE_CODE_UNSAID"):
+        generate.attributes(source + '\nCLAUDE_CODE_UNSAID: Final = "claude_code.unsaid"\n')
 
 
 def test_genai_instruments_are_in_the_page() -> None:

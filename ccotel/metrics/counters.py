@@ -30,6 +30,7 @@ from ccotel.spans.attributes import (
     CLAUDE_CODE_TURN_OUTCOME,
     CLAUDE_CODE_TURN_STALLED,
     CLAUDE_CODE_USAGE_INPUT_TOKENS,
+    ERROR_TYPE,
     GEN_AI_AGENT_NAME,
     GEN_AI_OPERATION_NAME,
     GEN_AI_RESPONSE_MODEL,
@@ -400,7 +401,7 @@ def _span_increments(s: SpanRecord, buckets: _BucketKeys | None = None) -> list[
     if op == "chat":
         model = str(a.get(GEN_AI_RESPONSE_MODEL) or "unknown")
         if s.status is StatusCode.ERROR:
-            out.append((("ccotel_api_errors", str(a.get("error.type", "api_error"))), 1.0))
+            out.append((("ccotel_api_errors", str(a.get(ERROR_TYPE, "api_error"))), 1.0))
             return out
         out.append((("ccotel_api_calls", model), 1.0))
         for kind, attr in _TOKEN_ATTRS:
@@ -412,7 +413,7 @@ def _span_increments(s: SpanRecord, buckets: _BucketKeys | None = None) -> list[
             out.append((("ccotel_unpriced_calls", model), 1.0))
     elif op == "execute_tool":
         tool = str(a.get(GEN_AI_TOOL_NAME, "unknown"))
-        outcome = str(a.get("error.type", "ok")) if s.status is StatusCode.ERROR else "ok"
+        outcome = str(a.get(ERROR_TYPE, "ok")) if s.status is StatusCode.ERROR else "ok"
         out.append((("ccotel_tool_calls", tool, outcome), 1.0))
         seconds = max(s.end_ns - s.start_ns, 0) / 1e9
         out += (buckets or _BucketKeys()).from_(tool, seconds)

@@ -53,6 +53,7 @@ from ccotel.export.transport import parse_headers
 from ccotel.records import SpanRecord, StatusCode
 from ccotel.spans.attributes import (
     CLAUDE_CODE_ADVISOR,
+    ERROR_TYPE,
     GEN_AI_AGENT_NAME,
     GEN_AI_OPERATION_NAME,
     GEN_AI_PROVIDER_NAME,
@@ -301,7 +302,7 @@ class GenAIMetrics:
                 attrs[key] = str(a[key])
         failed = s.status is StatusCode.ERROR
         if failed:
-            attrs["error.type"] = str(a.get("error.type") or "_OTHER")
+            attrs[ERROR_TYPE] = str(a.get(ERROR_TYPE) or "_OTHER")
         # An advisor's span copies the response's times: its own duration is not known.
         if not a.get(CLAUDE_CODE_ADVISOR):
             seconds = _seconds(s)
@@ -330,7 +331,7 @@ class GenAIMetrics:
         if a.get(GEN_AI_TOOL_TYPE):
             attrs[GEN_AI_TOOL_TYPE] = str(a[GEN_AI_TOOL_TYPE])
         if s.status is StatusCode.ERROR:
-            attrs["error.type"] = str(a.get("error.type") or "_OTHER")
+            attrs[ERROR_TYPE] = str(a.get(ERROR_TYPE) or "_OTHER")
         self._tool.record(_seconds(s), attrs)
 
     def _invoke_agent(self, s: SpanRecord) -> None:
@@ -340,7 +341,7 @@ class GenAIMetrics:
             attrs[GEN_AI_AGENT_NAME] = str(a[GEN_AI_AGENT_NAME])
         if s.status is StatusCode.ERROR:
             # turn outcomes (orphaned, interrupted, killed) and interrupted subagents: few values
-            attrs["error.type"] = s.status_message or "_OTHER"
+            attrs[ERROR_TYPE] = s.status_message or "_OTHER"
         seconds = _seconds(s)
         if self._legacy is not None:
             self._legacy[2].record(seconds, attrs)

@@ -68,6 +68,7 @@ from ccotel.spans.attributes import (
     CLAUDE_CODE_USAGE_INPUT_TOKENS,
     CLAUDE_CODE_UUID,
     CLAUDE_CODE_VERSION,
+    ERROR_TYPE,
     GEN_AI_AGENT_DESCRIPTION,
     GEN_AI_AGENT_NAME,
     GEN_AI_CONVERSATION_ID,
@@ -706,7 +707,7 @@ def _chat_span(c: _Call, a: StreamAssembler) -> SpanRecord:
     status, message = StatusCode.UNSET, None
     if c.is_api_error:
         status, message = StatusCode.ERROR, c.error_text or "api_error"
-        attrs["error.type"] = rules.api_error_type(c.error_text)
+        attrs[ERROR_TYPE] = rules.api_error_type(c.error_text)
     return SpanRecord(
         trace_id=c.turn.trace_id, span_id=ids.span_id("chat", c.key), parent_span_id=c.parent_span_id,
         name=f"chat {model}" if model else "chat", kind=SpanKind.CLIENT, start_ns=c.start_ns,
@@ -748,7 +749,7 @@ def _tool_span(t: _Tool, a: StreamAssembler, end_ns: int, error: str | None) -> 
     if t.background:
         attrs[CLAUDE_CODE_TOOL_BACKGROUND] = True
     if error:
-        attrs["error.type"] = error
+        attrs[ERROR_TYPE] = error
     return SpanRecord(
         trace_id=t.turn.trace_id, span_id=ids.span_id("tool", a.session_id, t.tool_use_id),
         parent_span_id=ids.span_id("chat", t.call_key), name=f"execute_tool {t.name}", kind=SpanKind.INTERNAL,

@@ -62,6 +62,7 @@ from ccotel.spans.attributes import (
     CLAUDE_CODE_USAGE_INPUT_TOKENS,
     CLAUDE_CODE_UUID,
     CLAUDE_CODE_VERSION,
+    ERROR_TYPE,
     GEN_AI_AGENT_DESCRIPTION,
     GEN_AI_AGENT_NAME,
     GEN_AI_CONVERSATION_ID,
@@ -255,7 +256,7 @@ def _chat(c: Call, f: Finished, conventions: Conventions, pricing: Pricing) -> S
     status, message = StatusCode.UNSET, None
     if c.is_api_error:
         status, message = StatusCode.ERROR, c.error_text or "api_error"
-        attrs["error.type"] = rules.api_error_type(c.error_text)
+        attrs[ERROR_TYPE] = rules.api_error_type(c.error_text)
     return _new_span({
         "trace_id": f.trace_id, "span_id": ids.span_id("chat", c.key), "parent_span_id": f.parent_span_id,
         "name": f"chat {model}" if model else "chat", "kind": SpanKind.CLIENT,
@@ -330,7 +331,7 @@ def _tool(t: ToolCall, f: Finished, content: ContentPolicy | None) -> SpanRecord
     status, message = StatusCode.UNSET, None
     if t.is_error:
         status, message = StatusCode.ERROR, "killed, repaired on resume" if t.repaired else t.error_type
-        attrs["error.type"] = t.error_type or "tool_error"
+        attrs[ERROR_TYPE] = t.error_type or "tool_error"
     end = t.end_ns if t.end_ns is not None else t.start_ns
     return _new_span({
         # tool_use ids are unique per API call; a session copied elsewhere is another trace
