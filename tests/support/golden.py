@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -25,6 +26,9 @@ from tests.support.ccusage import realdata_dir, realdata_tree
 
 REPO = Path(__file__).resolve().parents[2]
 VIEWS = ("daily", "weekly", "monthly", "session", "project")
+# Every transcript's mtime, so that a report does not depend on how long ago the checkout was made (the
+# ledger answers alone for transcripts older than its last write by a grace period).
+PINNED_MTIME_NS = 1_767_225_600 * 10**9  # 2026-01-01T00:00:00Z
 
 
 def _ccotel(*args: str) -> subprocess.CompletedProcess[str]:
@@ -52,14 +56,25 @@ def _reports(root: Path, state: str) -> dict[str, str]:
     return reports
 
 
+def _pinned(tree: Path) -> Path:
+    for path in tree.rglob("*"):
+        if path.is_file():
+            os.utime(path, ns=(PINNED_MTIME_NS, PINNED_MTIME_NS))
+    return tree
+
+
 def corpora(scratch: Path) -> dict[str, Path]:
-    """Name -> config dir: every fixture's, then realdata's (copied into ``scratch``)."""
+    """Name -> config dir: every fixture's, then realdata's, copied into ``scratch`` with pinned mtimes."""
     found = {}
-    for claude in sorted((REPO / "tests" / "fixtures").glob("**/claude")):
+    fixtures = REPO / "tests" / "fixtures"
+    for claude in sorted(fixtures.glob("**/claude")):
         if (claude / "projects").is_dir():
-            found[str(claude.parent.relative_to(REPO / "tests" / "fixtures"))] = claude
+            name = str(claude.parent.relative_to(fixtures))
+            copy = scratch / "fixtures" / name / "claude"
+            shutil.copytree(claude, copy, symlinks=True)
+            found[name] = _pinned(copy)
     if realdata_dir().is_dir():
-        found["realdata"] = realdata_tree(scratch / "realdata" / "claude")
+        found["realdata"] = _pinned(realdata_tree(scratch / "realdata" / "claude"))
     return found
 
 
