@@ -60,6 +60,14 @@ class ModelTotals:
         """USD (the sum divided once)."""
         return self.cost_nano / 1e9
 
+    def add(self, other: ModelTotals) -> None:
+        self.input += other.input
+        self.output += other.output
+        self.cache_write += other.cache_write
+        self.cache_read += other.cache_read
+        self.calls += other.calls
+        self.cost_nano += other.cost_nano
+
 
 @dataclass
 class Row:
@@ -115,6 +123,18 @@ class Row:
         if failed:
             self.api_errors += n
             return
+        self._add_usage(usage, n, cost)
+        name = reported_model(model) or "unknown"
+        self.models.add(name)
+        if priced < n:
+            self.unpriced.add(name)
+        self.by_model.setdefault(name, ModelTotals()).add(
+            ModelTotals(input=usage[0], output=usage[1], cache_write=usage[3], cache_read=usage[2], calls=n,
+                        cost_nano=cost))
+
+    def _add_usage(self, usage: Sequence[int], calls: int, cost_nano: int) -> None:
+        """Add calls' token sums (in UsageTuple's order: input, output, cache read, cache creation,
+        its 5m and 1h parts, reasoning), their number and their cost in nano-dollars."""
         self.input += usage[0]
         self.output += usage[1]
         self.cache_read += usage[2]
@@ -122,31 +142,13 @@ class Row:
         self.cache_write_5m += usage[4]
         self.cache_write_1h += usage[5]
         self.reasoning += usage[6]
-        self.api_calls += n
-        self.cost_nano += cost
-        name = reported_model(model) or "unknown"
-        self.models.add(name)
-        if priced < n:
-            self.unpriced.add(name)
-        m = self.by_model.setdefault(name, ModelTotals())
-        m.input += usage[0]
-        m.output += usage[1]
-        m.cache_write += usage[3]
-        m.cache_read += usage[2]
-        m.calls += n
-        m.cost_nano += cost
+        self.api_calls += calls
+        self.cost_nano += cost_nano
 
     def merge(self, other: Row) -> None:
         """Add another row's figures (the totals line)."""
-        self.input += other.input
-        self.output += other.output
-        self.cache_read += other.cache_read
-        self.cache_write += other.cache_write
-        self.cache_write_5m += other.cache_write_5m
-        self.cache_write_1h += other.cache_write_1h
-        self.reasoning += other.reasoning
-        self.cost_nano += other.cost_nano
-        self.api_calls += other.api_calls
+        self._add_usage((other.input, other.output, other.cache_read, other.cache_write, other.cache_write_5m,
+                         other.cache_write_1h, other.reasoning), other.api_calls, other.cost_nano)
         self.api_errors += other.api_errors
         self.tool_calls += other.tool_calls
         self.tool_errors += other.tool_errors
@@ -160,15 +162,7 @@ class Row:
         self.models |= other.models
         self.unpriced |= other.unpriced
         for model, m in other.by_model.items():
-            mine = self.by_model.get(model)
-            if mine is None:
-                mine = self.by_model[model] = ModelTotals()
-            mine.input += m.input
-            mine.output += m.output
-            mine.cache_write += m.cache_write
-            mine.cache_read += m.cache_read
-            mine.calls += m.calls
-            mine.cost_nano += m.cost_nano
+            self.by_model.setdefault(model, ModelTotals()).add(m)
 
     def health(self) -> dict[str, int]:
         return {"orphans": self.orphans, "kills": self.kills, "ghostSessions": self.ghosts, "resets": self.resets}
