@@ -19,7 +19,7 @@ import time
 from contextlib import redirect_stdout
 from pathlib import Path
 
-from ccotel.commands.report import add_arguments, run
+from ccotel.commands.report.command import add_arguments, run
 from ccotel.run.pipeline import Options, Pipeline
 from ccotel.store.ledger import LEDGER_FILE, Ledger
 

@@ -124,9 +124,9 @@ def _report_options(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("--root", action="append", default=None,
                     help="Claude config dir to read (repeatable; default $CLAUDE_CONFIG_DIR or ~/.claude)")
     _durable(sp)
-    from ccotel.commands import report
+    from ccotel.commands.report import command
 
-    report.add_arguments(sp)
+    command.add_arguments(sp)
 
 
 def _trace_options(sp: argparse.ArgumentParser) -> None:
@@ -206,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
             log.error("%s", exc)
             return EXIT_ERROR
     if args.command == "report":
-        from ccotel.commands.report import run as cmd_report
+        from ccotel.commands.report.command import run as cmd_report
         return cmd_report(args)
     if args.command == "check":
         from ccotel.commands.check import run as cmd_check

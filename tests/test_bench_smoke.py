@@ -14,7 +14,7 @@ import orjson
 import pytest
 
 from bench import corpus
-from ccotel.commands.report import session_usage
+from ccotel.commands.report.usage import session_usage
 from ccotel.records import SpanRecord, StatusCode
 from ccotel.run.pipeline import Options, Pipeline
 

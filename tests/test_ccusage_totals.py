@@ -12,7 +12,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from ccotel.commands.report import build_report
+from ccotel.commands.report.transcripts import build_report
 from ccotel.run.pipeline import Options
 from tests.harness.fixtures import list_fixtures, load_fixture
 from tests.support.ccusage import realdata_layout, run_ccusage_sessions
@@ -180,7 +180,10 @@ def test_where_ccusage_is_wrong(ccusage_installed, tmp_path):  # noqa: F811
 from datetime import date, datetime, timedelta  # noqa: E402
 from zoneinfo import ZoneInfo  # noqa: E402
 
-from ccotel.commands.report import Data, Query, as_json, gather, summarize  # noqa: E402
+from ccotel.commands.report.json_doc import as_json  # noqa: E402
+from ccotel.commands.report.rows import Data, Query  # noqa: E402
+from ccotel.commands.report.summary import summarize  # noqa: E402
+from ccotel.commands.report.transcripts import gather  # noqa: E402
 from ccotel.run.pipeline import Pipeline  # noqa: E402
 from ccotel.store.ledger import LEDGER_FILE, Ledger  # noqa: E402
 from tests.support.ccusage import (  # noqa: E402

@@ -30,7 +30,10 @@ from typing import Any
 
 import pytest
 
-from ccotel.commands import report
+from ccotel.commands.report.json_doc import as_json
+from ccotel.commands.report.rows import Query
+from ccotel.commands.report.summary import summarize
+from ccotel.commands.report.transcripts import gather
 from ccotel.run.pipeline import Options, Pipeline
 from ccotel.store.ledger import Ledger
 from ccotel.store.postgres import PgState, open_report_ledger
@@ -175,10 +178,10 @@ def fleet_counters(url: str, hosts: tuple[str, ...]) -> dict[str, float]:
 def session_report(options: Options, ledger: Ledger | None) -> list[dict[str, Any]]:
     assert ledger is not None
     try:
-        data = report.gather(options, ledger, workers=1)
+        data = gather(options, ledger, workers=1)
     finally:
         ledger.close()
-    rows = report.as_json(report.summarize(data, report.Query(view="session")))
+    rows = as_json(summarize(data, Query(view="session")))
     return sorted(rows["sessions"], key=lambda r: r["sessionId"])
 
 

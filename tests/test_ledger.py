@@ -10,7 +10,11 @@ from pathlib import Path
 import orjson
 import pytest
 
-from ccotel.commands.report import Data, Query, Report, as_json, build_report, gather, open_ledger, summarize
+from ccotel.commands.report.from_ledger import open_ledger
+from ccotel.commands.report.json_doc import as_json
+from ccotel.commands.report.rows import Data, Query, Report
+from ccotel.commands.report.summary import summarize
+from ccotel.commands.report.transcripts import build_report, gather
 from ccotel.records import SpanRecord
 from ccotel.run.pipeline import Options, Pipeline
 from ccotel.store.ledger import LEDGER_FILE, SCHEMA_VERSION, Ledger, LedgerError

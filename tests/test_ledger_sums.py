@@ -1,4 +1,4 @@
-"""A report the ledger answers alone is summed in SQLite (``report.summarize_ledger``): byte for
+"""A report the ledger answers alone is summed in SQLite (``from_ledger.summarize_ledger``): byte for
 byte the report of ``summarize`` over every row (the reference), on random ledgers made to
 break it (ties in time, calls without a cwd first, failed and unpriced calls, costs whose sum
 depends on its order, negative and zero times), and it loads nothing heavy."""
@@ -16,7 +16,10 @@ from zoneinfo import ZoneInfo
 import orjson
 import pytest
 
-from ccotel.commands.report import Data, Query, as_json, summarize, summarize_ledger, written_since
+from ccotel.commands.report.from_ledger import summarize_ledger, written_since
+from ccotel.commands.report.json_doc import as_json
+from ccotel.commands.report.rows import Data, Query
+from ccotel.commands.report.summary import summarize
 from ccotel.store.ledger import LEDGER_FILE, Ledger, TurnRow
 from tests.harness.fixtures import load_fixture
 from tests.test_ledger import build_ledger
@@ -171,13 +174,16 @@ def test_a_report_from_the_ledger_imports_only_what_it_needs(tmp_path):
             "print(sorted(m for m in sys.modules if m.startswith(('ccotel', 'msgspec', 'rich', 'zoneinfo'))))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split("\n")[0] == str(["ccotel", "ccotel.cli", "ccotel.commands", "ccotel.commands.report",
+                                             "ccotel.commands.report.command", "ccotel.commands.report.from_ledger",
+                                             "ccotel.commands.report.json_doc", "ccotel.commands.report.rows",
+                                             "ccotel.commands.report.summary",
                                              "ccotel.rules", "ccotel.rules.model_name", "ccotel.run",
                                              "ccotel.run.stopping", "ccotel.store", "ccotel.store.ledger"]), out.stdout
 
 
 def test_the_reports_copy_of_the_state_location_rule_is_the_rule(monkeypatch):
-    """report.py keeps a copy of state.resolve_state (state loads SQLite's state schema): equal."""
-    from ccotel.commands import report
+    """report/command.py keeps a copy of state.resolve_state (state loads SQLite's state schema): equal."""
+    from ccotel.commands.report import command as report
     from ccotel.store import state
 
     for env in ({}, {"CCOTEL_STATE": "/e"}, {"CCOTEL_STATE": ""}, {"CCOTEL_STATE": "none"}):

@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ccotel.commands.report import SessionUsage, build_report, session_usage
+from ccotel.commands.report.transcripts import build_report
+from ccotel.commands.report.usage import SessionUsage, session_usage
 from ccotel.read.tail import lines_with as _lines_with
 from ccotel.run.pipeline import Options, Pipeline
 from tests.harness.fixtures import list_fixtures, load_fixture
@@ -45,7 +46,7 @@ def test_realdata_report_equals_spans_in_one_and_three_processes(realdata_config
 def test_the_quick_line_read_equals_the_parser_on_every_real_assistant_line(realdata_config_dir):  # noqa: F811
     """The report's decoder (a small struct, usage counts taken as written when there are no
     advisor iterations or thinking details) gives what the full parser gives, line by line."""
-    from ccotel.commands.report_read import _NEEDLE, _quick, _slow
+    from ccotel.commands.report.transcripts import _NEEDLE, _quick, _slow
 
     checked = iterations = 0
     for path in sorted(Path(realdata_config_dir).rglob("*.jsonl")):
@@ -184,7 +185,11 @@ from zoneinfo import ZoneInfo  # noqa: E402
 
 import orjson  # noqa: E402
 
-from ccotel.commands.report import Query, add_arguments, as_json, gather, parse_day, run, summarize  # noqa: E402
+from ccotel.commands.report.command import add_arguments, parse_day, run  # noqa: E402
+from ccotel.commands.report.json_doc import as_json  # noqa: E402
+from ccotel.commands.report.rows import Query  # noqa: E402
+from ccotel.commands.report.summary import summarize  # noqa: E402
+from ccotel.commands.report.transcripts import gather  # noqa: E402
 from ccotel.store.ledger import LEDGER_FILE, Ledger  # noqa: E402
 
 
@@ -307,7 +312,7 @@ def test_run_prints_each_view_as_json_and_as_a_table(tmp_path, monkeypatch):
 def test_since_takes_a_duration_as_the_other_commands_do():
     from datetime import datetime, timedelta
 
-    from ccotel.commands.report import parse_day
+    from ccotel.commands.report.command import parse_day
 
     assert parse_day("7d") == (datetime.now().astimezone() - timedelta(days=7)).date()
     assert parse_day("2w") == (datetime.now().astimezone() - timedelta(days=14)).date()

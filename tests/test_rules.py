@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ccotel.commands.report import build_report, session_usage
+from ccotel.commands.report.transcripts import build_report
+from ccotel.commands.report.usage import session_usage
 from ccotel.records import SpanRecord
 from ccotel.rules import transcript as rules
 from ccotel.run.pipeline import Options, Pipeline

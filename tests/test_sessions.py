@@ -21,7 +21,7 @@ import pytest
 from ccotel.cli import parse_since
 from ccotel.commands import sessions
 from ccotel.commands.check import check_session
-from ccotel.commands.report import build_report
+from ccotel.commands.report.transcripts import build_report
 from ccotel.run.pipeline import Options
 from tests.harness.fixtures import list_fixtures, load_fixture
 from tests.test_waterfall import exported, live_copy

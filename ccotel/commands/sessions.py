@@ -31,7 +31,7 @@ from rich.text import Text
 
 from ccotel.assemble.assembler import Timeouts
 from ccotel.commands.check import _SESSION_ID, CheckError, Health, check_session
-from ccotel.commands.report import session_usage
+from ccotel.commands.report.usage import session_usage
 from ccotel.read.discover import default_roots
 from ccotel.read.shard import Group
 from ccotel.records import FileKind, SpanRecord, StatusCode, TranscriptFile

@@ -1,6 +1,7 @@
 """The transcript reader of ``ccotel report`` (imported only when transcripts must be read: a
 report answered from the usage ledger alone loads none of this, nor msgspec, the pipeline or
-genai-prices).
+genai-prices), and ``gather``: the calls a report sums when it reads them, the ledger's rows
+(if there is one) and the calls of the transcripts written since.
 
 It reads only what usage needs: assistant lines (a byte search finds them; tool results, most of
 the bytes, are never decoded), and of those only ids, model, usage and time (msgspec skips the
@@ -13,6 +14,7 @@ call can be in two of them (shard.py), and merged in time order.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -21,7 +23,9 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from ccotel.commands.report import SessionUsage, UsageTuple, session_usage
+from ccotel.commands.report.from_ledger import REREAD_GRACE_NS
+from ccotel.commands.report.rows import Data
+from ccotel.commands.report.usage import SessionUsage, UsageTuple, session_usage
 from ccotel.read.discover import find, session_groups, unread_bytes
 from ccotel.read.parse import _JUsage, parse_line, parse_timestamp
 from ccotel.read.shard import Group, balance, default_workers, plan_shards, process_context
@@ -29,11 +33,12 @@ from ccotel.read.tail import lines_with
 from ccotel.records import AdvisorCall, TranscriptFile, Usage
 from ccotel.rules import transcript as rules
 from ccotel.spans.pricing import Pricing
+from ccotel.store.ledger import CallRow, Ledger
 
 if TYPE_CHECKING:
     from ccotel.run.pipeline import Options
 
-__all__ = ["ReadOptions", "build_report", "report_from_spans", "read_rows"]
+__all__ = ["ReadOptions", "build_report", "report_from_spans", "read_rows", "gather"]
 
 
 @dataclass(frozen=True)
@@ -309,3 +314,37 @@ def _merged(results: Sequence[list[tuple[Any, ...]]], pricing: Pricing) -> list[
                 call.merge(_Call(*later[2:8], *later[9:11]))
                 rows[row[0]] = _row(row[0], first[1], call, pricing)
     return sorted(rows.values(), key=itemgetter(1))
+
+
+def gather(options: Options | ReadOptions, ledger: Ledger | None, workers: int | None = None,
+           parallel_min_bytes: int = 64 << 20, grace_ns: int = REREAD_GRACE_NS) -> Data:
+    """The calls (and, from the ledger, tools, subagents and turns) a report sums.
+
+    With a ledger: its rows, plus the calls of transcript files written since ``grace_ns`` before
+    its last write whose key it does not hold. Without: every call read from the transcripts."""
+    if ledger is None:
+        calls = [_call_row(r) for r in read_rows(options, workers, parallel_min_bytes)]
+        return Data(calls, [], [], [], "transcripts")
+    cover = ledger.coverage()
+    calls = list(ledger.calls())
+    since = cover.updated_ns - grace_ns
+    newer = read_rows(options, workers, parallel_min_bytes, keep=lambda tf: _mtime_ns(tf.path) >= since)
+    if newer:
+        have = {c.key for c in calls}
+        fresh = [_call_row(r) for r in newer if r[0] not in have]
+        calls += fresh
+    source = "ledger+transcripts" if newer else "ledger"
+    return Data(calls, list(ledger.tools()), list(ledger.agents()), list(ledger.turns()), source)
+
+
+def _mtime_ns(path: str) -> int:
+    try:
+        return os.stat(path).st_mtime_ns
+    except OSError:
+        return 0
+
+
+def _call_row(r: tuple[Any, ...]) -> CallRow:
+    key, _index, sid, usage, is_api_error, model, _first_ns, last_ns, cost, project, cwd = r
+    return CallRow(key, sid, last_ns, model, None, project, cwd, bool(is_api_error or usage is None),
+                   usage if usage is not None else (0, 0, 0, 0, 0, 0, 0), cost)

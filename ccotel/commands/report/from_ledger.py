@@ -1,0 +1,127 @@
+"""A report from the usage ledger (``ledger.db``, written as ccotel exports): opening it (only if
+it was written for exactly these roots), whether a transcript was written since (``written_since``:
+if not, the ledger answers alone), and that answer summed in SQLite (``summarize_ledger``), with
+no transcript read."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from ccotel.commands.report.rows import Query, Report
+from ccotel.commands.report.summary import Rows, in_time_order, needs_slots, places_by_session
+from ccotel.store.ledger import LEDGER_FILE, SLOT_NS, Ledger, LedgerError
+
+__all__ = ["REREAD_GRACE_NS", "open_ledger", "written_since", "summarize_ledger"]
+
+log = logging.getLogger("ccotel.report")
+
+# Files written this long before the ledger's last write are read again from the transcripts: a
+# turn still open then (its calls not yet finished) is in the file, not yet in the ledger.
+REREAD_GRACE_NS = 15 * 60 * 1_000_000_000
+
+
+def open_ledger(state_dir: str | None, roots: Sequence[str], host: str | None = None) -> Ledger | None:
+    """The ledger in ``state_dir``, if there is one and it was written for exactly these roots; on
+    a PostgreSQL state (a fleet), the fleet's shared ledger (``host``: this host's id)."""
+    if not state_dir or state_dir == "none":
+        return None
+    if state_dir.startswith(("postgresql://", "postgres://")):  # state.is_url (state.py: not loaded for SQLite)
+        from ccotel.store.postgres import open_report_ledger  # psycopg: only for a fleet
+        from ccotel.store.state import host_id
+
+        return open_report_ledger(state_dir, host_id(host), roots)
+    path = os.path.join(state_dir, LEDGER_FILE)
+    if not os.path.exists(path):
+        return None
+    try:
+        ledger = Ledger(path)
+    except LedgerError as exc:
+        log.warning("ledger not used: %s", exc)
+        return None
+    if ledger.coverage().roots != frozenset(os.path.realpath(r) for r in roots):
+        log.info("ledger %s was written for other roots (%s): reading the transcripts", path,
+                 ", ".join(sorted(ledger.coverage().roots)) or "none")
+        ledger.close()
+        return None
+    return ledger
+
+
+def written_since(roots: Sequence[str], since_ns: int) -> bool:
+    """False if no transcript under ``roots`` was modified at or after ``since_ns``: then
+    ``gather`` reads nothing from the transcripts and the ledger answers alone. Every ``.jsonl``
+    under ``<root>/projects`` (directories entered as discover.scan enters them: not through a
+    symlink) is looked at, a superset of the transcripts; one that cannot be stat'ed counts as
+    written (the transcripts are read then, which is never wrong, only slower)."""
+    stack = [os.path.join(root, "projects") for root in roots]
+    while stack:
+        try:
+            with os.scandir(stack.pop()) as it:
+                entries = list(it)
+        except OSError:
+            continue  # scan reads nothing from a directory it cannot list either
+        for entry in entries:
+            try:
+                is_dir = entry.is_dir()
+            except OSError:
+                is_dir = False
+            if is_dir:
+                if not entry.is_symlink():
+                    stack.append(entry.path)
+            elif entry.name.endswith(".jsonl"):
+                try:
+                    if entry.stat().st_mtime_ns >= since_ns:
+                        return True
+                except OSError:
+                    return True
+    return False
+
+
+def summarize_ledger(ledger: Ledger, q: Query) -> Report:
+    """``summarize(gather(options, ledger), q)`` for a ledger no transcript was written after
+    (``written_since`` is False), byte for byte, from the totals the ledger keeps per (session,
+    model, quarter hour): one Python step per group of calls rather than per call (costs are
+    integers of nano-dollars: their sum does not depend on the calls' order)."""
+    by_slot = needs_slots(q)
+    slot_ns = SLOT_NS if by_slot else None
+    totals = ledger.call_totals(by_slot)
+    turns = in_time_order(ledger.turns())
+    places = [(sid, project, cwd) for sid, _t, _r, project, cwd in ledger.session_places()]
+    rows = Rows(q, places_by_session(places + [(t.session_id, t.project, t.cwd) for t in turns]))
+    if q.view == "project":
+        _project_rows(ledger, rows, totals, slot_ns)
+    with_calls = set()
+    for sid, model, failed, slot, n, *usage, priced, cost, first_ns, last_ns in totals:
+        with_calls.add(sid)
+        ns = slot * (slot_ns or 0)  # any time in the slot: the date lookups are per slot
+        if rows.inside(ns):
+            rows.row(ns, sid).add_calls(model, bool(failed), n, usage, priced, cost, first_ns or 0, last_ns)
+    for sid, slot, n, failed, orphaned in ledger.tool_sums(slot_ns):
+        ns = slot * (slot_ns or 0)
+        if rows.inside(ns):
+            r = rows.row(ns, sid)
+            r.tool_calls += n
+            r.tool_errors += failed
+            r.orphans += orphaned
+    for sid, slot, n in ledger.agent_sums(slot_ns):
+        ns = slot * (slot_ns or 0)
+        if rows.inside(ns):
+            rows.row(ns, sid).subagents += n
+    rows.add_turns(turns, with_calls)
+    return rows.report("ledger")
+
+
+def _project_rows(ledger: Ledger, rows: Rows, totals: list[tuple[Any, ...]], slot_ns: int | None) -> None:
+    """Make the project view's rows as ``summarize`` makes them: a project's row takes its place
+    from the session whose call (inside --since/--until) came first, so the rows are made in the
+    order of each session's first such call (its earliest inside slot, then the call's order)."""
+    first_slot: dict[str, int] = {}
+    for sid, _model, _failed, slot, *_rest in totals:
+        if (sid not in first_slot or slot < first_slot[sid]) and rows.inside(slot * (slot_ns or 0)):
+            first_slot[sid] = slot
+    order = sorted((ledger.first_call(sid, slot * slot_ns) if slot_ns else ledger.first_call(sid, -(2**63)), sid, slot)
+                   for sid, slot in first_slot.items())
+    for _first, sid, slot in order:
+        rows.row(slot * (slot_ns or 0), sid)

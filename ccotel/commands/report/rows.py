@@ -1,0 +1,187 @@
+"""The records of ``ccotel report``: what a report asks (``Query``), what it sums (``Data``), and
+what it gives (``Row`` per day, week, month, session or project, their ``Report``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import date, tzinfo
+
+from ccotel.rules.model_name import reported_model
+from ccotel.store.ledger import AgentRow, CallRow, ToolRow, TurnRow
+
+__all__ = ["VIEWS", "WEEKDAYS", "Query", "Data", "ModelTotals", "Row", "Report", "report_models"]
+
+# == the views: daily, weekly, monthly, session, project ==========================================
+#
+# Calls come from the ledger (history Claude Code may have deleted since) and, for the files
+# written since the ledger was last written, from the transcripts (transcripts.py); a call in
+# both is the ledger's (one key, counted once). Tool calls, subagents and health come from the
+# ledger only: the transcript reader reads assistant lines alone.
+
+VIEWS = ("daily", "weekly", "monthly", "session", "project")
+WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
+
+
+@dataclass(frozen=True)
+class Query:
+    """What a report asks: a view, a time zone (None: the system's), dates (inclusive, local)."""
+
+    view: str = "session"
+    tz: tzinfo | None = None
+    since: date | None = None
+    until: date | None = None
+    start_of_week: int = 6  # date.weekday(): sunday, as ccusage
+    order: str = "asc"
+
+
+@dataclass(frozen=True)
+class Data:
+    """Everything a report sums: calls (ledger and transcripts, once each) and the ledger's rows."""
+
+    calls: list[CallRow]
+    tools: list[ToolRow]
+    agents: list[AgentRow]
+    turns: list[TurnRow]
+    source: str  # ledger | transcripts | ledger+transcripts
+
+
+@dataclass
+class ModelTotals:
+    input: int = 0
+    output: int = 0
+    cache_write: int = 0
+    cache_read: int = 0
+    calls: int = 0
+    cost_nano: int = 0  # nano-dollars (ledger.nano_usd): summed exactly, in any order
+
+    @property
+    def cost(self) -> float:
+        """USD (the sum divided once)."""
+        return self.cost_nano / 1e9
+
+    def add(self, other: ModelTotals) -> None:
+        self.input += other.input
+        self.output += other.output
+        self.cache_write += other.cache_write
+        self.cache_read += other.cache_read
+        self.calls += other.calls
+        self.cost_nano += other.cost_nano
+
+
+@dataclass
+class Row:
+    """One line of a report (a day, a week, a month, a session or a project), summed as it goes."""
+
+    key: str
+    input: int = 0
+    output: int = 0
+    cache_read: int = 0
+    cache_write: int = 0
+    cache_write_5m: int = 0
+    cache_write_1h: int = 0
+    reasoning: int = 0
+    cost_nano: int = 0  # nano-dollars (ledger.nano_usd): summed exactly, in any order
+    api_calls: int = 0
+    api_errors: int = 0
+    tool_calls: int = 0
+    tool_errors: int = 0
+    subagents: int = 0
+    orphans: int = 0
+    kills: int = 0
+    ghosts: int = 0
+    resets: int = 0
+    first_ns: int = 0
+    last_ns: int = 0
+    models: set[str] = field(default_factory=set)
+    unpriced: set[str] = field(default_factory=set)
+    by_model: dict[str, ModelTotals] = field(default_factory=dict)
+    session_id: str | None = None
+    project: str | None = None
+    cwd: str | None = None
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input + self.output + self.cache_read + self.cache_write
+
+    @property
+    def cost(self) -> float:
+        """USD (the sum divided once)."""
+        return self.cost_nano / 1e9
+
+    def seen(self, ns: int) -> None:
+        if ns:
+            self.first_ns = min(self.first_ns, ns) if self.first_ns else ns
+            self.last_ns = max(self.last_ns, ns)
+
+    def add_calls(self, model: str | None, failed: bool, n: int, usage: Sequence[int], priced: int,
+                  cost: int, first_ns: int, last_ns: int) -> None:
+        """``n`` calls of one model (their sums; ``cost`` in nano-dollars, ``priced`` of them with a
+        price), from the ledger's totals or summary._call_sums."""
+        self.seen(first_ns)
+        self.seen(last_ns)
+        if failed:
+            self.api_errors += n
+            return
+        self._add_usage(usage, n, cost)
+        name = reported_model(model) or "unknown"
+        self.models.add(name)
+        if priced < n:
+            self.unpriced.add(name)
+        self.by_model.setdefault(name, ModelTotals()).add(
+            ModelTotals(input=usage[0], output=usage[1], cache_write=usage[3], cache_read=usage[2], calls=n,
+                        cost_nano=cost))
+
+    def _add_usage(self, usage: Sequence[int], calls: int, cost_nano: int) -> None:
+        """Add calls' token sums (in UsageTuple's order: input, output, cache read, cache creation,
+        its 5m and 1h parts, reasoning), their number and their cost in nano-dollars."""
+        self.input += usage[0]
+        self.output += usage[1]
+        self.cache_read += usage[2]
+        self.cache_write += usage[3]
+        self.cache_write_5m += usage[4]
+        self.cache_write_1h += usage[5]
+        self.reasoning += usage[6]
+        self.api_calls += calls
+        self.cost_nano += cost_nano
+
+    def merge(self, other: Row) -> None:
+        """Add another row's figures (the totals line)."""
+        self._add_usage((other.input, other.output, other.cache_read, other.cache_write, other.cache_write_5m,
+                         other.cache_write_1h, other.reasoning), other.api_calls, other.cost_nano)
+        self.api_errors += other.api_errors
+        self.tool_calls += other.tool_calls
+        self.tool_errors += other.tool_errors
+        self.subagents += other.subagents
+        self.orphans += other.orphans
+        self.kills += other.kills
+        self.ghosts += other.ghosts
+        self.resets += other.resets
+        self.seen(other.first_ns)
+        self.seen(other.last_ns)
+        self.models |= other.models
+        self.unpriced |= other.unpriced
+        for model, m in other.by_model.items():
+            self.by_model.setdefault(model, ModelTotals()).add(m)
+
+    def health(self) -> dict[str, int]:
+        return {"orphans": self.orphans, "kills": self.kills, "ghostSessions": self.ghosts, "resets": self.resets}
+
+
+@dataclass(frozen=True)
+class Report:
+    view: str
+    rows: list[Row]
+    totals: Row
+    source: str
+
+    @property
+    def knows_tools(self) -> bool:
+        """Tools, subagents and health come from the ledger: read from the transcripts alone (no
+        ledger) a report sums the calls only, and these figures are unknown, not 0."""
+        return self.source != "transcripts"
+
+
+
+def report_models(r: Row) -> list[tuple[str, ModelTotals]]:
+    return sorted(r.by_model.items(), key=lambda mt: -mt[1].cost_nano)

@@ -1,0 +1,192 @@
+"""Summing a report's data into the rows of its view: which row each call, tool call, subagent
+and turn goes to (by its session or by its local date), and whether it is inside --since/--until.
+from_ledger.py sums a ledger's totals into the same rows."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+from datetime import date, datetime, timedelta, tzinfo
+
+from ccotel.commands.report.rows import Data, Query, Report, Row
+from ccotel.store.ledger import SLOT_NS, CallRow, TurnRow, nano_usd
+
+__all__ = ["Dates", "Rows", "summarize", "needs_slots", "places_by_session", "in_time_order"]
+
+class Dates:
+    """Unix ns -> the local date in a zone (the system's when None), cached per quarter hour."""
+
+    def __init__(self, tz: tzinfo | None) -> None:
+        self.tz = tz
+        self.cache: dict[int, date] = {}
+
+    def __call__(self, ns: int) -> date:
+        slot = ns // SLOT_NS  # zone offsets change on quarter hours: one date lookup per slot
+        d = self.cache.get(slot)
+        if d is None:
+            sec = slot * (SLOT_NS // 1_000_000_000)
+            if self.tz is None:
+                d = date(*time.localtime(sec)[:3])
+            else:
+                d = datetime.fromtimestamp(sec, self.tz).date()
+            self.cache[slot] = d
+        return d
+
+
+
+class Rows:
+    """The rows of one report as they are summed: which row an item goes to, and whether it is
+    inside --since/--until (both decided by the item's quarter hour and session)."""
+
+    def __init__(self, q: Query, where: dict[str, tuple[str | None, str | None]]) -> None:
+        self.q = q
+        self.where = where
+        self.dates = Dates(q.tz)
+        self.rows: dict[str, Row] = {}
+
+    def inside(self, ns: int) -> bool:
+        q = self.q
+        if q.since is None and q.until is None:
+            return True
+        d = self.dates(ns)
+        return (q.since is None or d >= q.since) and (q.until is None or d <= q.until)
+
+    def row(self, ns: int, sid: str) -> Row:
+        q = self.q
+        if q.view == "session":
+            key = sid
+        elif q.view == "project":
+            key = self.where.get(sid, (None, None))[0] or "unknown"
+        else:
+            key = _period(self.dates(ns), q)
+        r = self.rows.get(key)
+        if r is None:
+            r = self.rows[key] = Row(key)
+            if q.view == "session":
+                r.session_id = sid
+            if q.view in ("session", "project"):
+                r.project, r.cwd = self.where.get(sid, (None, None))
+        return r
+
+    def add_turns(self, turns: Sequence[TurnRow], with_calls: set[str]) -> None:
+        """Kills and resets; in the session view a session's first prompt starts it; ghosts. The
+        result does not depend on the turns' order: a session's prompts count as its activity
+        when it has a row once its calls, tools, subagents, kills and resets are in."""
+        first_turn: dict[str, TurnRow] = {}
+        for t in turns:
+            if t.session_id not in with_calls and (t.session_id not in first_turn
+                                                   or t.time_ns < first_turn[t.session_id].time_ns):
+                first_turn[t.session_id] = t
+            killed, reset = t.outcome == "killed", t.lost_tools > 0  # reset: resumed without an orphaned call
+            if (killed or reset) and self.inside(t.time_ns):
+                r = self.row(t.time_ns, t.session_id)
+                r.seen(t.time_ns)
+                r.kills += killed
+                r.resets += reset
+        if self.q.view == "session":  # a session starts with its first prompt
+            rows = self.rows
+            for t in turns:
+                started = rows.get(t.session_id)
+                if started is not None and self.inside(t.time_ns):
+                    started.seen(t.time_ns)
+        for sid, t in first_turn.items():  # a ghost: prompts and no assistant record at all
+            if self.inside(t.time_ns):
+                r = self.row(t.time_ns, sid)
+                r.ghosts += 1
+                r.resets += 1  # reason missing_transcript, as ccotel_session_resets_total counts it
+
+    def report(self, source: str) -> Report:
+        q = self.q
+        ordered = sorted(self.rows.values(), key=(lambda r: (r.last_ns, r.key)) if q.view == "session" else
+                         (lambda r: (r.key,)), reverse=q.order == "desc")
+        totals = Row("total")
+        for r in ordered:
+            totals.merge(r)
+        return Report(q.view, ordered, totals, source)
+
+
+def summarize(data: Data, q: Query) -> Report:
+    """Sum the data into the rows of ``q.view`` (items outside --since/--until left out)."""
+    turns = in_time_order(data.turns)
+    rows = Rows(q, places_by_session([(c.session_id, c.project, c.cwd) for c in data.calls]
+                                     + [(t.session_id, t.project, t.cwd) for t in turns]))
+    slot_ns = SLOT_NS if needs_slots(q) else None
+    with_calls = set()
+    for (sid, model, failed, slot), (n, *usage, priced, cost, first_ns, last_ns) in _call_sums(data.calls,
+                                                                                             slot_ns).items():
+        with_calls.add(sid)
+        ns = slot * (slot_ns or 0)  # any time in the slot: the date lookups are per slot
+        if rows.inside(ns):
+            rows.row(ns, sid).add_calls(model, failed, n, usage, priced, cost, first_ns, last_ns)
+    for tool in data.tools:
+        if rows.inside(tool.time_ns):
+            r = rows.row(tool.time_ns, tool.session_id)
+            r.tool_calls += 1
+            r.tool_errors += tool.error_type is not None
+            r.orphans += tool.error_type == "orphaned" or tool.repaired  # never got a real result
+    for a in data.agents:
+        if rows.inside(a.time_ns):
+            rows.row(a.time_ns, a.session_id).subagents += 1
+    rows.add_turns(turns, with_calls)
+    return rows.report(data.source)
+
+
+def needs_slots(q: Query) -> bool:
+    """Do the rows depend on when a call was made (its quarter hour), or on its session alone?"""
+    return not (q.view in ("session", "project") and q.since is None and q.until is None)
+
+
+def _call_sums(calls: Iterable[CallRow], slot_ns: int | None) -> dict[tuple[str, str | None, bool, int], list[int]]:
+    """The calls summed per (session, model, failed, slot), as the ledger's call_totals keeps them:
+    calls, the seven usage sums, calls with a cost, their cost in nano-dollars, the earliest
+    non-zero time (0: none) and the latest; in the order each group's first call comes."""
+    sums: dict[tuple[str, str | None, bool, int], list[int]] = {}
+    for c in calls:
+        t = c.time_ns
+        key = (c.session_id, c.model, c.api_error, t // slot_ns if slot_ns else 0)
+        s = sums.get(key)
+        if s is None:
+            s = sums[key] = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]
+        s[0] += 1
+        if not c.api_error:
+            u = c.usage
+            s[1] += u[0]
+            s[2] += u[1]
+            s[3] += u[2]
+            s[4] += u[3]
+            s[5] += u[4]
+            s[6] += u[5]
+            s[7] += u[6]
+            if c.cost is not None:
+                s[8] += 1
+                s[9] += nano_usd(c.cost)
+        if t:
+            s[10] = min(s[10], t) if s[10] else t
+            s[11] = max(s[11], t)
+    return sums
+
+
+def places_by_session(places: Iterable[tuple[str, str | None, str | None]]
+                      ) -> dict[str, tuple[str | None, str | None]]:
+    """Each session's project dir and cwd (the first known), from (session, project, cwd): its
+    calls in time order, then its turns."""
+    out: dict[str, tuple[str | None, str | None]] = {}
+    for sid, project, cwd in places:
+        have = out.get(sid)
+        if have is None or (have[1] is None and cwd) or (have[0] is None and project):
+            out[sid] = (project or (have[0] if have else None), cwd or (have[1] if have else None))
+    return out
+
+
+def in_time_order(turns: Iterable[TurnRow]) -> list[TurnRow]:
+    """Turns by time (ties by span id): whatever order they were written in, a session without a
+    call is placed by its earliest turn, and the rows its turns make are made in one order."""
+    return sorted(turns, key=lambda t: (t.time_ns, t.span_id))
+
+
+def _period(d: date, q: Query) -> str:
+    if q.view == "daily":
+        return d.isoformat()
+    if q.view == "monthly":
+        return f"{d.year:04d}-{d.month:02d}"
+    return (d - timedelta(days=(d.weekday() - q.start_of_week) % 7)).isoformat()  # weekly: its first day

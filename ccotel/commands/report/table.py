@@ -1,0 +1,165 @@
+"""A report as a rich table on the terminal (rich is imported only here, and only when a table is
+printed: ``--json`` does not load it)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, tzinfo
+from typing import TYPE_CHECKING
+
+from ccotel.commands.report.rows import ModelTotals, Query, Report, Row, report_models
+from ccotel.commands.report.summary import Dates
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+__all__ = ["render", "stdout_console"]
+
+@dataclass(frozen=True)
+class _Column:
+    head: str
+    footer: str
+    cell: Callable[[Row], str]
+    model_cell: Callable[[ModelTotals], str] | None = None  # its --breakdown line
+    number: bool = True
+    drop: int = 0  # 0: always shown; else dropped first when the terminal is too narrow (higher first)
+
+
+def _columns(report: Report, known: bool, breakdown: bool) -> list[_Column]:
+    t = report.totals
+
+    def dash(value: str) -> str:
+        return value if known else "-"
+
+    return [
+        _Column("Models", "", lambda r: "\n".join(_short(m) for m in sorted(r.models)), number=False,
+                drop=0 if breakdown else 3),  # the breakdown's lines are named in it
+        _Column("Input", f"{t.input:,}", lambda r: f"{r.input:,}", lambda m: f"{m.input:,}"),
+        _Column("Output", f"{t.output:,}", lambda r: f"{r.output:,}", lambda m: f"{m.output:,}"),
+        _Column("Cache\nwrite", f"{t.cache_write:,}", lambda r: f"{r.cache_write:,}", lambda m: f"{m.cache_write:,}"),
+        _Column("Cache\nread", f"{t.cache_read:,}", lambda r: f"{r.cache_read:,}", lambda m: f"{m.cache_read:,}"),
+        _Column("Total\ntokens", f"{t.total_tokens:,}", lambda r: f"{r.total_tokens:,}",
+                lambda m: f"{m.input + m.output + m.cache_write + m.cache_read:,}", drop=7),
+        _Column("Cost $", _cost(t), _cost, lambda m: f"{m.cost:,.2f}"),
+        _Column("Calls", f"{t.api_calls:,}", lambda r: f"{r.api_calls:,}", lambda m: f"{m.calls:,}", drop=2),
+        _Column("Tools", dash(f"{t.tool_calls:,}"), lambda r: dash(f"{r.tool_calls:,}"), drop=5),
+        _Column("Tool\nerrors", dash(f"{t.tool_errors:,}"), lambda r: dash(f"{r.tool_errors:,}"), drop=4),
+        _Column("Sub-\nagents", dash(f"{t.subagents:,}"), lambda r: dash(f"{r.subagents:,}"), drop=6),
+        _Column("Health", _health(t, known), lambda r: _health(r, known), number=False, drop=1),
+    ]
+
+
+def _fit(columns: list[_Column], rows: list[Row], lead: int, width: int) -> list[_Column]:
+    """The columns that fit ``width`` (``lead``: the label columns' width): numbers are never cut,
+    so the least needed columns give way, highest ``drop`` first."""
+    def need(c: _Column) -> int:
+        cells = [c.footer, *c.head.split("\n"), *(c.cell(r) for r in rows[:200])]
+        widest = max(len(line) for cell in cells for line in cell.split("\n"))
+        return (min(widest, 16) if not c.number else widest) + 3
+
+    kept = list(columns)
+    for c in sorted((c for c in columns if c.drop), key=lambda c: -c.drop):
+        if lead + sum(need(k) for k in kept) + 1 <= width:
+            break
+        kept.remove(c)
+    return kept
+
+
+def render(report: Report, console: Console, q: Query, breakdown: bool = False) -> None:
+    """A rich table: one line per row, per model below it with ``breakdown``, the totals last.
+    On a narrow terminal the least needed columns give way (the omitted ones are named)."""
+    from rich.table import Table
+
+    table = Table(title=f"ccotel report: {report.view} ({_zone_name(q.tz)}; from the {report.source})",
+                  show_footer=True, header_style="bold", footer_style="bold")
+    first = {"daily": "Date", "weekly": "Week of", "monthly": "Month", "session": "Started",
+             "project": "Project"}[report.view]
+    dates = Dates(q.tz)
+    labels = [_label(r, report.view, dates) for r in report.rows]
+    lead_width = max([len(first), 5, *(len(x) for x in labels)]) + 3
+    table.add_column(first, footer="Total", overflow="fold", no_wrap=report.view != "project",
+                     min_width=min(lead_width - 3, 40))
+    if report.view == "session":
+        table.add_column("Project", overflow="fold", min_width=12)  # a path: folded, never cut
+        table.add_column("Session", no_wrap=True)
+        lead_width += 15 + 11
+    columns = _columns(report, report.knows_tools, breakdown)
+    shown = _fit(columns, report.rows, lead_width, console.width)
+    for c in shown:
+        if c.number:
+            table.add_column(c.head, justify="right", footer=c.footer, no_wrap=True, min_width=len(c.footer))
+        else:
+            table.add_column(c.head, footer=c.footer, overflow="fold", min_width=10)
+    for r, label in zip(report.rows, labels, strict=True):
+        lead = [label]
+        if report.view == "session":
+            lead += [_place(r), (r.session_id or "")[:8]]
+        table.add_row(*lead, *(c.cell(r) for c in shown))
+        if breakdown:
+            for model, m in report_models(r):
+                cells = [(c.model_cell(m) if c.model_cell else "") for c in shown]
+                if shown and shown[0].head == "Models":
+                    cells[0] = f"└ {_short(model)}"
+                table.add_row(*([""] * len(lead)), *cells, style="dim")
+    console.print(table)
+    left_out = [c.head.replace("-\n", "").replace("\n", " ") for c in columns if c not in shown]
+    if left_out:
+        console.print(f"(not shown at this width: {', '.join(left_out)}; --json has every column)", style="dim")
+    if report.totals.unpriced:
+        console.print(f"* without the calls of models that have no price: {', '.join(sorted(report.totals.unpriced))} "
+                      "(give them one with --prices)")
+    if not report.knows_tools:
+        console.print("Tool calls, subagents and health come from the ledger, which `ccotel run` and `ccotel "
+                      "backfill` write; none was used here (-).", style="dim")
+
+
+def _label(r: Row, view: str, dates: Dates) -> str:
+    if view == "session":
+        if not r.first_ns:
+            return ""
+        sec = r.first_ns / 1e9
+        local = datetime.fromtimestamp(sec, dates.tz) if dates.tz else datetime.fromtimestamp(sec).astimezone()
+        return local.strftime("%Y-%m-%d %H:%M")
+    if view == "project":
+        return _place(r)
+    return r.key
+
+
+def _place(r: Row) -> str:
+    """Where a session ran: its cwd (a path, readable), else its projects dir."""
+    path = r.cwd or r.project or "unknown"
+    home = os.path.expanduser("~")
+    return "~" + path[len(home):] if home != "/" and path.startswith(home + "/") else path
+
+
+def _short(model: str) -> str:
+    return model[len("claude-"):] if model.startswith("claude-") else model
+
+
+def _cost(r: Row) -> str:
+    return f"{r.cost:,.2f}" + ("*" if r.unpriced else "")
+
+
+def _health(r: Row, known: bool = True) -> str:
+    if not known:
+        return f"{r.api_errors} API errors" if r.api_errors else "-"
+    parts = [f"{n} {word}{'s' if n != 1 else ''}" for n, word in
+             ((r.orphans, "orphan"), (r.kills, "kill"), (r.ghosts, "ghost"), (r.resets, "reset"),
+              (r.api_errors, "API error")) if n]
+    return ", ".join(parts) if parts else "ok"
+
+
+def _zone_name(tz: tzinfo | None) -> str:
+    return str(tz) if tz is not None else (time.tzname[0] or "local time")
+
+
+def stdout_console() -> Console:
+    """stdout; colour only on a terminal and without NO_COLOR (rich checks both); wide in a pipe."""
+    from rich.console import Console
+
+    wide = None if sys.stdout.isatty() else int(os.environ.get("COLUMNS", "200") or 200)
+    return Console(width=wide, highlight=False)
