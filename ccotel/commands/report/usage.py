@@ -8,6 +8,16 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from ccotel.spans.attributes import (
+    CLAUDE_CODE_COST_USD,
+    CLAUDE_CODE_USAGE_INPUT_TOKENS,
+    GEN_AI_CONVERSATION_ID,
+    GEN_AI_RESPONSE_MODEL,
+    GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS,
+    GEN_AI_USAGE_CACHE_WRITE_INPUT_TOKENS,
+    GEN_AI_USAGE_OUTPUT_TOKENS,
+    GEN_AI_USAGE_REASONING_OUTPUT_TOKENS,
+)
 from ccotel.store.ledger import nano_usd
 
 if TYPE_CHECKING:
@@ -77,18 +87,18 @@ def session_usage(spans: Iterable[SpanRecord], into: dict[str, SessionUsage] | N
     out = {} if into is None else into
     for s in spans:
         a = s.attributes
-        if "gen_ai.usage.output_tokens" not in a:
+        if GEN_AI_USAGE_OUTPUT_TOKENS not in a:
             continue
-        sid = str(a.get("gen_ai.conversation.id", ""))
+        sid = str(a.get(GEN_AI_CONVERSATION_ID, ""))
         u = out.get(sid)
         if u is None:
             u = out[sid] = SessionUsage(sid)
-        usage = (int(a.get("claude_code.usage.input_tokens", 0)), int(a["gen_ai.usage.output_tokens"]),
-                 int(a.get("gen_ai.usage.cache_read.input_tokens", 0)),
-                 int(a.get("gen_ai.usage.cache_write.input_tokens", 0)), 0, 0,
-                 int(a.get("gen_ai.usage.reasoning.output_tokens", 0)))
-        model = a.get("gen_ai.response.model")
-        cost = a.get("claude_code.cost.usd")
+        usage = (int(a.get(CLAUDE_CODE_USAGE_INPUT_TOKENS, 0)), int(a[GEN_AI_USAGE_OUTPUT_TOKENS]),
+                 int(a.get(GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS, 0)),
+                 int(a.get(GEN_AI_USAGE_CACHE_WRITE_INPUT_TOKENS, 0)), 0, 0,
+                 int(a.get(GEN_AI_USAGE_REASONING_OUTPUT_TOKENS, 0)))
+        model = a.get(GEN_AI_RESPONSE_MODEL)
+        cost = a.get(CLAUDE_CODE_COST_USD)
         u.add(usage, float(cost) if cost is not None else None, model if isinstance(model, str) else None,
               s.start_ns, s.end_ns)
     return out
