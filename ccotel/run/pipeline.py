@@ -28,7 +28,9 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from ccotel.assemble.assembler import AgentRun, Assembler, Finished, Owner, Timeouts, Turn
+from ccotel.assemble.assembler import Assembler
+from ccotel.assemble.closing import Timeouts
+from ccotel.assemble.model import AgentRun, Finished, Owner, Turn
 from ccotel.export.result import ExportResult
 from ccotel.metrics.counters import Metrics
 from ccotel.read.discover import Checkpoint, ScanCache, find, scan, session_groups, unread_bytes
