@@ -40,7 +40,7 @@ from ccotel.run.delivery import Delivery
 from ccotel.run.detectors import Detectors
 from ccotel.run.reader import FileState, Reader, ReadStats
 from ccotel.sources.orchestrator import DEFAULT_PATTERNS, Pattern
-from ccotel.sources.registry import Registry
+from ccotel.sources.registry.follower import Registry
 from ccotel.spans.build import DEFAULT_CONVENTIONS, Conventions, build_spans
 from ccotel.spans.content import ContentPolicy
 from ccotel.spans.pricing import DEFAULT_PRICING, Pricing
