@@ -29,7 +29,7 @@ from opentelemetry.trace import StatusCode as OtelStatus
 
 import ccotel.run.pipeline as ccotel_pipeline
 from ccotel import __version__
-from ccotel.assemble.assembler import Finished
+from ccotel.assemble.model import Finished
 from ccotel.export.otlp import encode_request
 from ccotel.records import SpanRecord, StatusCode
 from ccotel.run.pipeline import Options, Pipeline

@@ -96,7 +96,7 @@ def _run_options(sp: argparse.ArgumentParser) -> None:
                     help="host:port for Prometheus /metrics (loopback by default); 'none' to disable")
     sp.add_argument("--poll", action="store_true", help="poll instead of inotify")
     sp.add_argument("--no-status", action="store_true", help="no live status line")
-    from ccotel.sources import registry
+    from ccotel.sources.registry import follower as registry
 
     registry.add_arguments(sp)
 

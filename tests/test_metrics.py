@@ -30,7 +30,7 @@ class Live:
     """A pipeline that has caught up on an empty root; files added later are live events."""
 
     def __init__(self, tmp_path, stall_s: float = 180.0) -> None:
-        from ccotel.assemble.assembler import Timeouts
+        from ccotel.assemble.closing import Timeouts
 
         self.root = tmp_path / "claude"
         (self.root / "projects").mkdir(parents=True)

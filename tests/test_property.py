@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from ccotel.assemble.assembler import Timeouts
+from ccotel.assemble.closing import Timeouts
 from ccotel.records import SpanRecord
 from ccotel.run.pipeline import Options, Pipeline
 from ccotel.store.state import State

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from ccotel.assemble.assembler import Assembler, Timeouts
+from ccotel.assemble.assembler import Assembler
+from ccotel.assemble.closing import Timeouts
 from ccotel.read.discover import classify
 from ccotel.run import reader as reader_mod
 from ccotel.run.reader import FileState, Reader

@@ -19,19 +19,12 @@ import pytest
 
 from ccotel.assemble import ids
 from ccotel.metrics.counters import METRICS, Metrics, Spec
+from ccotel.read.procs import proc_start
 from ccotel.records import SpanRecord, StatusCode
 from ccotel.run.pipeline import Options, Pipeline
-from ccotel.sources.registry import (
-    AGENT_SECONDS,
-    AGENTS,
-    BAD_INPUT,
-    KILLED,
-    FrontMatter,
-    Registry,
-    parse_active_pids,
-    parse_front_matter,
-    proc_start,
-)
+from ccotel.sources.registry.files import FrontMatter, parse_active_pids, parse_front_matter
+from ccotel.sources.registry.follower import Registry
+from ccotel.sources.registry.telemetry import AGENT_SECONDS, AGENTS, BAD_INPUT, KILLED
 from ccotel.store.state import Commit, State
 from tests.harness.fixtures import load_fixture
 

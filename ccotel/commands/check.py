@@ -22,7 +22,8 @@ from dataclasses import asdict, dataclass, field
 
 import orjson
 
-from ccotel.assemble.assembler import Assembler, Timeouts
+from ccotel.assemble.assembler import Assembler
+from ccotel.assemble.closing import Timeouts
 from ccotel.read import evidence
 from ccotel.read.discover import classify, default_roots, within_root
 from ccotel.read.parse import parse_line

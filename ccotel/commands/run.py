@@ -14,7 +14,7 @@ import time
 from collections import Counter
 from typing import TYPE_CHECKING
 
-from ccotel.assemble.assembler import Timeouts
+from ccotel.assemble.closing import Timeouts
 from ccotel.metrics.counters import Metrics, serve
 from ccotel.read.discover import default_roots
 from ccotel.read.shard import default_workers

@@ -29,7 +29,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ccotel.assemble.assembler import Timeouts
+from ccotel.assemble.closing import Timeouts
 from ccotel.commands.check import _SESSION_ID, CheckError, Health, check_session
 from ccotel.commands.report.usage import session_usage
 from ccotel.read.discover import default_roots

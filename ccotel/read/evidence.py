@@ -16,13 +16,15 @@ Nothing here is read outside the roots; unreadable files are skipped (no evidenc
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 import orjson
 
 from ccotel.rules import transcript as rules
 
-__all__ = ["Evidence", "HistoryIndex", "known_sessions", "is_session_id", "retention_of", "transcripts_of"]
+__all__ = ["Evidence", "HistoryIndex", "known_sessions", "is_session_id", "retention_of", "transcript_paths",
+           "transcripts_of"]
 
 _MAX_JSON = 1 << 16
 
@@ -60,15 +62,24 @@ def retention_of(root: str) -> int:
 
 def transcripts_of(roots: tuple[str, ...], session_id: str) -> list[str]:
     """Every ``projects/<dir>/<id>.jsonl`` of the session under the roots."""
-    out = []
+    return [path for _root, path in transcript_paths(roots, session_id)]
+
+
+def transcript_paths(roots: Sequence[str], session_id: str) -> Iterator[tuple[str, str]]:
+    """(root, path) of each ``projects/<dir>/<id>.jsonl`` of the session, roots in order and their
+    project directories by name, each looked for only when the one before has been taken (the
+    project directory's name is the cwd, mangled in ways that changed between versions: looked
+    for, not computed)."""
     for root in roots:
         projects = os.path.join(root, "projects")
         try:
             dirs = sorted(os.listdir(projects))
         except OSError:
             continue
-        out += [p for d in dirs if os.path.isfile(p := os.path.join(projects, d, f"{session_id}.jsonl"))]
-    return out
+        for d in dirs:
+            path = os.path.join(projects, d, f"{session_id}.jsonl")
+            if os.path.isfile(path):
+                yield root, path
 
 
 class HistoryIndex:

@@ -1,4 +1,5 @@
-"""Is the Claude Code process writing a session still running?
+"""Is the Claude Code process writing a session still running? The one reader of /proc and of
+``<config>/sessions/<pid>.json``.
 
 While a CLI process runs, Claude Code keeps ``<config>/sessions/<pid>.json`` with the session id
 and the process start time (``procStart``, /proc/<pid>/stat field 22). A clean exit removes it;
@@ -9,20 +10,20 @@ start time), means the turn it was writing was killed, not slow.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import orjson
 
-__all__ = ["Proc", "any_alive", "read_session_pids", "pid_alive"]
+__all__ = ["Proc", "any_alive", "below", "pid_alive", "proc_start", "read_session_pids", "session_files",
+           "start_wall_ns"]
 
 
 Proc = tuple[int, "str | None"]  # (pid, procStart)
 
 
-def read_session_pids(roots: tuple[str, ...]) -> dict[str, tuple[Proc, ...]]:
-    """sessionId -> every (pid, procStart) of <root>/sessions/<pid>.json naming it. Claude Code keeps
-    one per live process; 2.1.3xx no longer deletes a killed process's file when the session is
-    resumed, so a session can have a stale file beside its live one."""
-    out: dict[str, list[Proc]] = {}
+def session_files(roots: tuple[str, ...]) -> list[tuple[str, dict[str, Any]]]:
+    """(root, document) of every ``<root>/sessions/<pid>.json`` that names a pid and a session."""
+    out = []
     for root in roots:
         d = os.path.join(root, "sessions")
         try:
@@ -38,8 +39,18 @@ def read_session_pids(roots: tuple[str, ...]) -> dict[str, tuple[Proc, ...]]:
             except (OSError, orjson.JSONDecodeError):
                 continue
             if isinstance(doc, dict) and isinstance(doc.get("pid"), int) and isinstance(doc.get("sessionId"), str):
-                start = doc.get("procStart")
-                out.setdefault(doc["sessionId"], []).append((doc["pid"], str(start) if start is not None else None))
+                out.append((root, doc))
+    return out
+
+
+def read_session_pids(roots: tuple[str, ...]) -> dict[str, tuple[Proc, ...]]:
+    """sessionId -> every (pid, procStart) of <root>/sessions/<pid>.json naming it. Claude Code keeps
+    one per live process; 2.1.3xx no longer deletes a killed process's file when the session is
+    resumed, so a session can have a stale file beside its live one."""
+    out: dict[str, list[Proc]] = {}
+    for _root, doc in session_files(roots):
+        start = doc.get("procStart")
+        out.setdefault(doc["sessionId"], []).append((doc["pid"], str(start) if start is not None else None))
     return {sid: tuple(procs) for sid, procs in out.items()}
 
 
@@ -50,15 +61,56 @@ def any_alive(procs: tuple[Proc, ...]) -> bool:
 
 def pid_alive(pid: int, proc_start: str | None) -> bool:
     """The pid runs and is the same process (its start time matches: pids are reused)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read().decode("ascii", "replace")
-    except OSError:
+    fields = _stat_fields(pid)
+    if fields is None:
         return False
-    fields = stat[stat.rfind(")") + 2:].split()
     state = fields[0] if fields else "X"
     if state in ("Z", "X"):
         return False
     if proc_start is not None and proc_start.isdigit() and len(fields) > 19:
         return fields[19] == proc_start
     return True
+
+
+def proc_start(pid: int) -> str | None:
+    """/proc/<pid>/stat field 22 (start time in clock ticks since boot), as Claude Code's
+    ``procStart`` writes it; None if the pid does not run."""
+    fields = _stat_fields(pid)
+    return fields[19] if fields is not None and len(fields) > 19 else None
+
+
+def start_wall_ns(start_ticks: str) -> int | None:
+    """A process start time (clock ticks since boot) as Unix ns."""
+    try:
+        with open("/proc/stat", "rb") as f:
+            btime = next(int(line.split()[1]) for line in f if line.startswith(b"btime "))
+        return int((btime + int(start_ticks) / os.sysconf("SC_CLK_TCK")) * 1e9)
+    except (OSError, StopIteration, ValueError, IndexError):
+        return None
+
+
+def below(pid: int, ancestor: int, depth: int = 8) -> bool:
+    """Is ``pid`` ``ancestor`` or a process started under it (a wrapper's child)?"""
+    for _ in range(depth):
+        if pid == ancestor:
+            return True
+        parent = _parent_pid(pid)
+        if parent is None or parent <= 1:
+            return False
+        pid = parent
+    return False
+
+
+def _parent_pid(pid: int) -> int | None:
+    fields = _stat_fields(pid)
+    return int(fields[1]) if fields is not None and len(fields) > 1 and fields[1].isdigit() else None
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    """The fields of /proc/<pid>/stat after the command name (field 3 on); None if the pid does not run."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read().decode("ascii", "replace")
+    except OSError:
+        return None
+    return stat[stat.rfind(")") + 2:].split()

@@ -19,7 +19,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
-from ccotel.assemble.assembler import Owner, Turn
+from ccotel.assemble.model import Owner, Turn
 from ccotel.export.result import ExportResult
 from ccotel.metrics.counters import Metrics
 from ccotel.records import SpanRecord

@@ -28,7 +28,9 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from ccotel.assemble.assembler import AgentRun, Assembler, Finished, Owner, Timeouts, Turn
+from ccotel.assemble.assembler import Assembler
+from ccotel.assemble.closing import Timeouts
+from ccotel.assemble.model import AgentRun, Finished, Owner, Turn
 from ccotel.export.result import ExportResult
 from ccotel.metrics.counters import Metrics
 from ccotel.read.discover import Checkpoint, ScanCache, find, scan, session_groups, unread_bytes
@@ -38,7 +40,7 @@ from ccotel.run.delivery import Delivery
 from ccotel.run.detectors import Detectors
 from ccotel.run.reader import FileState, Reader, ReadStats
 from ccotel.sources.orchestrator import DEFAULT_PATTERNS, Pattern
-from ccotel.sources.registry import Registry
+from ccotel.sources.registry.follower import Registry
 from ccotel.spans.build import DEFAULT_CONVENTIONS, Conventions, build_spans
 from ccotel.spans.content import ContentPolicy
 from ccotel.spans.pricing import DEFAULT_PRICING, Pricing

@@ -34,6 +34,7 @@ from typing import Any
 import orjson
 
 from ccotel.read.discover import within_root
+from ccotel.read.evidence import transcript_paths
 from ccotel.read.parse import parse_timestamp
 from ccotel.read.tail import Tailer
 
@@ -144,17 +145,8 @@ class SessionFiles:
 
     def main(self) -> tuple[str, str] | None:
         if self._main is None and _SESSION_ID.fullmatch(self.session_id):
-            for root in self.roots:
-                projects = os.path.join(root, "projects")
-                try:
-                    names = sorted(os.listdir(projects))
-                except OSError:
-                    continue
-                for name in names:
-                    path = os.path.join(projects, name, f"{self.session_id}.jsonl")
-                    if os.path.isfile(path) and within_root(root, path):
-                        self._main = (root, path)
-                        return self._main
+            self._main = next((found for found in transcript_paths(self.roots, self.session_id)
+                               if within_root(*found)), None)
         return self._main
 
     def subagent_dir(self) -> str | None:

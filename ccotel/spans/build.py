@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ccotel.assemble import ids
-from ccotel.assemble.assembler import AgentRun, Call, Finished, ToolCall, Turn
+from ccotel.assemble.model import AgentRun, Call, Finished, ToolCall, Turn
 from ccotel.records import SpanEvent, SpanKind, SpanRecord, StatusCode, Usage, fast_constructor
 from ccotel.rules import transcript as rules
 from ccotel.spans.attributes import (

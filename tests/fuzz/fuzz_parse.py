@@ -35,7 +35,8 @@ def _imports() -> None:
     import orjson
     from opentelemetry.proto.trace.v1 import trace_pb2
 
-    from ccotel.assemble.assembler import Assembler, Timeouts
+    from ccotel.assemble.assembler import Assembler
+    from ccotel.assemble.closing import Timeouts
     from ccotel.export.otlp import encode_span
     from ccotel.read.parse import parse_line
     from ccotel.records import FileKind, TranscriptFile
