@@ -8,6 +8,40 @@ from typing import Any
 
 from ccotel.records import SpanRecord, StatusCode
 from ccotel.rules import transcript as rules
+from ccotel.spans.attributes import (
+    CLAUDE_CODE_ADVISOR,
+    CLAUDE_CODE_AGENT_BACKGROUND,
+    CLAUDE_CODE_AGENT_ID,
+    CLAUDE_CODE_COST_USD,
+    CLAUDE_CODE_CWD,
+    CLAUDE_CODE_PROJECT_DIR,
+    CLAUDE_CODE_REQUEST_ID,
+    CLAUDE_CODE_TOOL_AGENT_ID,
+    CLAUDE_CODE_TOOL_REPAIRED,
+    CLAUDE_CODE_TURN_API_CALLS,
+    CLAUDE_CODE_TURN_API_ERRORS,
+    CLAUDE_CODE_TURN_LOST_TOOLS,
+    CLAUDE_CODE_TURN_ORPHANED_TOOLS,
+    CLAUDE_CODE_TURN_OUTCOME,
+    CLAUDE_CODE_TURN_STALLED,
+    CLAUDE_CODE_TURN_TOOL_CALLS,
+    CLAUDE_CODE_USAGE_CACHE_CREATION_EPHEMERAL_1H_INPUT_TOKENS,
+    CLAUDE_CODE_USAGE_CACHE_CREATION_EPHEMERAL_5M_INPUT_TOKENS,
+    CLAUDE_CODE_USAGE_INPUT_TOKENS,
+    CLAUDE_CODE_VERSION,
+    ERROR_TYPE,
+    GEN_AI_AGENT_NAME,
+    GEN_AI_CONVERSATION_ID,
+    GEN_AI_OPERATION_NAME,
+    GEN_AI_RESPONSE_ID,
+    GEN_AI_RESPONSE_MODEL,
+    GEN_AI_TOOL_CALL_ID,
+    GEN_AI_TOOL_NAME,
+    GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS,
+    GEN_AI_USAGE_CACHE_WRITE_INPUT_TOKENS,
+    GEN_AI_USAGE_OUTPUT_TOKENS,
+    GEN_AI_USAGE_REASONING_OUTPUT_TOKENS,
+)
 from ccotel.store.ledger import Rows, project_dir_of
 
 __all__ = ["rows_of"]
@@ -23,15 +57,15 @@ def rows_of(spans: Sequence[SpanRecord]) -> Rows:
     advisors_seen: dict[int, int] = {}
     for s in spans:
         a = s.attributes
-        op = a.get("gen_ai.operation.name")
+        op = a.get(GEN_AI_OPERATION_NAME)
         if op == "chat":
             key = _chat_key(s, chat_keys, advisors_seen)
             if key is not None:
                 calls.append(_call_values(key, s))
         elif op == "execute_tool":
             tools.append(_tool_values(s))
-        elif op == "invoke_agent" and a.get("gen_ai.agent.name") == "claude-code" \
-                and "claude_code.turn.outcome" in a:
+        elif op == "invoke_agent" and a.get(GEN_AI_AGENT_NAME) == "claude-code" \
+                and CLAUDE_CODE_TURN_OUTCOME in a:
             turns.append(_turn_values(s))
         elif op == "invoke_agent":
             agents.append(_agent_values(s))
@@ -42,17 +76,17 @@ def _chat_key(s: SpanRecord, chat_keys: dict[int, str], advisors_seen: dict[int,
     """The call's identity. An advisor span carries no message id: it is the i-th advisor span
     under its chat span, which spans.build_spans puts just before it in the same list."""
     a = s.attributes
-    if a.get("claude_code.advisor"):
+    if a.get(CLAUDE_CODE_ADVISOR):
         parent = chat_keys.get(s.parent_span_id or 0)
         if parent is None:
             return None  # its chat span was not in this batch: cannot be named (never seen from spans.py)
         index = advisors_seen.get(s.parent_span_id or 0, 0)
         advisors_seen[s.parent_span_id or 0] = index + 1
         return f"{parent}#advisor{index}"
-    mid = a.get("gen_ai.response.id")
+    mid = a.get(GEN_AI_RESPONSE_ID)
     if not isinstance(mid, str) or not mid:
         return None
-    rid = a.get("claude_code.request_id")
+    rid = a.get(CLAUDE_CODE_REQUEST_ID)
     key = rules.call_key(mid, rid if isinstance(rid, str) else None)
     chat_keys[s.span_id] = key
     return key
@@ -89,47 +123,47 @@ def _project_of_cwd(cwd: str | None) -> str | None:
 
 def _project(a: dict[str, Any]) -> str | None:
     # The transcript's projects/<dir>, when spans carry it; else the dir Claude Code makes of the cwd.
-    return _str(a, "claude_code.project_dir") or _project_of_cwd(_str(a, "claude_code.cwd"))
+    return _str(a, CLAUDE_CODE_PROJECT_DIR) or _project_of_cwd(_str(a, CLAUDE_CODE_CWD))
 
 
 # The call row's counts, in its column order: fresh input, output, cache read, cache write, 5m, 1h, reasoning.
-_CALL_COUNTS = ("claude_code.usage.input_tokens", "gen_ai.usage.output_tokens", "gen_ai.usage.cache_read.input_tokens",
-                "gen_ai.usage.cache_write.input_tokens", "claude_code.usage.cache_creation.ephemeral_5m_input_tokens",
-                "claude_code.usage.cache_creation.ephemeral_1h_input_tokens", "gen_ai.usage.reasoning.output_tokens")
+_CALL_COUNTS = (CLAUDE_CODE_USAGE_INPUT_TOKENS, GEN_AI_USAGE_OUTPUT_TOKENS, GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS,
+                GEN_AI_USAGE_CACHE_WRITE_INPUT_TOKENS, CLAUDE_CODE_USAGE_CACHE_CREATION_EPHEMERAL_5M_INPUT_TOKENS,
+                CLAUDE_CODE_USAGE_CACHE_CREATION_EPHEMERAL_1H_INPUT_TOKENS, GEN_AI_USAGE_REASONING_OUTPUT_TOKENS)
 
 
 def _call_values(key: str, s: SpanRecord) -> tuple[Any, ...]:
     a = s.attributes
-    api_error = s.status is StatusCode.ERROR and "error.type" in a
-    cost: Any = a.get("claude_code.cost.usd")
+    api_error = s.status is StatusCode.ERROR and ERROR_TYPE in a
+    cost: Any = a.get(CLAUDE_CODE_COST_USD)
     priced = isinstance(cost, (int, float))
     # _int of each count, with plain ints (all spans.py writes) taken as they are: one call a row, not seven
     counts = [v if type(v) is int else _as_int(v) for v in map(a.get, _CALL_COUNTS)]
-    return (key, _str(a, "gen_ai.conversation.id") or "", s.end_ns, s.start_ns, _str(a, "claude_code.cwd"),
-            _project(a), _str(a, "gen_ai.response.model"), _str(a, "claude_code.agent_id"), int(api_error),
-            *counts, float(cost) if priced else None, int(priced), _str(a, "claude_code.version"))
+    return (key, _str(a, GEN_AI_CONVERSATION_ID) or "", s.end_ns, s.start_ns, _str(a, CLAUDE_CODE_CWD),
+            _project(a), _str(a, GEN_AI_RESPONSE_MODEL), _str(a, CLAUDE_CODE_AGENT_ID), int(api_error),
+            *counts, float(cost) if priced else None, int(priced), _str(a, CLAUDE_CODE_VERSION))
 
 
 def _tool_values(s: SpanRecord) -> tuple[Any, ...]:
     a = s.attributes
-    error = _str(a, "error.type") if s.status is StatusCode.ERROR else None
-    return (_str(a, "gen_ai.conversation.id") or "", _str(a, "gen_ai.tool.call.id") or f"{s.span_id:016x}",
-            s.start_ns, s.end_ns, _str(a, "gen_ai.tool.name") or "", _str(a, "claude_code.tool.agent_id"), error,
-            int(bool(a.get("claude_code.tool.repaired"))))
+    error = _str(a, ERROR_TYPE) if s.status is StatusCode.ERROR else None
+    return (_str(a, GEN_AI_CONVERSATION_ID) or "", _str(a, GEN_AI_TOOL_CALL_ID) or f"{s.span_id:016x}",
+            s.start_ns, s.end_ns, _str(a, GEN_AI_TOOL_NAME) or "", _str(a, CLAUDE_CODE_TOOL_AGENT_ID), error,
+            int(bool(a.get(CLAUDE_CODE_TOOL_REPAIRED))))
 
 
 def _agent_values(s: SpanRecord) -> tuple[Any, ...]:
     a = s.attributes
-    return (_str(a, "gen_ai.conversation.id") or "", _str(a, "claude_code.agent_id") or f"{s.span_id:016x}",
-            s.start_ns, s.end_ns, _str(a, "gen_ai.agent.name") or "subagent",
-            int(bool(a.get("claude_code.agent.background"))), int(s.status is StatusCode.ERROR))
+    return (_str(a, GEN_AI_CONVERSATION_ID) or "", _str(a, CLAUDE_CODE_AGENT_ID) or f"{s.span_id:016x}",
+            s.start_ns, s.end_ns, _str(a, GEN_AI_AGENT_NAME) or "subagent",
+            int(bool(a.get(CLAUDE_CODE_AGENT_BACKGROUND))), int(s.status is StatusCode.ERROR))
 
 
 def _turn_values(s: SpanRecord) -> tuple[Any, ...]:
     a = s.attributes
-    return (_str(a, "gen_ai.conversation.id") or "", f"{s.span_id:016x}", s.start_ns, s.end_ns,
-            _str(a, "claude_code.cwd"), _project(a), _str(a, "claude_code.version"),
-            _str(a, "claude_code.turn.outcome") or "incomplete", _int(a, "claude_code.turn.api_calls"),
-            _int(a, "claude_code.turn.tool_calls"), _int(a, "claude_code.turn.api_errors"),
-            _int(a, "claude_code.turn.orphaned_tools"), _int(a, "claude_code.turn.lost_tools"),
-            int(bool(a.get("claude_code.turn.stalled"))))
+    return (_str(a, GEN_AI_CONVERSATION_ID) or "", f"{s.span_id:016x}", s.start_ns, s.end_ns,
+            _str(a, CLAUDE_CODE_CWD), _project(a), _str(a, CLAUDE_CODE_VERSION),
+            _str(a, CLAUDE_CODE_TURN_OUTCOME) or "incomplete", _int(a, CLAUDE_CODE_TURN_API_CALLS),
+            _int(a, CLAUDE_CODE_TURN_TOOL_CALLS), _int(a, CLAUDE_CODE_TURN_API_ERRORS),
+            _int(a, CLAUDE_CODE_TURN_ORPHANED_TOOLS), _int(a, CLAUDE_CODE_TURN_LOST_TOOLS),
+            int(bool(a.get(CLAUDE_CODE_TURN_STALLED))))

@@ -21,6 +21,23 @@ from ccotel.sources.registry.agents import (
     agent_times,
     agent_type,
 )
+from ccotel.spans.attributes import (
+    CLAUDE_CODE_REGISTRY_AGENT_ID,
+    CLAUDE_CODE_REGISTRY_DEPTH,
+    CLAUDE_CODE_REGISTRY_DIR,
+    CLAUDE_CODE_REGISTRY_OUTCOME,
+    CLAUDE_CODE_REGISTRY_PARENT_ID,
+    CLAUDE_CODE_REGISTRY_PID,
+    CLAUDE_CODE_REGISTRY_SESSION_LINK,
+    CLAUDE_CODE_REGISTRY_SESSION_SPAN_ID,
+    CLAUDE_CODE_REGISTRY_SESSION_TRACE_ID,
+    ERROR_TYPE,
+    GEN_AI_AGENT_DESCRIPTION,
+    GEN_AI_AGENT_NAME,
+    GEN_AI_CONVERSATION_ID,
+    GEN_AI_OPERATION_NAME,
+    SESSION_ID,
+)
 
 __all__ = ["AGENTS", "AGENT_SECONDS", "BAD_INPUT", "KILLED", "METRIC_NAMES", "Counter", "count", "first_turn",
            "span"]
@@ -58,37 +75,37 @@ def span(agent: Agent, outcome: str, now: int, directory: str, agents: Mapping[s
     type_ = agent_type(agent)
     parent = agent_parent(agent)
     attrs: dict[str, Any] = {
-        "gen_ai.operation.name": "invoke_agent",
-        "gen_ai.agent.name": type_,
-        "claude_code.registry.agent_id": agent.agent_id,
-        "claude_code.registry.outcome": outcome,
-        "claude_code.registry.dir": directory,
+        GEN_AI_OPERATION_NAME: "invoke_agent",
+        GEN_AI_AGENT_NAME: type_,
+        CLAUDE_CODE_REGISTRY_AGENT_ID: agent.agent_id,
+        CLAUDE_CODE_REGISTRY_OUTCOME: outcome,
+        CLAUDE_CODE_REGISTRY_DIR: directory,
     }
     depth = agent_depth(agent)
     if depth is not None:
-        attrs["claude_code.registry.depth"] = depth
+        attrs[CLAUDE_CODE_REGISTRY_DEPTH] = depth
     if parent is not None:
-        attrs["claude_code.registry.parent_id"] = parent
+        attrs[CLAUDE_CODE_REGISTRY_PARENT_ID] = parent
     if agent.entry is not None and agent.entry.pid is not None:
-        attrs["claude_code.registry.pid"] = agent.entry.pid
+        attrs[CLAUDE_CODE_REGISTRY_PID] = agent.entry.pid
     if front.task:
-        attrs["gen_ai.agent.description"] = front.task
+        attrs[GEN_AI_AGENT_DESCRIPTION] = front.task
     link = agent.session
     if link is not None:
-        attrs["session.id"] = attrs["gen_ai.conversation.id"] = link.session_id
-        attrs["claude_code.registry.session_link"] = link.how
+        attrs[SESSION_ID] = attrs[GEN_AI_CONVERSATION_ID] = link.session_id
+        attrs[CLAUDE_CODE_REGISTRY_SESSION_LINK] = link.how
         turn = first_turn((link.root,), link.session_id, front.started_ns)
         if turn is not None:
             # The session's first turn of this agent (its trace is the transcript path's):
             # where a span link would point (SpanRecord carries no links yet).
-            attrs["claude_code.registry.session_trace_id"] = f"{turn[0]:032x}"
-            attrs["claude_code.registry.session_span_id"] = f"{turn[1]:016x}"
+            attrs[CLAUDE_CODE_REGISTRY_SESSION_TRACE_ID] = f"{turn[0]:032x}"
+            attrs[CLAUDE_CODE_REGISTRY_SESSION_SPAN_ID] = f"{turn[1]:016x}"
     else:
-        attrs["claude_code.registry.session_link"] = "none"
+        attrs[CLAUDE_CODE_REGISTRY_SESSION_LINK] = "none"
     start, end = agent_times(agent, now)
     error = outcome in (Outcome.FAILED, Outcome.KILLED)
     if error:
-        attrs["error.type"] = outcome
+        attrs[ERROR_TYPE] = outcome
     return SpanRecord(
         trace_id=ids.trace_id("registry", _root_of(agents, agent.agent_id)),
         span_id=ids.span_id("registry", agent.agent_id),
