@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from ccotel.assemble import ids
 from ccotel.assemble.digests import Digests, digest64
-from ccotel.read.parse import text_key
+from ccotel.read.parse_full import text_key
 from ccotel.records import AdvisorCall, Entry, FileKind, TranscriptFile, Usage
 from ccotel.rules import transcript as rules
 

@@ -41,7 +41,8 @@ from typing import Any, Protocol
 import orjson
 
 from ccotel.assemble import ids
-from ccotel.read.parse import parse_line, parse_timestamp
+from ccotel.read.parse import parse_line
+from ccotel.read.parse_time import parse_timestamp
 from ccotel.read.procs import pid_alive
 from ccotel.records import SpanKind, SpanRecord, StatusCode
 from ccotel.rules import transcript as rules

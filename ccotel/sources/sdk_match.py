@@ -34,7 +34,7 @@ from typing import Any
 import orjson
 
 from ccotel.read.discover import within_root
-from ccotel.read.parse import parse_timestamp
+from ccotel.read.parse_time import parse_timestamp
 from ccotel.read.tail import Tailer
 
 __all__ = [
