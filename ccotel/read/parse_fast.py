@@ -26,6 +26,8 @@ import orjson
 from ccotel.read.parse_full import (
     _CLASSIFY_PREFIX,
     _TASK_TOOLS,
+    _TOOL_USE_RESULT_KEYS,
+    _error_text,
     _int,
     _Iteration,
     _keep_text,
@@ -283,8 +285,7 @@ def _entry_of(o: _JLine, offset: int, capture: bool) -> Entry:
             elif content is not None:
                 kw["blocks"] = _fast_blocks(content, capture)
             if kw["is_api_error"]:
-                text = next((b.text for b in kw.get("blocks", ()) if b.type == "text" and b.text), None)
-                kw["error_text"] = (text or "")[:200] or None
+                kw["error_text"] = _error_text(kw.get("blocks", ()))
     elif etype == "user":
         if msg is not None:
             content = msg.content
@@ -374,7 +375,7 @@ def _string_head(raw: msgspec.Raw) -> str:
 
 def _fast_tool_use_result(t: _JToolUseResult) -> dict[str, Any]:
     keep: dict[str, Any] = {}
-    for key in ("agentId", "agentType", "status", "isAsync", "totalDurationMs", "totalTokens", "interrupted"):
+    for key in _TOOL_USE_RESULT_KEYS:
         v = getattr(t, key)
         if v is not msgspec.UNSET:
             keep[key] = v

@@ -21,6 +21,8 @@ __all__ = ["text_key", "to_entry"]
 # How much of a user text is kept to classify it when content capture is off.
 _CLASSIFY_PREFIX = 80
 _TASK_TOOLS = rules.TASK_TOOLS
+# The subagent-related fields of a toolUseResult, the only ones kept (the rest can be megabytes).
+_TOOL_USE_RESULT_KEYS = ("agentId", "agentType", "status", "isAsync", "totalDurationMs", "totalTokens", "interrupted")
 _STR_OR_NONE = frozenset((str, type(None)))
 _BOOL_OR_NONE = frozenset((bool, type(None)))
 
@@ -81,12 +83,7 @@ def _usage(v: Any, errors: list[str]) -> tuple[Usage | None, tuple[AdvisorCall, 
     if not (type(vals[0]) is int and type(vals[1]) is int and type(vals[2]) is int and type(vals[3]) is int
             and 0 <= vals[0] < _MAX_INT64 and 0 <= vals[1] < _MAX_INT64 and 0 <= vals[2] < _MAX_INT64
             and 0 <= vals[3] < _MAX_INT64):
-        for i, raw in enumerate(vals):
-            n = _int(raw) if raw is not None else 0
-            if n is None:
-                errors.append("bad_field")
-                n = 0
-            vals[i] = n
+        vals = [_usage_count(raw, errors) for raw in vals]
     c5 = c1 = 0
     cc = get("cache_creation")
     if type(cc) is dict and type(c5 := cc.get("ephemeral_5m_input_tokens", 0)) is int \
@@ -94,15 +91,8 @@ def _usage(v: Any, errors: list[str]) -> tuple[Usage | None, tuple[AdvisorCall, 
             and 0 <= c1 < _MAX_INT64:
         pass  # the usual shape: both plain counts (None and odd values take the checked path)
     elif isinstance(cc, dict):
-        split = []
-        for key in ("ephemeral_5m_input_tokens", "ephemeral_1h_input_tokens"):
-            raw = cc.get(key)
-            n = _int(raw) if raw is not None else 0
-            if n is None:
-                errors.append("bad_field")
-                n = 0
-            split.append(n)
-        c5, c1 = split
+        c5 = _usage_count(cc.get("ephemeral_5m_input_tokens"), errors)
+        c1 = _usage_count(cc.get("ephemeral_1h_input_tokens"), errors)
     elif cc is not None:
         errors.append("bad_field")
     details = get("output_tokens_details")
@@ -111,6 +101,15 @@ def _usage(v: Any, errors: list[str]) -> tuple[Usage | None, tuple[AdvisorCall, 
     iters = [_iteration(i, errors) for i in iterations] if type(iterations) is list else []
     return _usage_record(vals[0], vals[1], vals[2], vals[3], c5, c1, thinking or 0,
                          [i for i in iters if i is not None])
+
+
+def _usage_count(raw: Any, errors: list[str]) -> int:
+    """A count of a call's usage: absent or null is 0; anything else that is not a count is 0 and an error."""
+    n = _int(raw) if raw is not None else 0
+    if n is None:
+        errors.append("bad_field")
+        return 0
+    return n
 
 
 _Iteration = tuple[str | None, str | None, int, int, int, int, int, int]
@@ -221,7 +220,7 @@ def _tool_use_result(v: Any) -> dict[str, Any] | None:
     if not isinstance(v, dict):
         return None
     keep = {}
-    for key in ("agentId", "agentType", "status", "isAsync", "totalDurationMs", "totalTokens", "interrupted"):
+    for key in _TOOL_USE_RESULT_KEYS:
         if key in v:
             keep[key] = v[key]
     u = v.get("usage")
@@ -333,8 +332,13 @@ def _assistant(obj: dict[str, Any], kw: dict[str, Any], capture: bool, errors: l
     elif content is not None:
         kw["blocks"] = _blocks(content, capture, errors)
     if kw["is_api_error"]:
-        text = next((b.text for b in kw.get("blocks", ()) if b.type == "text" and b.text), None)
-        kw["error_text"] = (text or "")[:200] or None
+        kw["error_text"] = _error_text(kw.get("blocks", ()))
+
+
+def _error_text(blocks: tuple[Block, ...]) -> str | None:
+    """An API error line's message: the head of its first non-empty text block."""
+    text = next((b.text for b in blocks if b.type == "text" and b.text), None)
+    return (text or "")[:200] or None
 
 
 def _user(obj: dict[str, Any], kw: dict[str, Any], capture: bool, errors: list[str]) -> None:
