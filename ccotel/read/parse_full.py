@@ -138,7 +138,7 @@ def _iteration(v: Any, errors: list[str]) -> _Iteration | None:
 def _usage_record(inp: int, out: int, cache_read: int, cache_creation: int, c5: int, c1: int,
                   thinking: int, iterations: list[_Iteration]) -> tuple[Usage, tuple[AdvisorCall, ...]]:
     """The one builder of a call's Usage and its advisor calls, for both parse paths (the rules
-    are rules.py's); the iterations are read once for both."""
+    are rules/transcript.py's); the iterations are read once for both."""
     advisors: tuple[AdvisorCall, ...] = ()
     if iterations:
         c5, c1 = rules.cache_write_split(c5, c1, cache_creation, ((i[0], i[5], i[6], i[7]) for i in iterations))
