@@ -13,7 +13,7 @@ import random
 import time
 
 from ccotel.export import otlp
-from ccotel.read import parse
+from ccotel.read import parse, parse_full, parse_time
 from ccotel.records import Block, Entry, Usage
 from tests.transcript import Transcript, text, thinking, tool_use
 
@@ -26,9 +26,9 @@ def _plain_timestamp(value: str) -> int:
 
 def test_fast_constructors_are_on_and_equal_to_the_dataclasses():
     # on: a change to records.py that makes them unsafe (slots, __post_init__, factories) turns them off
-    assert parse._new_entry.__name__ == "make"
-    assert parse._new_block.__name__ == "make"
-    assert parse._new_usage.__name__ == "make"
+    assert parse_full._new_entry.__name__ == "make"
+    assert parse_full._new_block.__name__ == "make"
+    assert parse_full._new_usage.__name__ == "make"
     t = Transcript("ffffffff-1111-4222-8333-444444444444")
     t.prompt("go", parent=None)
     t.response("msg_1", [thinking(), text("x"), tool_use("toolu_1", name="Task", prompt="p", subagent_type="E")],
@@ -52,10 +52,10 @@ def test_timestamp_fast_path_equals_the_arithmetic():
         ms = rng.randrange(0, 4_102_444_800_000)  # 1970 .. 2100
         secs, msec = divmod(ms, 1000)
         value = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(secs)) + f".{msec:03d}Z"
-        assert parse.parse_timestamp(value) == _plain_timestamp(value) == ms * 1_000_000
-    assert parse.parse_timestamp("2025-13-01T00:00:00.000Z") is None
-    assert parse.parse_timestamp("2025-06-01T00:00:00.12aZ") is None
-    assert parse.parse_timestamp("2025-06-01T00:00:00.123+01:00") == _plain_timestamp("2025-06-01T00:00:00.123Z") \
+        assert parse_time.parse_timestamp(value) == _plain_timestamp(value) == ms * 1_000_000
+    assert parse_time.parse_timestamp("2025-13-01T00:00:00.000Z") is None
+    assert parse_time.parse_timestamp("2025-06-01T00:00:00.12aZ") is None
+    assert parse_time.parse_timestamp("2025-06-01T00:00:00.123+01:00") == _plain_timestamp("2025-06-01T00:00:00.123Z") \
         - 3_600_000_000_000
 
 

@@ -28,7 +28,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ccotel.metrics.counters import Metrics
-from ccotel.read.parse import parse_timestamp
+from ccotel.read.parse_time import parse_timestamp
 from ccotel.records import SpanRecord
 from ccotel.run.pipeline import Options, Pipeline, session_groups
 from ccotel.store.ledger import Ledger

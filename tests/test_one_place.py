@@ -43,7 +43,8 @@ def test_no_attribute_key_is_written_outside_its_module() -> None:
 
 def test_the_check_finds_a_stray_key(tmp_path: Path) -> None:
     module = tmp_path / "m.py"
-    module.write_text('attrs = {"claude_code.turn.outcome": 1, "x": f"ccotel.result.{2}"}\nDOC = """claude_code.cwd"""\n')
+    module.write_text('attrs = {"claude_code.turn.outcome": 1, "x": f"ccotel.result.{2}"}\n'
+                      'DOC = """claude_code.cwd"""\n')
     texts = [text for _, text in _literals(module)]
     assert "claude_code.turn.outcome" in texts
     assert any(t.startswith("ccotel.result.") for t in texts)

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ccotel.read import parse
+from ccotel.read import parse, parse_fast, parse_full
 from ccotel.read.parse import parse_line
 
 REALDATA = Path(__file__).resolve().parents[2] / "shared" / "realdata"
@@ -34,7 +34,7 @@ def assert_same(data: bytes) -> bool:
         fast, checked = parse_line(data, 11, capture), parse_line(data, 11, capture, fast=False)
         assert fast.errors == checked.errors, data[:300]
         assert [vars(e) for e in fast.entries] == [vars(e) for e in checked.entries], data[:300]
-        took = took or parse._fast_entry(data, 11, capture) is not None
+        took = took or parse_fast._fast_entry(data, 11, capture) is not None
     return took
 
 
@@ -164,9 +164,9 @@ def test_a_long_tool_result_is_read_by_its_head_alone(head, tail, pad, ascii_onl
     line = {"type": "user", "uuid": "u", "sessionId": "s", "timestamp": "2025-06-01T12:00:00.000Z",
             "message": {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": content}]}}
     for data in (json.dumps(line, ensure_ascii=ascii_only).encode(), orjson.dumps(line)):
-        fast = parse._fast_entry(data, 0, False)
+        fast = parse_fast._fast_entry(data, 0, False)
         assert fast is not None, data[:300]
-        assert fast.blocks[0].text == text[:parse._CLASSIFY_PREFIX]
+        assert fast.blocks[0].text == text[:parse_full._CLASSIFY_PREFIX]
         assert_same(data)
 
 
@@ -181,8 +181,8 @@ def test_a_long_line_is_checked_for_utf8_piece_by_piece(text, junk, piece):
     for at, raw in junk:
         data[at % (len(data) + 1):at % (len(data) + 1)] = raw
     data = bytes(data)
-    saved = parse._UTF8_PIECE
-    parse._UTF8_PIECE = piece
+    saved = parse_fast._UTF8_PIECE
+    parse_fast._UTF8_PIECE = piece
     try:
         try:
             data.decode("utf-8")
@@ -190,12 +190,12 @@ def test_a_long_line_is_checked_for_utf8_piece_by_piece(text, junk, piece):
         except UnicodeDecodeError:
             whole = False
         try:
-            parse._check_utf8(data)
+            parse_fast._check_utf8(data)
             pieces = True
         except UnicodeDecodeError:
             pieces = False
     finally:
-        parse._UTF8_PIECE = saved
+        parse_fast._UTF8_PIECE = saved
     assert pieces == whole, data
 
 
@@ -207,7 +207,7 @@ def _glued_reference(data: bytes, capture: bool) -> parse.ParseResult:
         if not isinstance(obj, dict):
             result.errors.append("not_an_object")
             continue
-        entry = parse.to_entry(obj, 11, capture, result.errors)
+        entry = parse_full.to_entry(obj, 11, capture, result.errors)
         if entry is not None:
             result.entries.append(entry)
     return result
@@ -233,7 +233,7 @@ def test_lines_with_invalid_utf8_equal_the_decoding_of_the_whole_text(lines):
             got, want = parse_line(bad, 11, capture, fast=False), _glued_reference(bad, capture)
             assert got.errors == want.errors, bad[:300]
             assert [vars(e) for e in got.entries] == [vars(e) for e in want.entries], bad[:300]
-            repaired += parse._repaired_entry(bad, 11, capture) is not None
+            repaired += parse_fast._repaired_entry(bad, 11, capture) is not None
     assert repaired > len(sample) // 4  # bytes inside strings: most such lines take the fast path
 
 
@@ -245,10 +245,10 @@ def test_invalid_utf8_is_replaced_piece_by_piece_as_in_one_decode(text, junk, pi
     data = bytearray(text.encode())
     for at, raw in junk:
         data[at % (len(data) + 1):at % (len(data) + 1)] = raw
-    saved = parse._UTF8_PIECE
-    parse._UTF8_PIECE = piece
+    saved = parse_fast._UTF8_PIECE
+    parse_fast._UTF8_PIECE = piece
     try:
-        pieces = parse._replace_invalid_utf8(bytes(data))
+        pieces = parse_fast._replace_invalid_utf8(bytes(data))
     finally:
-        parse._UTF8_PIECE = saved
+        parse_fast._UTF8_PIECE = saved
     assert bytes(pieces) == bytes(data).decode("utf-8", "replace").encode("utf-8")

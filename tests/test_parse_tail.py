@@ -8,7 +8,8 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ccotel.read.parse import parse_line, parse_timestamp
+from ccotel.read.parse import parse_line
+from ccotel.read.parse_time import parse_timestamp
 from ccotel.read.tail import Tailer
 
 GOOD = orjson.dumps({"type": "user", "uuid": "u1", "sessionId": "s", "timestamp": "2025-06-01T12:00:00.123Z",

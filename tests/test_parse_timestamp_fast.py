@@ -12,7 +12,7 @@ from __future__ import annotations
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from ccotel.read import parse
+from ccotel.read import parse_time
 
 _TEMPLATE = "2025-06-01T18:03:19.574Z"
 # characters int(), isdigit() or the separators might treat specially
@@ -20,13 +20,13 @@ _ODD = "0123456789+- _.:Zz T\u0663\u00b2\u2460\uff11a"
 
 
 def _general(value: object) -> int | None:
-    return parse._parse_timestamp(value)
+    return parse_time._parse_timestamp(value)
 
 
 def _both(value: str, warm: str) -> None:
-    parse.parse_timestamp(warm)  # fills the cache for warm's minute (if the general parser accepts it)
-    assert parse.parse_timestamp(value) == _general(value), value
-    assert parse.parse_timestamp(value) == _general(value), value  # and again, cache warm for value
+    parse_time.parse_timestamp(warm)  # fills the cache for warm's minute (if the general parser accepts it)
+    assert parse_time.parse_timestamp(value) == _general(value), value
+    assert parse_time.parse_timestamp(value) == _general(value), value  # and again, cache warm for value
 
 
 @settings(max_examples=3000, deadline=None)
@@ -65,11 +65,11 @@ def test_minutes_at_the_ends_of_the_range_and_odd_values() -> None:
     ]:
         _both(value, warm)
     for value in (None, 5, b"2025-06-01T18:03:19.574Z", "", "2025-06-01T18:03:19.574"):
-        assert parse.parse_timestamp(value) == _general(value)
+        assert parse_time.parse_timestamp(value) == _general(value)
 
 
 def test_the_fast_path_is_taken_and_matches() -> None:
-    parse.parse_timestamp(_TEMPLATE)
-    assert _TEMPLATE[:16] in parse._MINUTE_NS  # a change that never fills the cache fails here
-    assert parse.parse_timestamp("2025-06-01T18:03:42.001Z") == 1748801022001000000
-    assert parse.parse_timestamp(_TEMPLATE) == 1748800999574000000
+    parse_time.parse_timestamp(_TEMPLATE)
+    assert _TEMPLATE[:16] in parse_time._MINUTE_NS  # a change that never fills the cache fails here
+    assert parse_time.parse_timestamp("2025-06-01T18:03:42.001Z") == 1748801022001000000
+    assert parse_time.parse_timestamp(_TEMPLATE) == 1748800999574000000

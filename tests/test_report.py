@@ -152,7 +152,7 @@ def test_a_line_that_lost_its_request_id_is_the_same_call(tmp_path):
 
 def test_since_keeps_whole_turns_like_the_traces(tmp_path):
     """A turn that started before --since is left out whole, its later calls too (as the spans)."""
-    from ccotel.read.parse import parse_timestamp
+    from ccotel.read.parse_time import parse_timestamp
 
     tool = [{"type": "tool_use", "id": "t1", "name": "Bash", "input": {"command": "sleep 480"}}]
     result = dict(_user("p2", "a1", "2025-06-01T10:08:00.000Z",

@@ -19,7 +19,7 @@ import anyio.lowlevel
 import pytest
 
 from ccotel.export.memory_sink import MemorySink
-from ccotel.read.parse import parse_timestamp
+from ccotel.read.parse_time import parse_timestamp
 from ccotel.run.pipeline import Options, Pipeline
 from ccotel.sdk import Observer, raw_of, wanted_of
 from ccotel.sources.sdk_match import Matcher, Wanted, content_signature, normalise

@@ -15,7 +15,7 @@ import os
 
 import pytest
 
-from ccotel.read import parse
+from ccotel.read import parse_fast
 from ccotel.records import Entry, SpanRecord
 from ccotel.run.pipeline import Options, Pipeline
 from ccotel.spans import build as spans
@@ -57,15 +57,15 @@ def test_span_records_equal_the_dataclass() -> None:
 
 @pytest.mark.parametrize("capture", [False, True])
 def test_entries_in_place_equal_the_dataclass_and_the_fallback(capture: bool, monkeypatch: pytest.MonkeyPatch) -> None:
-    assert parse._ENTRY_IN_PLACE
+    assert parse_fast._ENTRY_IN_PLACE
     lines = _lines()
-    fast = [parse.fast_entry(line, 5, capture) for line in lines]
+    fast = [parse_fast.fast_entry(line, 5, capture) for line in lines]
     assert sum(e is not None for e in fast) > 100
     for e in fast:
         if e is not None:
             plain = Entry(**vars(e))
             assert type(e) is Entry and e == plain and vars(e) == vars(plain) and list(vars(e)) == _fields(e)
-    monkeypatch.setattr(parse, "_ENTRY_IN_PLACE", False)  # a class the shortcut cannot take: Entry(**kw)
-    fallback = [parse.fast_entry(line, 5, capture) for line in lines]
+    monkeypatch.setattr(parse_fast, "_ENTRY_IN_PLACE", False)  # a class the shortcut cannot take: Entry(**kw)
+    fallback = [parse_fast.fast_entry(line, 5, capture) for line in lines]
     assert fallback == fast
     assert [vars(e) if e else None for e in fallback] == [vars(e) if e else None for e in fast]

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ccotel.read import discover
-from ccotel.read.parse import parse_timestamp
+from ccotel.read.parse_time import parse_timestamp
 
 
 def _reference(path: str) -> tuple[int, int]:

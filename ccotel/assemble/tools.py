@@ -9,7 +9,7 @@ from ccotel.assemble import ids
 from ccotel.assemble.model import Call, Owner, Session, TaskTool, ToolCall
 from ccotel.assemble.outbox import Outbox
 from ccotel.assemble.placement import link_agent, resolve_agents, set_agent_tool
-from ccotel.read.parse import text_key
+from ccotel.read.parse_full import text_key
 from ccotel.records import Entry
 from ccotel.rules import transcript as rules
 

@@ -41,6 +41,7 @@ from ccotel.spans.attributes import (
     CLAUDE_CODE_CWD,
     CLAUDE_CODE_TURN_OUTCOME,
     CLAUDE_CODE_VERSION,
+    ERROR_TYPE,
     GEN_AI_OPERATION_NAME,
     SESSION_ID,
 )
@@ -223,7 +224,7 @@ def is_error(span: SpanRecord, open_ids: frozenset[int]) -> bool:
     calls without a result orphaned, but the session may still be working on them."""
     if span.status is not StatusCode.ERROR:
         return False
-    if span.span_id in open_ids and (span.parent_span_id is None or span.attributes.get("error.type") == "orphaned"):
+    if span.span_id in open_ids and (span.parent_span_id is None or span.attributes.get(ERROR_TYPE) == "orphaned"):
         return False
     return True
 
@@ -274,7 +275,7 @@ def summarize(ss: SessionSpans, health: Health, short_id: str) -> SessionSummary
     last = max((s.end_ns for s in spans), default=ref.last_write_ns)
     last_calls = sorted((s for s in chats if turns and s.trace_id == turns[-1].trace_id
                          and not s.attributes.get(CLAUDE_CODE_ADVISOR)), key=lambda s: s.start_ns)
-    ends_in_api_error = bool(last_calls) and "error.type" in last_calls[-1].attributes
+    ends_in_api_error = bool(last_calls) and ERROR_TYPE in last_calls[-1].attributes
     return SessionSummary(
         session_id=ref.session_id, short_id=short_id, project=ref.project,
         cwd=next((str(t.attributes[CLAUDE_CODE_CWD]) for t in reversed(turns) if CLAUDE_CODE_CWD in t.attributes),

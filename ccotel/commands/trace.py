@@ -47,6 +47,7 @@ from ccotel.spans.attributes import (
     CLAUDE_CODE_TURN_OUTCOME,
     CLAUDE_CODE_TURN_TOOL_CALLS,
     CLAUDE_CODE_VERSION,
+    ERROR_TYPE,
     GEN_AI_OPERATION_NAME,
     GEN_AI_RESPONSE_MODEL,
     GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS,
@@ -176,7 +177,7 @@ def _kind(s: SpanRecord) -> str:
 def _still_running(s: SpanRecord, open_ids: frozenset[int]) -> bool:
     """A tool call of an open turn without a result yet: the close-all pass calls it orphaned,
     but its session may still be working on it."""
-    return s.span_id in open_ids and s.attributes.get("error.type") == "orphaned"
+    return s.span_id in open_ids and s.attributes.get(ERROR_TYPE) == "orphaned"
 
 
 def _duration(ns: int) -> str:
@@ -229,7 +230,7 @@ def _info(s: SpanRecord, open_ids: frozenset[int]) -> Text:
     if s.span_id in open_ids and kind != "turn":
         parts.append((" (open)", "yellow"))
     if is_error(s, open_ids) and kind != "turn":
-        err = str(a.get("error.type", "error"))
+        err = str(a.get(ERROR_TYPE, "error"))
         msg = s.status_message or ""
         detail = f"✗ {err}" + (f": {msg}" if msg and msg != err else "")
         parts.append(((" " if parts else "") + detail, "bold red"))
@@ -367,7 +368,7 @@ def _errors(rows: Sequence[Row], open_ids: frozenset[int]) -> list[Text]:
     for r in rows:
         s = r.span
         if is_error(s, open_ids):
-            err = s.attributes.get("error.type") or s.attributes.get(CLAUDE_CODE_TURN_OUTCOME) or "error"
+            err = s.attributes.get(ERROR_TYPE) or s.attributes.get(CLAUDE_CODE_TURN_OUTCOME) or "error"
             line = Text(f"✗ {s.name} at +{_duration(s.start_ns - rows[0].span.start_ns)}: {err}", style="red")
             if s.status_message and s.status_message != err:
                 line.append(f": {s.status_message}")

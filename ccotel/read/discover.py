@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
-from ccotel.read.parse import parse_timestamp
+from ccotel.read.parse_time import parse_timestamp
 from ccotel.read.shard import Group
 from ccotel.read.tail import FileIdentity
 from ccotel.records import FileKind, TranscriptFile

@@ -57,6 +57,7 @@ from typing import Any
 
 from ccotel.records import AdvisorCall, Entry, Usage
 from ccotel.rules.model_name import SYNTHETIC_MODEL, reported_model
+from ccotel.rules.versions import parse_version
 
 __all__ = [
     "api_error_type",
@@ -91,7 +92,6 @@ __all__ = [
     "first_line_blocks",
     "is_message_line",
     "orphan_blocks_resume",
-    "parse_version",
     "repairs_orphans_on_resume",
     "response_continues",
     "resume_chain",
@@ -362,17 +362,6 @@ class Finding:
     def as_dict(self) -> dict[str, object]:
         return {"code": self.code.value, "severity": "blocks_resume" if self.blocks else "warning",
                 "blocks_resume": self.blocks, "message": self.message, "evidence": list(self.evidence)}
-
-
-def parse_version(version: str | None) -> tuple[int, int, int] | None:
-    """``"2.1.330"`` -> (2, 1, 330); None when absent or not numeric."""
-    if not version:
-        return None
-    try:
-        parts = tuple(int(p) for p in version.split(".")[:3])
-    except ValueError:
-        return None
-    return (parts + (0, 0, 0))[:3] if parts else None  # type: ignore[return-value]
 
 
 def repairs_orphans_on_resume(version: str | None) -> bool:

@@ -4,6 +4,9 @@
 ``VERSIONS``; a test keeps the two equal, since the package cannot import its tests). What is said of
 a version outside it comes from DESIGN.md and shared/realdata/FORMAT.md: public transcripts of
 Claude Code 1.0.17 to 2.1.237 are read by the tests, the real CLI only in the matrix.
+
+``parse_version`` is the one reading of a version string, for these verdicts and for the rules that
+depend on a version (rules/transcript.py), so that all of them compare versions alike.
 """
 
 from __future__ import annotations
@@ -17,7 +20,8 @@ __all__ = ["TESTED_CLAUDE_CODE_VERSIONS", "VersionStanding", "VersionVerdict", "
 #: Oldest first: every scenario is recorded with the real CLI of each (tests/fixtures).
 TESTED_CLAUDE_CODE_VERSIONS: tuple[str, ...] = ("2.1.197", "2.1.330")
 
-_VERSION = re.compile(r"(\d+)\.(\d+)(?:\.(\d+))?(?![\d.])")
+# MAJOR.MINOR[.PATCH] of ASCII digits, then nothing or a suffix that is not more of the number.
+_VERSION = re.compile(r"(\d+)\.(\d+)(?:\.(\d+))?(?![\d.])", re.ASCII)
 
 # Versions whose transcripts the tests read (public ones, shared/realdata), the CLI matrix aside.
 _REALDATA_RANGE = ((1, 0, 17), (2, 1, 237))
@@ -44,13 +48,21 @@ class VersionVerdict:
         return "; ".join(self.notes)
 
 
-def parse_version(text: str) -> tuple[int, ...] | None:
-    """'2.1.330' -> (2, 1, 330); a pre-release or build suffix is ignored ('2.2.0-beta.1' ->
-    (2, 2, 0)); None when it is not a version."""
+def parse_version(text: str | None) -> tuple[int, int, int] | None:
+    """A Claude Code version as (major, minor, patch), the one reading every rule compares:
+    '2.1.330' -> (2, 1, 330). A missing patch is 0 ('2.1' -> (2, 1, 0)), so that versions compare
+    as numbers; a pre-release or build suffix is ignored ('2.2.0-beta.1' -> (2, 2, 0)), and so is
+    white space around it. None when absent or not a version ('', 'abc', '2', '2.1.3.4')."""
+    if not text:
+        return None
     m = _VERSION.match(text.strip())
     if m is None:
         return None
-    return tuple(int(g) for g in m.groups() if g is not None)
+    major, minor, patch = m.groups()
+    try:
+        return int(major), int(minor), int(patch or 0)
+    except ValueError:  # a number of more digits than int() reads: a line's version is any string
+        return None
 
 
 def judge_version(version: str, tested: tuple[str, ...] = TESTED_CLAUDE_CODE_VERSIONS) -> VersionVerdict:

@@ -22,7 +22,8 @@ from ccotel.assemble.assembler import Assembler
 from ccotel.metrics.counters import Metrics
 from ccotel.read.discover import Checkpoint, classify, mtime_ns, size_of, within_root
 from ccotel.read.drift import FormatDrift
-from ccotel.read.parse import fast_entry, parse_line
+from ccotel.read.parse import parse_line
+from ccotel.read.parse_fast import fast_entry
 from ccotel.read.tail import ReadResult, Tailer, lines_with
 from ccotel.records import Entry, TranscriptFile
 from ccotel.rules import transcript as rules

@@ -35,7 +35,7 @@ import orjson
 
 from ccotel.read.discover import within_root
 from ccotel.read.evidence import transcript_paths
-from ccotel.read.parse import parse_timestamp
+from ccotel.read.parse_time import parse_timestamp
 from ccotel.read.tail import Tailer
 
 __all__ = [

@@ -27,7 +27,9 @@ from ccotel.commands.report.from_ledger import REREAD_GRACE_NS
 from ccotel.commands.report.rows import Data
 from ccotel.commands.report.usage import SessionUsage, UsageTuple, session_usage
 from ccotel.read.discover import find, session_groups, unread_bytes
-from ccotel.read.parse import _JUsage, parse_line, parse_timestamp
+from ccotel.read.parse import parse_line
+from ccotel.read.parse_fast import _JUsage
+from ccotel.read.parse_time import parse_timestamp
 from ccotel.read.shard import Group, balance, default_workers, plan_shards, process_context
 from ccotel.read.tail import lines_with
 from ccotel.records import AdvisorCall, TranscriptFile, Usage

@@ -11,7 +11,7 @@ from typing import Any
 
 import orjson
 
-from ccotel.read.parse import parse_timestamp
+from ccotel.read.parse_time import parse_timestamp
 
 __all__ = ["ACTIVE_PIDS", "HEAD_BYTES", "JSON_BYTES", "RESPONSES", "AgentEntry", "FrontMatter", "dir_sig",
            "file_sig", "parse_active_pids", "parse_front_matter"]
