@@ -32,7 +32,8 @@ from ccotel.sources.registry import (
     parse_front_matter,
     proc_start,
 )
-from ccotel.store.state import Commit, State
+from ccotel.store.sqlite import SqliteState as State
+from ccotel.store.state import Commit
 from tests.harness.fixtures import load_fixture
 
 S = 1_000_000_000

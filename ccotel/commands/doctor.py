@@ -43,7 +43,8 @@ from ccotel.read.discover import classify, default_roots, within_root
 from ccotel.records import FileKind
 from ccotel.rules import transcript as rules
 from ccotel.rules.versions import VersionStanding, judge_version, parse_version
-from ccotel.store.state import LOCK_NAME, SCHEMA_VERSION, default_state_dir
+from ccotel.store.sqlite import LOCK_NAME, SCHEMA_VERSION
+from ccotel.store.state import default_state_dir
 
 __all__ = ["Level", "Finding", "DoctorConfig", "RootScan", "Sample", "LockProbe", "add_arguments", "run",
            "config_from_args", "diagnose", "scan_root", "read_tail", "probe_lock", "render_text", "exit_status",
