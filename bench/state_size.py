@@ -23,7 +23,7 @@ from typing import Any
 
 from ccotel.records import SpanRecord
 from ccotel.run.pipeline import Options, Pipeline
-from ccotel.store.state import State
+from ccotel.store.sqlite import SqliteState as State
 
 
 def backfill_sizes(corpus: str) -> dict[str, Any]:

@@ -31,7 +31,7 @@ from ccotel.metrics.counters import Metrics
 from ccotel.read.parse import parse_line
 from ccotel.records import SpanRecord
 from ccotel.run.pipeline import Options, Pipeline
-from ccotel.store.state import State
+from ccotel.store.sqlite import SqliteState as State
 from tests.transcript import Transcript, text, thinking, tool_use
 
 SID = "bad00000-1111-4222-8333-444444444444"

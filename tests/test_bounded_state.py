@@ -9,7 +9,8 @@ import sqlite3
 
 from ccotel.metrics.counters import Metrics
 from ccotel.run.pipeline import Pipeline
-from ccotel.store.state import Commit, State, anchor_of
+from ccotel.store.sqlite import SqliteState as State
+from ccotel.store.state import Commit, anchor_of
 from tests.test_assemble import one_tool_turn, proj
 from tests.test_checkpoint import Backend, start
 from tests.transcript import Transcript

@@ -18,7 +18,7 @@ from ccotel.metrics.counters import Metrics
 from ccotel.run.catchup import catch_up_in_parallel
 from ccotel.run.detectors import HISTORY_OWNER
 from ccotel.run.pipeline import Options, Pipeline
-from ccotel.store.state import State
+from ccotel.store.sqlite import SqliteState as State
 from tests.harness.fixtures import list_fixtures, load_fixture
 from tests.otlp_receiver import OtlpReceiver
 from tests.support.fixtures import realdata_config_dir  # noqa: F401

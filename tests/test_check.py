@@ -99,7 +99,8 @@ def test_one_ghost_rule_for_check_and_the_pipeline(tmp_path):
     from ccotel.export.sinks import ExportQueue, make_sink
     from ccotel.metrics.counters import Metrics
     from ccotel.run.pipeline import Options, Pipeline
-    from ccotel.store.state import Commit, State
+    from ccotel.store.sqlite import SqliteState as State
+    from ccotel.store.state import Commit
 
     root = tmp_path / "claude"
     proj = root / "projects" / "-p"

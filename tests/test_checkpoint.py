@@ -10,7 +10,7 @@ import time
 from ccotel.metrics.counters import Metrics
 from ccotel.records import SpanRecord
 from ccotel.run.pipeline import Options, Pipeline
-from ccotel.store.state import State
+from ccotel.store.sqlite import SqliteState as State
 from tests.test_assemble import one_tool_turn, proj, subagent_files
 from tests.transcript import Transcript, text, tool_use
 
@@ -225,7 +225,8 @@ def test_meta_json_seen_again_after_a_catch_up_counts_no_missing_subagent(tmp_pa
 
 
 def test_acked_ids_packed_per_owner_and_rows_of_older_states_still_count(tmp_path):
-    from ccotel.store.state import Commit, State
+    from ccotel.store.sqlite import SqliteState as State
+    from ccotel.store.state import Commit
 
     st = State(str(tmp_path))
     st._db.execute("INSERT INTO acked VALUES (?, ?)", (-5, "old-owner"))  # as a state before acked_ids

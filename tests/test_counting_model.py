@@ -32,7 +32,7 @@ from ccotel.read.parse_time import parse_timestamp
 from ccotel.records import SpanRecord
 from ccotel.run.pipeline import Options, Pipeline, session_groups
 from ccotel.store.ledger import Ledger
-from ccotel.store.state import State
+from ccotel.store.sqlite import SqliteState as State
 from tests.harness.fixtures import load_fixture
 from tests.test_assemble import one_tool_turn, proj
 from tests.transcript import Transcript

@@ -21,7 +21,7 @@ from contextlib import closing
 from pathlib import Path
 
 from ccotel.run.pipeline import Options, Pipeline
-from ccotel.store.state import State
+from ccotel.store.sqlite import SqliteState as State
 from tests.harness.fixtures import list_fixtures, load_fixture
 from tests.otlp_receiver import OtlpReceiver
 from tests.transcript import Transcript, text, tool_use

@@ -14,7 +14,8 @@ from ccotel.export.sinks import ExportQueue, make_sink
 from ccotel.metrics.counters import Metrics
 from ccotel.rules.transcript import Absence
 from ccotel.run.pipeline import Options, Pipeline
-from ccotel.store.state import Commit, State
+from ccotel.store.sqlite import SqliteState as State
+from ccotel.store.state import Commit
 from tests.test_check import absent_root, real_copy
 
 REASONS = [a.value for a in Absence]

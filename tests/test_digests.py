@@ -6,8 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ccotel.assemble import digests
-from ccotel.assemble.digests import Digests
-from ccotel.store.state import digest64
+from ccotel.assemble.digests import Digests, digest64
 
 _D = st.integers(min_value=-(1 << 63), max_value=(1 << 63) - 1)
 # few distinct values, so adds repeat and removals hit
@@ -63,7 +62,8 @@ def test_state_reads_them_in_order(tmp_path: object) -> None:
     one row per file), equal to the sets State.calls and State.prompts give; the pipeline's
     assembler then knows exactly those."""
     from ccotel.run.pipeline import Options, Pipeline
-    from ccotel.store.state import Commit, State, anchor_of
+    from ccotel.store.sqlite import SqliteState as State
+    from ccotel.store.state import Commit, anchor_of
 
     a, b = anchor_of("/r/a.jsonl"), anchor_of("/r/b.jsonl")
     calls = [(d, a) for d in (5, -(1 << 63), (1 << 63) - 1, 0, -7)] + [(5, b), (-7, b)]

@@ -40,7 +40,8 @@ from ccotel.commands.doctor.wording import user_name
 from ccotel.metrics.counters import Metrics, serve
 from ccotel.read.discover import scan
 from ccotel.rules.versions import TESTED_CLAUDE_CODE_VERSIONS, VersionStanding, judge_version
-from ccotel.store.state import SCHEMA_VERSION, StateLocked, lock_state_dir
+from ccotel.store.sqlite import SCHEMA_VERSION, lock_state_dir
+from ccotel.store.state import StateLocked
 from tests.harness.install import VERSIONS
 from tests.otlp_answering_receiver import GrpcAnswer, GrpcReceiver, HttpAnswer, HttpReceiver
 from tests.otlp_receiver import OtlpReceiver
@@ -378,7 +379,8 @@ def test_state_faults(tmp_path: Path) -> None:
 
 HOLD_LOCK = (  # a running ccotel, as far as the state dir can tell: the lock, and a database open for writing
     "import sys\n"
-    "from ccotel.store.state import Commit, State, lock_state_dir\n"
+    "from ccotel.store.sqlite import SqliteState as State, lock_state_dir\n"
+    "from ccotel.store.state import Commit\n"
     "lock = lock_state_dir(sys.argv[1])\n"
     "state = State(sys.argv[1])\n"
     "assert state.commit(Commit(offsets={f'/r/projects/p/{i}.jsonl': (None, 10 * i, 10 * i) for i in range(3)}))\n"

@@ -10,7 +10,8 @@ from ccotel.metrics.counters import Metrics
 from ccotel.read.drift import FormatDrift
 from ccotel.read.parse import parse_line
 from ccotel.run.pipeline import Options, Pipeline
-from ccotel.store.state import Commit, State
+from ccotel.store.sqlite import SqliteState as State
+from ccotel.store.state import Commit
 from tests.harness.fixtures import FIXTURES_DIR
 from tests.support.ccusage import realdata_dir
 from tests.transcript import Transcript, text

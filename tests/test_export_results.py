@@ -33,7 +33,7 @@ from ccotel.export.transport import (
 from ccotel.metrics.counters import Metrics
 from ccotel.records import SpanKind, SpanRecord
 from ccotel.run.pipeline import Options, Pipeline
-from ccotel.store.state import State
+from ccotel.store.sqlite import SqliteState as State
 from tests.otlp_answering_receiver import (
     GrpcAnswer,
     GrpcReceiver,

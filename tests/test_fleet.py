@@ -36,8 +36,9 @@ from ccotel.commands.report.summary import summarize
 from ccotel.commands.report.transcripts import gather
 from ccotel.run.pipeline import Options, Pipeline
 from ccotel.store.ledger import Ledger
-from ccotel.store.postgres import PgState, open_report_ledger
-from ccotel.store.state import State
+from ccotel.store.postgres import PgState
+from ccotel.store.postgres_ledger import open_report_ledger
+from ccotel.store.sqlite import SqliteState as State
 from tests.harness.fixtures import load_fixture
 from tests.otlp_receiver import OtlpReceiver
 from tests.support.postgres import PostgresServer, running_server

@@ -30,7 +30,7 @@ from ccotel.metrics.genai import (
 )
 from ccotel.records import SpanRecord, StatusCode
 from ccotel.run.pipeline import Options, Pipeline
-from ccotel.store.state import State
+from ccotel.store.sqlite import SqliteState as State
 from tests.harness.fixtures import list_fixtures, load_fixture
 from tests.otlp_metrics_receiver import MetricsReceiver, Point
 

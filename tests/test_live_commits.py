@@ -17,7 +17,7 @@ from ccotel.read.watch import Watcher
 from ccotel.records import SpanRecord
 from ccotel.run.pipeline import Options, Pipeline
 from ccotel.store.ledger import Ledger
-from ccotel.store.state import State
+from ccotel.store.sqlite import SqliteState as State
 from tests.test_assemble import one_tool_turn, proj
 from tests.transcript import Transcript
 

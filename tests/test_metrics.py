@@ -19,7 +19,7 @@ from prometheus_client.exposition import generate_latest
 
 from ccotel.metrics.counters import Metrics, registry_for
 from ccotel.run.pipeline import Options, Pipeline
-from ccotel.store.state import State
+from ccotel.store.sqlite import SqliteState as State
 from tests.harness.fixtures import load_fixture
 from tests.transcript import Transcript, text, tool_use
 

@@ -6,7 +6,7 @@ import os
 
 from ccotel.metrics.counters import Metrics
 from ccotel.run.pipeline import Options, Pipeline
-from ccotel.store.state import State
+from ccotel.store.sqlite import SqliteState as State
 
 LINES = [
     "2026-03-01T10:00:00Z [agent/cli-backend] cli session reset: provider=claude-cli reason=missing-transcript",

@@ -85,7 +85,7 @@ def test_a_full_trace_queue_does_not_stop_reading_or_counting(tmp_path):
     from ccotel.export.sinks import ExportQueue
     from ccotel.metrics.counters import Metrics
     from ccotel.run.runner import _emitter, catch_up_traces
-    from ccotel.store.state import State
+    from ccotel.store.sqlite import SqliteState as State
 
     rng = random.Random(11)
     src = tmp_path / "src"

@@ -27,7 +27,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from ccotel.assemble.closing import Timeouts
 from ccotel.records import SpanRecord
 from ccotel.run.pipeline import Options, Pipeline
-from ccotel.store.state import State
+from ccotel.store.sqlite import SqliteState as State
 from tests.test_bad_input import SID, assert_once, main_path, view, write
 from tests.transcript import Transcript, text, thinking, tool_use
 

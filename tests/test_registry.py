@@ -25,7 +25,8 @@ from ccotel.run.pipeline import Options, Pipeline
 from ccotel.sources.registry.files import FrontMatter, parse_active_pids, parse_front_matter
 from ccotel.sources.registry.follower import Registry
 from ccotel.sources.registry.telemetry import AGENT_SECONDS, AGENTS, BAD_INPUT, KILLED
-from ccotel.store.state import Commit, State
+from ccotel.store.sqlite import SqliteState as State
+from ccotel.store.state import Commit
 from tests.harness.fixtures import load_fixture
 
 S = 1_000_000_000

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from ccotel.run.stopping import STOP_GRACE_S
-from ccotel.store.state import State
+from ccotel.store.sqlite import SqliteState as State
 from tests.otlp_receiver import OtlpReceiver
 
 STOP_LIMIT_S = 2.0

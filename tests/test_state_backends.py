@@ -21,6 +21,7 @@ import psycopg
 import pytest
 
 from ccotel.read.tail import FileIdentity
+from ccotel.store.backends import lock_state, open_state
 from ccotel.store.postgres import SCHEMA_VERSION, PgState, lock_host, masked
 from ccotel.store.state import (
     PERMANENT,
@@ -30,8 +31,6 @@ from ccotel.store.state import (
     StateLocked,
     StateUnavailable,
     anchor_of,
-    lock_state,
-    open_state,
     resolve_state,
 )
 from tests.support.postgres import PostgresServer, running_server

@@ -26,7 +26,8 @@ from ccotel.sources.orchestrator import DEFAULT_PATTERNS, load_patterns, parse_l
 from ccotel.spans.build import Conventions
 from ccotel.spans.content import DEFAULT_REDACTIONS, ContentPolicy
 from ccotel.spans.pricing import DEFAULT_PRICING, Pricing, load_overrides
-from ccotel.store.state import StateLock, is_url, lock_state, open_state, resolve_state
+from ccotel.store.backends import lock_state, open_state
+from ccotel.store.state import StateLock, is_url, resolve_state
 
 if TYPE_CHECKING:
     from ccotel.run.catchup import CatchUpResult

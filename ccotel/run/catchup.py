@@ -35,7 +35,7 @@ from ccotel.metrics.counters import Metrics
 from ccotel.read.shard import Group, balance, plan_shards, process_context
 from ccotel.run.memory import Heap
 from ccotel.run.pipeline import Options, discover, session_groups, unread_bytes
-from ccotel.store.state import State
+from ccotel.store.sqlite import SqliteState
 
 if TYPE_CHECKING:
     from multiprocessing.sharedctypes import Synchronized
@@ -86,7 +86,7 @@ def catch_up_in_parallel(options: Options, state_dir: str, exporter: str, worker
     if workers < 2 or exporter == "console":  # console: several processes would interleave the output
         return None
     t0 = time.monotonic()
-    state = State(state_dir, verify=False)  # the caller opened (and checked) it first
+    state = SqliteState(state_dir, verify=False)  # the caller opened (and checked) it first
     try:
         checkpoints = state.files()
     finally:

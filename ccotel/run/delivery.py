@@ -19,12 +19,13 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
+from ccotel.assemble.digests import digest64
 from ccotel.assemble.model import Owner, Turn
 from ccotel.export.result import ExportResult
 from ccotel.metrics.counters import Metrics
 from ccotel.records import SpanRecord
 from ccotel.run.reader import Reader
-from ccotel.store.state import PERMANENT, Commit, State, anchor_of, digest64
+from ccotel.store.state import PERMANENT, Commit, State, anchor_of
 
 __all__ = ["Delivery"]
 

@@ -476,10 +476,8 @@ def discover(options: Options, checkpoints: Mapping[str, Checkpoint],
 
 def _seen_digests(state: State) -> tuple[Iterable[int], Iterable[int]]:
     """The digests of the calls and prompts delivered before, each in ascending order. SQLite
-    reads them so, one at a time; another backend (PostgreSQL) gives sets, sorted here."""
-    if type(state) is State:
-        return state.sorted_digests("calls"), state.sorted_digests("prompts")
-    return sorted(state.calls()), sorted(state.prompts())
+    reads them so, one at a time; PostgreSQL gives this host's sets, sorted (State.sorted_digests)."""
+    return state.sorted_digests("calls"), state.sorted_digests("prompts")
 
 
 def _declare_series(metrics: Metrics, options: Options) -> None:

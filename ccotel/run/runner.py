@@ -26,8 +26,10 @@ from ccotel.metrics.counters import Metrics
 from ccotel.records import SpanRecord
 from ccotel.run.pipeline import Options, Pipeline
 from ccotel.run.stopping import EXIT_ERROR, EXIT_LOCKED, STOP_GRACE_S, Interrupted, Stopper, die, settle_state
+from ccotel.store.backends import open_state
 from ccotel.store.ledger import Ledger, LedgerError
-from ccotel.store.state import State, host_id, is_url, open_state
+from ccotel.store.sqlite import SqliteState
+from ccotel.store.state import State, host_id, is_url
 
 if TYPE_CHECKING:
     from ccotel.read.watch import Watcher  # watchdog: not loaded by catch-up workers, which never watch
@@ -108,7 +110,7 @@ def _ledger(state_dir: str | None, roots: tuple[str, ...], host: str | None = No
         return None
     try:
         if is_url(state_dir):
-            from ccotel.store.postgres import PgLedger
+            from ccotel.store.postgres_ledger import PgLedger
 
             return PgLedger(state_dir, host_id(host), roots)
         return Ledger.in_state_dir(state_dir, roots)
@@ -124,7 +126,7 @@ def fill_ledger(options: Options, state_dir: str | None, stopper: Stopper) -> No
     start fills it, from an empty ledger, again)."""
     if state_dir is None or is_url(state_dir) or not os.path.exists(os.path.join(state_dir, "state.db")):
         return  # a PostgreSQL state was never without its ledger
-    state = State(state_dir)
+    state = SqliteState(state_dir)
     checkpoints = state.files()
     state.close()
     ledger = _ledger(state_dir, options.roots)

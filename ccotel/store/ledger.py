@@ -24,18 +24,18 @@ report buckets calls by it, from the ledger and from transcripts alike.
 from __future__ import annotations
 
 import os
-import re
 import sqlite3
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:  # the write side's imports (rules, records: ~15 ms) are not the report's
     from ccotel.records import SpanRecord
+    from ccotel.store.ledger_rows import Rows
 
 __all__ = ["LEDGER_FILE", "SCHEMA_VERSION", "CallRow", "Ledger", "LedgerError", "LedgerWriteError", "ToolRow",
-           "TurnRow", "AgentRow", "project_dir_of", "Rows", "UPSERT_CALL_SET", "SLOT_NS", "nano_usd"]
+           "TurnRow", "AgentRow", "UPSERT_CALL_SET", "SLOT_NS", "nano_usd"]
 
 LEDGER_FILE = "ledger.db"
 SCHEMA_VERSION = 2  # 2: call_totals, kept by triggers
@@ -182,6 +182,19 @@ def _tool_subtract(row: str) -> str:
             f"WHERE {group};\nDELETE FROM tool_totals WHERE {group} AND tools = 0;")
 
 
+def _kept_by_triggers(table: str, add: Callable[[str], str], subtract: Callable[[str], str],
+                      recompute: Callable[[str], str] | None = None) -> str:
+    """The triggers that keep ``table``'s totals as its rows are inserted (``add`` the new row),
+    updated (``subtract`` the old row, ``add`` the new one) and deleted (``subtract`` the old);
+    ``recompute``: what to do after the old row went out (the group's first and last times)."""
+    after = "" if recompute is None else f"\n{recompute('old')}"
+    return (f"CREATE TRIGGER IF NOT EXISTS {table}_totals_insert AFTER INSERT ON {table} BEGIN\n{add('new')}\nEND;\n"
+            f"CREATE TRIGGER IF NOT EXISTS {table}_totals_update AFTER UPDATE ON {table} BEGIN\n{subtract('old')}\n"
+            f"{add('new')}{after}\nEND;\n"
+            f"CREATE TRIGGER IF NOT EXISTS {table}_totals_delete AFTER DELETE ON {table} BEGIN\n{subtract('old')}"
+            f"{after}\nEND;")
+
+
 # Per (session, model, failed, quarter hour) totals of the calls, kept by SQLite as calls are
 # inserted, updated (an upsert of a later snapshot: the old row out, the new one in) and deleted,
 # so a report reads a few thousand groups rather than every call, and a call is never counted
@@ -202,18 +215,7 @@ CREATE TABLE IF NOT EXISTS call_totals (
     PRIMARY KEY (session_id, model, failed, slot)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS calls_session ON calls (session_id, time_ns);
-CREATE TRIGGER IF NOT EXISTS calls_totals_insert AFTER INSERT ON calls BEGIN
-{_add("new")}
-END;
-CREATE TRIGGER IF NOT EXISTS calls_totals_update AFTER UPDATE ON calls BEGIN
-{_subtract("old")}
-{_add("new")}
-{_recompute("old")}
-END;
-CREATE TRIGGER IF NOT EXISTS calls_totals_delete AFTER DELETE ON calls BEGIN
-{_subtract("old")}
-{_recompute("old")}
-END;
+{_kept_by_triggers("calls", _add, _subtract, _recompute)}
 CREATE TABLE IF NOT EXISTS tool_totals (
     session_id TEXT NOT NULL,
     slot INTEGER NOT NULL,
@@ -222,16 +224,7 @@ CREATE TABLE IF NOT EXISTS tool_totals (
     orphaned INTEGER NOT NULL,
     PRIMARY KEY (session_id, slot)
 ) WITHOUT ROWID;
-CREATE TRIGGER IF NOT EXISTS tools_totals_insert AFTER INSERT ON tools BEGIN
-{_tool_add("new")}
-END;
-CREATE TRIGGER IF NOT EXISTS tools_totals_update AFTER UPDATE ON tools BEGIN
-{_tool_subtract("old")}
-{_tool_add("new")}
-END;
-CREATE TRIGGER IF NOT EXISTS tools_totals_delete AFTER DELETE ON tools BEGIN
-{_tool_subtract("old")}
-END;
+{_kept_by_triggers("tools", _tool_add, _tool_subtract)}
 """
 # Filling the totals of a ledger written before them (schema 1), once.
 _FILL_TOOL_TOTALS = (
@@ -287,8 +280,6 @@ _UPSERT_TOOL = """INSERT INTO tools VALUES (?,?,?,?,?,?,?,?) ON CONFLICT (sessio
     error_type = excluded.error_type, repaired = excluded.repaired"""
 _UPSERT_AGENT = "INSERT OR REPLACE INTO agents VALUES (?,?,?,?,?,?,?)"
 _UPSERT_TURN = "INSERT OR REPLACE INTO turns VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
-
-_NOT_ALNUM = re.compile(r"[^A-Za-z0-9]")
 
 
 class LedgerError(RuntimeError):
@@ -348,11 +339,6 @@ class TurnRow(NamedTuple):
     lost_tools: int
 
 
-def project_dir_of(cwd: str | None) -> str | None:
-    """The projects/<dir> name Claude Code gives a cwd: every non-alphanumeric becomes '-'."""
-    return _NOT_ALNUM.sub("-", cwd) if cwd else None
-
-
 @dataclass(frozen=True)
 class Coverage:
     """What the ledger holds: ``updated_ns`` when it was last written (0: never), ``calls`` rows,
@@ -389,6 +375,10 @@ class Ledger:
                 raise LedgerError(f"{path}: ledger schema {version}, this ccotel reads {SCHEMA_VERSION}")
         except sqlite3.DatabaseError as exc:
             raise LedgerError(f"{path}: {exc}") from exc
+        self._add_roots(roots)
+
+    def _add_roots(self, roots: Sequence[str]) -> None:
+        """Add these config dirs to the ones the ledger covers (the report uses it for them only)."""
         if roots:
             known = set(self.coverage().roots)
             new = {os.path.realpath(r) for r in roots} - known
@@ -532,7 +522,7 @@ class Ledger:
             f"SELECT session_id, {slot} AS slot, count(*) FROM agents GROUP BY session_id, slot "
             "ORDER BY session_id, slot").fetchall()
 
-    # -- internals (state_pg.PgLedger: the same over PostgreSQL) ------------------
+    # -- internals (postgres_ledger.PgLedger: the same over PostgreSQL) -----------
 
     def _rows(self, sql: str, args: Sequence[Any]) -> Iterator[Sequence[Any]]:
         return iter(self.db.execute(sql, args))
@@ -580,5 +570,3 @@ def _window(sql: str, after_ns: int | None, before_ns: int | None) -> tuple[str,
         args.append(before_ns)
     return (sql + (" WHERE " + " AND ".join(where) if where else ""), args)
 
-
-Rows = tuple[list[tuple[Any, ...]], list[tuple[Any, ...]], list[tuple[Any, ...]], list[tuple[Any, ...]]]

@@ -1,8 +1,10 @@
 """The usage ledger's rows made of the spans the pipeline builds (``ledger.Ledger.record``): kept
-apart from ledger.py so that a report read from the ledger does not load rules and records."""
+apart from ledger.py so that a report read from the ledger does not load rules and records
+(ledger.py imports this module only when it records, and never the other way round)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -42,9 +44,18 @@ from ccotel.spans.attributes import (
     GEN_AI_USAGE_OUTPUT_TOKENS,
     GEN_AI_USAGE_REASONING_OUTPUT_TOKENS,
 )
-from ccotel.store.ledger import Rows, project_dir_of
 
-__all__ = ["rows_of"]
+__all__ = ["rows_of", "Rows", "project_dir_of"]
+
+# The rows as the ledger's upserts take them: calls, tools, agents, turns (each a list of value tuples).
+Rows = tuple[list[tuple[Any, ...]], list[tuple[Any, ...]], list[tuple[Any, ...]], list[tuple[Any, ...]]]
+
+_NOT_ALNUM = re.compile(r"[^A-Za-z0-9]")
+
+
+def project_dir_of(cwd: str | None) -> str | None:
+    """The projects/<dir> name Claude Code gives a cwd: every non-alphanumeric becomes '-'."""
+    return _NOT_ALNUM.sub("-", cwd) if cwd else None
 
 
 def rows_of(spans: Sequence[SpanRecord]) -> Rows:

@@ -1,8 +1,8 @@
 """The state over PostgreSQL: one state for a fleet of hosts (``--state postgresql://...``).
 
-The same interface as the SQLite ``State`` (state.py), for hosts that share sessions: a session
-moves from host A to host B with its synced transcript files, or two hosts read one shared file
-system. What is whose:
+The state interface (``State``, state.py) that the SQLite state (sqlite.py) has too, for hosts
+that share sessions: a session moves from host A to host B with its synced transcript files, or
+two hosts read one shared file system. What is whose:
 
 - per host (its id, ``--host-id``): the file checkpoints (``files``), the acknowledged ids of
   turns still open (``acked_ids``), the counter totals (``counters``: each host serves its own
@@ -10,10 +10,10 @@ system. What is whose:
   (each host's first catch-up is history it does not count);
 - shared, keyed by transcript content: ``claims`` (span id -> the host that sends and counts
   that span), the digests of calls and prompts (``calls``, ``prompts``), the marks of one-off
-  events (``marks``) and the usage ledger (schema ``ccotel_ledger``, see ``PgLedger``).
+  events (``marks``) and the usage ledger (schema ``ccotel_ledger``, see postgres_ledger.py).
 
 Who sends and counts a span: span ids are derived from session ids, uuids, message ids and
-tool_use ids (ids.py), so a synced copy of a file builds the same ids on every host. Before a
+tool_use ids (spans/ids.py), so a synced copy of a file builds the same ids on every host. Before a
 host sends a span it inserts the id into ``claims``; the primary key lets one insert win, and
 only the host whose row it is sends it and counts it in its metrics. Nothing else coordinates
 the hosts: no lock of ours, only unique keys and transactions.
@@ -33,20 +33,28 @@ scrubbed of it.
 from __future__ import annotations
 
 import logging
-import struct
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
+from ccotel.assemble.digests import digest64
 from ccotel.read.tail import FileIdentity
-from ccotel.store.ledger import UPSERT_CALL_SET, Ledger, LedgerError, LedgerWriteError, Rows
-from ccotel.store.state import Commit, State, StateError, StateLock, StateLocked, StateUnavailable, anchor_of, digest64
+from ccotel.store.state import (
+    Commit,
+    StateError,
+    StateLocked,
+    StateUnavailable,
+    anchor_of,
+    signed64,
+    unpack_ids,
+    unsigned64,
+)
 
-__all__ = ["PgState", "PgLedger", "HostLock", "lock_host", "masked", "SCHEMA_VERSION", "connect", "open_report_ledger"]
+__all__ = ["PgState", "HostLock", "lock_host", "masked", "scrub", "SCHEMA_VERSION", "connect", "migrate", "Link"]
 
 log = logging.getLogger("ccotel.state")
 
@@ -159,23 +167,7 @@ def _refused(exc: psycopg.OperationalError) -> bool:
     return (exc.sqlstate or "")[:2] in ("28", "3D") or "password" in text or "does not exist" in text
 
 
-def _signed(span_id: int) -> int:
-    return span_id - (1 << 64) if span_id >= 1 << 63 else span_id
-
-
-def _unsigned(v: int) -> int:
-    return v + (1 << 64) if v < 0 else v
-
-
-def _pack(span_ids: list[int]) -> bytes:
-    return struct.pack(f">{len(span_ids)}Q", *span_ids)
-
-
-def _unpack(blob: bytes) -> tuple[int, ...]:
-    return struct.unpack(f">{len(blob) // 8}Q", blob[: len(blob) // 8 * 8])
-
-
-class _Link:
+class Link:
     """One connection, opened again after it broke. ``run(fn)`` runs ``fn(conn)``; a failed
     connection is closed, so the next call opens a new one."""
 
@@ -209,19 +201,20 @@ class _Link:
         return scrub(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__, self.url)
 
 
-class PgState(State):
-    """``State`` over PostgreSQL for the host ``host`` (see the module docstring). Thread-safe:
-    the export thread commits acknowledgements while the pipeline's thread claims and commits."""
+class PgState:
+    """``State`` (state.py) over PostgreSQL for the host ``host`` (see the module docstring).
+    Thread-safe: the export thread commits acknowledgements while the pipeline's thread claims
+    and commits."""
 
-    def __init__(self, url: str, host: str) -> None:  # noqa: D107  (State's __init__ opens SQLite: not called)
+    def __init__(self, url: str, host: str) -> None:
         self.url = url
         self.host = host
         self.path = masked(url)
-        self.rebuilt_from = None
-        self.on_error = None
+        self.rebuilt_from: str | None = None  # a server's database is never moved aside
+        self.on_error: Callable[[str], None] | None = None
         self.failures = 0
         self._lock = threading.Lock()
-        self._link = _Link(url)
+        self._link = Link(url)
         self._pending: Commit | None = None  # not written yet
         self._unsure: tuple[int, Commit] | None = None  # sent, the answer lost with the connection
         self._committed: dict[str, float] = {}
@@ -272,7 +265,7 @@ class PgState(State):
         out: set[int] = set()
         for (blob,) in self._read(lambda c: c.execute(
                 "SELECT span_ids FROM ccotel.acked_ids WHERE hid = %s", (self._hid,)).fetchall()):
-            out.update(_unpack(bytes(blob)))
+            out.update(unpack_ids(bytes(blob)))
         return out
 
     def calls(self) -> set[int]:
@@ -284,6 +277,12 @@ class PgState(State):
     def prompts(self) -> set[int]:
         return {r[0] for r in self._read(lambda c: c.execute(
             "SELECT digest FROM ccotel.prompts WHERE hid = %s", (self._hid,)).fetchall())}
+
+    def sorted_digests(self, table: str) -> list[int]:
+        """This host's digests of ``calls`` or ``prompts``, read as a set and sorted."""
+        if table not in ("calls", "prompts"):
+            raise ValueError(table)
+        return sorted(self.calls() if table == "calls" else self.prompts())
 
     def counters(self) -> dict[str, float]:
         """This host's totals (its own Prometheus counters)."""
@@ -341,7 +340,7 @@ class PgState(State):
         when it is away (nothing is sent that no host may have claimed)."""
         if not span_ids:
             return set()
-        ids = sorted({_signed(s) for s in span_ids})  # one order for every host: no deadlock between two
+        ids = sorted({signed64(s) for s in span_ids})  # one order for every host: no deadlock between two
         own = self._anchor(anchor)
 
         def claim(c: psycopg.Connection[Any]) -> set[int]:
@@ -356,7 +355,7 @@ class PgState(State):
                         (rest, self._hid)).fetchall())
             return won
 
-        return {_unsigned(v) for v in self._until_written(claim)}
+        return {unsigned64(v) for v in self._until_written(claim)}
 
     def claim_mark(self, mark: str, anchor: int) -> bool:
         """True if this host is the first to record the one-off event ``mark`` (it counts it)."""
@@ -463,9 +462,7 @@ class PgState(State):
                     "INSERT INTO ccotel.files VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (hid, path) DO "
                     "UPDATE SET dev = excluded.dev, ino = excluded.ino, head_len = excluded.head_len, fingerprint = "
                     "excluded.fingerprint, read_offset = excluded.read_offset, read_to = excluded.read_to",
-                    [(hid, path, ident.dev if ident else None, ident.ino if ident else None,
-                      ident.head_len if ident else None, ident.fingerprint if ident else None, offset, read_to)
-                     for path, (ident, offset, read_to) in c.offsets.items()])
+                    [(hid, *row) for row in c.file_rows()])
             if c.forget_files:
                 anchors = [self._anchor(anchor_of(p)) for p in c.forget_files]
                 cur.execute("DELETE FROM ccotel.files WHERE hid = %s AND path = ANY(%s)", (hid, c.forget_files))
@@ -474,12 +471,9 @@ class PgState(State):
                 # a mark no file holds any more was counted for the last time
                 cur.execute("DELETE FROM ccotel.mark_claims m WHERE m.hid = %s AND NOT EXISTS "
                             "(SELECT 1 FROM ccotel.marks k WHERE k.key = m.key)", (hid,))
-            by_owner: dict[str, list[int]] = {}
-            for span_id, owner in c.acked:
-                by_owner.setdefault(owner, []).append(span_id)
-            if by_owner:
+            if c.acked:
                 cur.executemany("INSERT INTO ccotel.acked_ids VALUES (%s, %s, %s)",
-                                [(hid, o, _pack(ids)) for o, ids in by_owner.items()])
+                                [(hid, owner, blob) for owner, blob in c.acked_by_owner()])
             if c.done_owners:
                 cur.execute("DELETE FROM ccotel.acked_ids WHERE hid = %s AND owner = ANY(%s)", (hid, c.done_owners))
             for table, rows in (("calls", c.calls), ("prompts", c.prompts)):
@@ -519,13 +513,13 @@ class PgState(State):
 # -- the host's lock -----------------------------------------------------------------
 
 
-class HostLock(StateLock):
+class HostLock:
     """This host id's session lock in PostgreSQL (``pg_try_advisory_lock``), held on a
     connection of its own for the life of the process: two ccotel with one host id would send
-    and count the same spans, as two on one state dir would."""
+    and count the same spans, as two on one state dir would (sqlite.DirLock)."""
 
     def __init__(self, where: str, conn: psycopg.Connection[Any]) -> None:
-        super().__init__(where, None)
+        self.path = where
         self._conn: psycopg.Connection[Any] | None = conn
 
     def release(self) -> None:
@@ -547,130 +541,3 @@ def lock_host(url: str, host: str) -> HostLock:
                           f"(each would send and count the same spans): stop it first, or give this one its own "
                           f"--host-id", None)
     return HostLock(where, conn)
-
-
-# -- the usage ledger ----------------------------------------------------------------
-
-
-class PgLedger(Ledger):
-    """The usage ledger in PostgreSQL (schema ``ccotel_ledger``), shared by the fleet: ``ccotel
-    report`` on any host sums every host's calls. The roots it covers and its last write are kept
-    per host. A failed write (the server away) keeps its rows and writes them with the next one
-    (the upserts are idempotent) or at ``close``."""
-
-    MAX_BACKLOG = 200_000  # rows kept while the server is away (then the oldest are dropped, counted)
-
-    def __init__(self, url: str, host: str, roots: Sequence[str] = (), clock: Any = time.time_ns) -> None:  # noqa: D107
-        self.path = masked(url)
-        self.url = url
-        self.host = host
-        self.clock = clock
-        self._link = _Link(url)
-        self._backlog: list[Rows] = []
-        try:
-            self._link.run(lambda c: migrate(c, self.path))
-        except (psycopg.Error, StateError) as exc:
-            raise LedgerError(f"{self.path}: {scrub(str(exc).strip(), url)}") from None
-        if roots:
-            import os
-
-            known = set(self.coverage().roots)
-            new = {os.path.realpath(r) for r in roots} - known
-            if new:
-                self._set_meta("roots", "\n".join(sorted(known | new)))
-
-    def _write(self, rows: Rows) -> None:
-        self._backlog.append(rows)
-        while sum(len(r) for b in self._backlog for r in b) > self.MAX_BACKLOG and len(self._backlog) > 1:
-            self._backlog.pop(0)
-        try:
-            self._link.run(self._write_backlog)
-        except psycopg.Error as exc:
-            raise LedgerWriteError(self._link.error(exc)) from None
-        self._backlog = []
-
-    def _write_backlog(self, c: psycopg.Connection[Any]) -> None:
-        with c.transaction():
-            cur = c.cursor()
-            for calls, tools, agents, turns in self._backlog:
-                if calls:
-                    cur.executemany(_PG_UPSERT_CALL, calls)
-                for sql, rows in ((_PG_UPSERT_TOOL, tools), (_PG_UPSERT_AGENT, agents), (_PG_UPSERT_TURN, turns)):
-                    if rows:
-                        cur.executemany(sql, rows)
-            self._set_meta_in(c, "updated_ns", str(self.clock()))
-
-    def close(self) -> None:
-        deadline = time.monotonic() + 5.0
-        while self._backlog and time.monotonic() < deadline:
-            try:
-                self._link.run(self._write_backlog)
-                self._backlog = []
-            except psycopg.Error:
-                time.sleep(0.2)
-        if self._backlog:
-            log.error("usage ledger %s: %d batches of rows could not be written (the server is away)", self.path,
-                      len(self._backlog))
-        self._link.close()
-
-    def _rows(self, sql: str, args: Sequence[Any]) -> Iterator[Sequence[Any]]:
-        pg = sql.replace("?", "%s").replace(" FROM calls", " FROM ccotel_ledger.calls") \
-            .replace(" FROM tools", " FROM ccotel_ledger.tools").replace(" FROM agents", " FROM ccotel_ledger.agents") \
-            .replace(" FROM turns", " FROM ccotel_ledger.turns")
-        try:
-            return iter(self._link.run(lambda c: c.execute(pg.encode(), list(args)).fetchall()))
-        except psycopg.Error as exc:
-            raise LedgerError(f"{self.path}: {self._link.error(exc)}") from None
-
-    def _meta(self, key: str) -> str | None:
-        try:
-            row = self._link.run(lambda c: c.execute("SELECT value FROM ccotel_ledger.meta WHERE key = %s",
-                                                     (f"{key}@{self.host}",)).fetchone())
-        except psycopg.Error as exc:
-            raise LedgerError(f"{self.path}: {self._link.error(exc)}") from None
-        return None if row is None else str(row[0])
-
-    def _set_meta(self, key: str, value: str) -> None:
-        self._link.run(lambda c: self._set_meta_in(c, key, value))
-
-    def _set_meta_in(self, c: psycopg.Connection[Any], key: str, value: str) -> None:
-        c.execute("INSERT INTO ccotel_ledger.meta VALUES (%s, %s) ON CONFLICT (key) DO UPDATE SET value = "
-                  "excluded.value", (f"{key}@{self.host}", value))
-
-
-_PG_UPSERT_CALL = ("INSERT INTO ccotel_ledger.calls AS calls VALUES (" + ",".join(["%s"] * 19) + ") "
-                   "ON CONFLICT (key) DO UPDATE SET time_ns = greatest(calls.time_ns, excluded.time_ns),"
-                   + UPSERT_CALL_SET)
-
-
-def _replace(table: str, columns: Sequence[str], key: Sequence[str]) -> str:
-    sets = ", ".join(f"{c} = excluded.{c}" for c in columns if c not in key)
-    return (f"INSERT INTO ccotel_ledger.{table} VALUES ({','.join(['%s'] * len(columns))}) "  # noqa: S608
-            f"ON CONFLICT ({', '.join(key)}) DO UPDATE SET {sets}")
-
-
-_PG_UPSERT_TOOL = _replace("tools", ("session_id", "tool_use_id", "time_ns", "end_ns", "name", "agent_id",
-                                     "error_type", "repaired"), ("session_id", "tool_use_id"))
-_PG_UPSERT_AGENT = _replace("agents", ("session_id", "agent_key", "time_ns", "end_ns", "agent_type", "background",
-                                       "interrupted"), ("session_id", "agent_key"))
-_PG_UPSERT_TURN = _replace("turns", ("session_id", "span_id", "time_ns", "end_ns", "cwd", "project", "version",
-                                     "outcome", "api_calls", "tool_calls", "api_errors", "orphaned_tools",
-                                     "lost_tools", "stalled"), ("session_id", "span_id"))
-
-
-def open_report_ledger(url: str, host: str, roots: Sequence[str]) -> PgLedger | None:
-    """The shared ledger for ``ccotel report`` on this host: if this host's ccotel recorded
-    exactly these roots (as report.open_ledger asks of a ledger.db), else None (the report then
-    reads the transcripts). Its rows are the whole fleet's: a session that moved between hosts
-    is reported whole on either."""
-    import os
-
-    try:
-        ledger = PgLedger(url, host)
-    except LedgerError as exc:
-        log.warning("ledger not used: %s", exc)
-        return None
-    if ledger.coverage().roots != frozenset(os.path.realpath(r) for r in roots):
-        ledger.close()
-        return None
-    return ledger

@@ -1,98 +1,43 @@
-"""Checkpoint stage: what has been delivered, in SQLite under the state dir.
+"""Checkpoint stage: what has been delivered, kept so a restart neither loses nor repeats it.
 
-One database, written in one transaction per acknowledged batch:
-- files: per transcript its identity (device, inode, fingerprint of the first bytes) and the
-  offset before which every line is fully delivered (its spans acknowledged by the backend);
-- acked_ids: span ids already delivered for turns still open (a restart re-reads an open turn
-  from its first line and must not send those spans again), one row per owner and batch with
-  the ids packed (8 bytes each): a row per span made this most of a catch-up's SQLite time.
-  (``acked``, one row per span, is what states written before that hold; still read.)
-- calls, prompts: digests of API responses and prompts of finished turns, so a history
-  replayed into another file after a restart is still counted once;
-- counters: the metric totals, so a restart never makes a counter jump or count twice;
-- marks: one-off events already counted (a ghost session, a missing subagent transcript).
-All SQLite SQL lives in this module; state_pg.py is the same interface over PostgreSQL, for a
-fleet of hosts sharing one state (``open_state`` picks the backend from ``--state``).
+The state is one interface (``State``) over two backends: SQLite in a state dir on one host
+(sqlite.py), PostgreSQL at a ``postgresql://`` URL for a fleet of hosts sharing one state
+(postgres.py); ``backends.open_state`` and ``backends.lock_state`` pick one from ``--state``.
+This module holds what callers and both backends share, and loads neither backend:
 
-Bounded: a digest or a mark is kept for as long as a transcript that holds it is on disk. Each
-row is anchored to the file it was read from (``anchor``: ``digest64(path)``; a replay adds the
-copy's file as a second anchor) and goes when its last file goes (Claude Code's cleanup sweep,
-``forget_files``): a copy can only be made from a file that is still there, so nothing is ever
-counted twice, and the state follows what is on disk, not the history. ``PERMANENT`` rows (the
-first catch-up's mark) stay. ``acked_ids`` follow open work: they go when their owner is done.
+- ``Commit``: everything one transaction writes, once per acknowledged batch: the offset before
+  which every line of a transcript is fully delivered (its spans acknowledged by the backend),
+  the span ids already delivered for turns still open (a restart re-reads an open turn from its
+  first line and must not send those spans again), the digests of API responses and prompts of
+  finished turns (a history replayed into another file after a restart is still counted once),
+  the metric totals (a restart never makes a counter jump or count twice) and one-off events
+  already counted (marks: a ghost session, a missing subagent transcript);
+- anchors: each digest and mark is anchored to the file it was read from (``anchor_of``) and
+  goes when its last file goes (Claude Code's cleanup sweep, ``Commit.forget_files``): a copy can
+  only be made from a file that is still there, so nothing is ever counted twice, and the state
+  follows what is on disk, not the history. ``PERMANENT`` rows (the first catch-up's mark) stay;
+- where the state is (``resolve_state``, ``host_id``), the errors, and a lock's shape.
 """
 
 from __future__ import annotations
 
-import errno
-import fcntl
-import logging
 import os
 import socket
-import sqlite3
 import struct
-import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
 
 from ccotel.assemble.digests import digest64
-from ccotel.read.tail import FileIdentity
 
-__all__ = ["State", "Commit", "digest64", "anchor_of", "PERMANENT", "default_state_dir",
-           "StateError", "StateUnavailable", "StateLocked",
-           "StateLock", "lock_state_dir", "is_url", "resolve_state", "host_id", "open_state", "lock_state"]
+if TYPE_CHECKING:  # the transcript reader (~0.1 s of imports) is not needed to name a file's identity
+    from ccotel.read.tail import FileIdentity
 
-log = logging.getLogger("ccotel.state")
+__all__ = ["State", "StateLock", "Commit", "anchor_of", "PERMANENT", "StateError", "StateUnavailable", "StateLocked",
+           "default_state_dir", "is_url", "resolve_state", "host_id", "pack_ids", "unpack_ids", "signed64",
+           "unsigned64"]
 
-LOCK_NAME = "ccotel.lock"
-
-SCHEMA_VERSION = 2
 PERMANENT = 0  # the anchor of rows no file holds (the caught_up mark)
-LEGACY = -1  # the anchor of rows a schema 1 state held (no file known): kept until its files are gone
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS files (
-    path TEXT PRIMARY KEY, dev INTEGER, ino INTEGER, head_len INTEGER, fingerprint TEXT,
-    offset INTEGER NOT NULL, read_to INTEGER NOT NULL DEFAULT 0);
-CREATE TABLE IF NOT EXISTS acked (span_id INTEGER PRIMARY KEY, owner TEXT NOT NULL);
-CREATE INDEX IF NOT EXISTS acked_owner ON acked(owner);
-CREATE TABLE IF NOT EXISTS acked_ids (owner TEXT NOT NULL, span_ids BLOB NOT NULL);
-CREATE INDEX IF NOT EXISTS acked_ids_owner ON acked_ids(owner);
-CREATE TABLE IF NOT EXISTS counters (key TEXT PRIMARY KEY, value REAL NOT NULL);
-"""
-
-# Schema 2: digests and marks carry the file they were read from (see the module docstring).
-_ANCHORED = """
-CREATE TABLE IF NOT EXISTS calls (digest INTEGER NOT NULL, anchor INTEGER NOT NULL,
-    PRIMARY KEY (digest, anchor)) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS calls_anchor ON calls(anchor);
-CREATE TABLE IF NOT EXISTS prompts (digest INTEGER NOT NULL, anchor INTEGER NOT NULL,
-    PRIMARY KEY (digest, anchor)) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS prompts_anchor ON prompts(anchor);
-CREATE TABLE IF NOT EXISTS marks (key TEXT NOT NULL, anchor INTEGER NOT NULL,
-    PRIMARY KEY (key, anchor)) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS marks_anchor ON marks(anchor);
-CREATE TABLE IF NOT EXISTS legacy_files (path TEXT PRIMARY KEY);
-"""
-
-# Schema 1 -> 2: the rows keep their values; with no file known they are anchored to LEGACY and
-# go once every file the state knew at the migration is gone (``legacy_files``).
-_MIGRATE_1_2 = """
-ALTER TABLE calls RENAME TO calls_v1;
-ALTER TABLE prompts RENAME TO prompts_v1;
-ALTER TABLE marks RENAME TO marks_v1;
-""" + _ANCHORED + """
-INSERT INTO calls SELECT digest, -1 FROM calls_v1;
-INSERT INTO prompts SELECT digest, -1 FROM prompts_v1;
-INSERT INTO marks SELECT key, CASE key WHEN 'caught_up' THEN 0 ELSE -1 END FROM marks_v1;
-INSERT INTO legacy_files SELECT path FROM files;
-DROP TABLE calls_v1;
-DROP TABLE prompts_v1;
-DROP TABLE marks_v1;
-UPDATE meta SET value = '2' WHERE key = 'schema';
-"""
 
 
 def anchor_of(path: str) -> int:
@@ -100,48 +45,95 @@ def anchor_of(path: str) -> int:
     return digest64(path)
 
 
-def default_state_dir(env: dict[str, str] | None = None) -> str:
-    env = dict(os.environ) if env is None else env
-    base = env.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
-    return os.path.join(base, "ccotel")
+class State(Protocol):
+    """The state as the pipeline uses it, on either backend (sqlite.SqliteState, postgres.PgState).
+
+    Counters are committed as increments: each commit adds what a counter grew by since the
+    totals this process loaded (``counters``) or last committed, so processes that share one
+    state (catch-up workers, a fleet's hosts) sum exactly. A commit that fails (disk full, the
+    server away) is kept and written with the next one (``retry`` writes it alone), so nothing
+    acknowledged is lost or counted twice while ccotel runs; ``on_error(reason)`` is told of each
+    failed attempt, ``failures`` counts them and ``pending`` says how many records wait."""
+
+    fresh: bool  # nothing was checkpointed before (a first start)
+    rebuilt_from: str | None  # a corrupt database moved aside at open (its new name), else None
+    on_error: Callable[[str], None] | None
+    failures: int  # failed commit attempts since the last one written
+
+    def files(self) -> dict[str, tuple[FileIdentity | None, int, int]]:
+        """path -> (identity, offset of the first line not fully delivered, bytes already read)."""
+        ...
+
+    def acked(self) -> set[int]:
+        """The span ids delivered for turns still open."""
+        ...
+
+    def calls(self) -> set[int]:
+        """The digests of the API calls delivered."""
+        ...
+
+    def prompts(self) -> set[int]:
+        """The digests of the prompts delivered."""
+        ...
+
+    def sorted_digests(self, table: str) -> Iterable[int]:
+        """The digests of ``calls`` or ``prompts`` in ascending order: a restart loads them packed
+        (digests.py); a backend that can gives them one at a time, never as a set of them all."""
+        ...
+
+    def counters(self) -> dict[str, float]:
+        """The counter totals (this process then commits what they grow by)."""
+        ...
+
+    def marks(self) -> set[str]:
+        """The one-off events already counted."""
+        ...
+
+    def held_only_by(self, paths: list[str]) -> tuple[set[int], set[int], set[str]]:
+        """The call digests, prompt digests and marks that no file but these holds: what goes
+        from memory when these files go."""
+        ...
+
+    def claim(self, span_ids: list[int], anchor: int) -> set[int]:
+        """Of these spans (built from the file of ``anchor``), the ones this process sends and counts."""
+        ...
+
+    def claim_mark(self, mark: str, anchor: int) -> bool:
+        """Does this process count the one-off event ``mark``?"""
+        ...
+
+    def describe(self) -> str:
+        """Where the state is, for logs (never a password)."""
+        ...
+
+    def sizes(self) -> dict[str, int]:
+        """Rows per table, and the bytes the state takes: what bounded state is measured by."""
+        ...
+
+    @property
+    def pending(self) -> int:
+        """Records (offsets, span ids, owners) of failed commits not written yet; 0 when all is."""
+        ...
+
+    def commit(self, c: Commit) -> bool:
+        """Write ``c`` (after whatever earlier commits failed to write). False if it failed: it is
+        kept and written with the next commit or ``retry``."""
+        ...
+
+    def retry(self) -> bool:
+        """Write what failed commits left; True if nothing is left."""
+        ...
+
+    def close(self) -> None: ...
 
 
-def is_url(location: str | None) -> bool:
-    """A PostgreSQL URL (the fleet backend) rather than a state dir (SQLite)."""
-    return location is not None and location.startswith(("postgresql://", "postgres://"))
+class StateLock(Protocol):
+    """The state taken for this process (sqlite.DirLock: the state dir's flock; postgres.HostLock:
+    this host id's lock in PostgreSQL), held for its life; ``release`` gives it up."""
 
+    path: str
 
-def resolve_state(state: str | None, state_dir: str | None = None, env: dict[str, str] | None = None) -> str | None:
-    """Where the state is: ``--state`` (a dir or a ``postgresql://`` URL), else its alias
-    ``--state-dir``, else ``$CCOTEL_STATE``, else the default dir. None: ``none`` (no state)."""
-    env = dict(os.environ) if env is None else env
-    location = state or state_dir or env.get("CCOTEL_STATE") or default_state_dir(env)
-    return None if location == "none" else location
-
-
-def host_id(explicit: str | None = None, env: dict[str, str] | None = None) -> str:
-    """This host's name in a shared state: ``--host-id``, ``$CCOTEL_HOST_ID``, or the host name.
-    Checkpoints, acknowledged ids and counters are kept per host id; two hosts need two ids."""
-    env = dict(os.environ) if env is None else env
-    return explicit or env.get("CCOTEL_HOST_ID") or socket.gethostname()
-
-
-def open_state(location: str, host: str | None = None, verify: bool = True) -> State:
-    """The state at ``location``: SQLite in a dir, or PostgreSQL at a URL (``host``: this host's id)."""
-    if is_url(location):
-        from ccotel.store.postgres import PgState  # psycopg: only for a fleet (the ``fleet`` extra)
-
-        return PgState(location, host_id(host))
-    return State(location, verify=verify)
-
-
-def lock_state(location: str, host: str | None = None) -> StateLock:
-    """The state for this process: the dir's flock, or this host id's lock in PostgreSQL."""
-    if is_url(location):
-        from ccotel.store.postgres import lock_host
-
-        return lock_host(location, host_id(host))
-    return lock_state_dir(location)
+    def release(self) -> None: ...
 
 
 class StateError(RuntimeError):
@@ -153,96 +145,11 @@ class StateUnavailable(StateError):
 
 
 class StateLocked(StateError):
-    """Another ccotel holds the state dir."""
+    """Another ccotel holds the state dir (or this host id in a shared state)."""
 
     def __init__(self, message: str, pid: int | None) -> None:
         super().__init__(message)
         self.pid = pid
-
-
-def _unwritable(state_dir: str, what: str, exc: BaseException) -> StateUnavailable:
-    reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-    return StateUnavailable(
-        f"the state dir {state_dir} cannot be used ({what}: {reason}). ccotel keeps its checkpoints there and "
-        f"will not run without them, since every restart would then send and count the whole history again: "
-        f"make it writable, give another --state-dir, or pass --state-dir none to run without checkpoints")
-
-
-def _prepare_dir(state_dir: str) -> None:
-    try:
-        os.makedirs(state_dir, mode=0o700, exist_ok=True)
-        os.chmod(state_dir, 0o700)  # transcripts' paths and digests are private
-    except OSError as exc:
-        raise _unwritable(state_dir, "creating it" if not os.path.isdir(state_dir) else "making it private",
-                          exc) from None
-
-
-class StateLock:
-    """An exclusive flock on ``<state dir>/ccotel.lock``, held for the life of the process (and of
-    catch-up workers forked from it): one ccotel writes a state at a time. Released on exit.
-    (state_pg.HostLock: the same for one host id in PostgreSQL.)"""
-
-    def __init__(self, path: str, fd: int | None) -> None:
-        self.path = path
-        self._fd: int | None = fd
-
-    def release(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-
-
-def lock_state_dir(state_dir: str) -> StateLock:
-    """Take the state dir for this process, or raise StateLocked naming the pid that holds it
-    (StateUnavailable if the dir cannot be written). Readers (check, report) need no lock."""
-    _prepare_dir(state_dir)
-    path = os.path.join(state_dir, LOCK_NAME)
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    except OSError as exc:
-        raise _unwritable(state_dir, f"creating {LOCK_NAME}", exc) from None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as exc:
-        if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-            os.close(fd)
-            raise _unwritable(state_dir, f"locking {LOCK_NAME}", exc) from None
-        pid = _holder(fd)
-        os.close(fd)
-        who = f"pid {pid}" if pid else "a process that did not say its pid"
-        raise StateLocked(f"another ccotel ({who}) is using the state dir {state_dir}; two cannot share one "
-                          f"(each would send and count the same spans): stop it first, or give this one its own "
-                          f"--state-dir", pid) from None
-    try:
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-    except OSError:
-        pass  # the lock holds without the pid (a full disk): only the message loses it
-    return StateLock(path, fd)
-
-
-def _holder(fd: int) -> int | None:
-    try:
-        text = os.pread(fd, 64, 0).decode("ascii", "replace").strip()
-        return int(text.split()[0]) if text else None
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def _error_reason(exc: BaseException) -> str:
-    text = str(exc).lower()
-    if isinstance(exc, OSError) and exc.errno == errno.ENOSPC or "full" in text:
-        return "disk_full"
-    if "readonly" in text or "read-only" in text or isinstance(exc, OSError) and exc.errno in (errno.EROFS,
-                                                                                             errno.EACCES):
-        return "read_only"
-    if "locked" in text or "busy" in text:
-        return "locked"
-    if "malformed" in text or "not a database" in text:
-        return "corrupt"
-    if "i/o" in text:
-        return "io_error"
-    return "other"
 
 
 @dataclass
@@ -281,282 +188,69 @@ class Commit:
     def size(self) -> int:
         return len(self.offsets) + len(self.forget_files) + len(self.acked) + len(self.done_owners)
 
+    def file_rows(self) -> list[tuple[str, int | None, int | None, int | None, str | None, int, int]]:
+        """The checkpoints as both backends' ``files`` tables hold them: path, dev, ino, head_len,
+        fingerprint (all four None for a file without an identity), offset, read_to."""
+        return [(path, ident.dev if ident else None, ident.ino if ident else None, ident.head_len if ident else None,
+                 ident.fingerprint if ident else None, offset, read_to)
+                for path, (ident, offset, read_to) in self.offsets.items()]
 
-class State:
-    """Counters are committed as increments: each commit adds what a counter grew by since the
-    totals this process loaded (``counters``) or last committed. So the catch-up workers that
-    share one state (catchup.py) sum exactly, and a crash loses or repeats nothing.
-
-    Faults: a database that is not one, or fails SQLite's quick check, is moved aside to
-    ``state.db.corrupt-<UTC time>`` and a new one started (``rebuilt_from`` names the old one):
-    ccotel reads the history again as on a first start. A state dir or database that cannot be
-    written raises StateUnavailable. A commit that fails (disk full, I/O error, read-only
-    remount) is kept and written with the next one (``retry`` writes it alone), so nothing
-    acknowledged is lost or counted twice while ccotel runs; ``on_error(reason)`` is told of
-    each failed attempt and ``pending`` says how many records wait."""
-
-    def __init__(self, state_dir: str, verify: bool = True) -> None:
-        """``verify``: check the database at open (a catch-up worker opens one its parent checked)."""
-        _prepare_dir(state_dir)
-        path = os.path.join(state_dir, "state.db")
-        self.path = path
-        self.fresh = not os.path.exists(path)
-        self.rebuilt_from: str | None = None
-        self.on_error: Callable[[str], None] | None = None
-        self.failures = 0  # failed commit attempts since the last one written
-        self._pending: Commit | None = None  # what failed commits still owe the database
-        self._committed: dict[str, float] = {}  # counter totals as this process last loaded or wrote them
-        self._lock = threading.Lock()
-        try:
-            self._db = self._open(path, verify)
-        except sqlite3.DatabaseError as exc:
-            if isinstance(exc, sqlite3.OperationalError) or not verify:
-                raise _unwritable(state_dir, f"opening {path}", exc) from None
-            self.rebuilt_from = _move_aside(path, exc)
-            self.fresh = True
-            try:
-                self._db = self._open(path, verify)
-            except sqlite3.DatabaseError as exc2:
-                raise _unwritable(state_dir, f"opening a new {path}", exc2) from None
-        try:
-            os.chmod(path, 0o600)
-        except OSError as exc:
-            raise _unwritable(state_dir, f"making {path} private", exc) from None
-
-    @staticmethod
-    def _open(path: str, verify: bool) -> sqlite3.Connection:
-        db = sqlite3.connect(path, check_same_thread=False, isolation_level=None,
-                             timeout=60.0)  # several catch-up workers may wait on each other
-        try:
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=NORMAL")
-            if verify:
-                problems = [row[0] for row in db.execute("PRAGMA quick_check(3)")]
-                if problems != ["ok"]:
-                    raise sqlite3.DatabaseError("quick_check: " + "; ".join(problems))
-            db.executescript(_SCHEMA)
-            row = db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
-            if row is None:
-                db.executescript(_ANCHORED)
-                db.execute("INSERT INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
-            elif int(row[0]) == 1:
-                db.executescript("BEGIN IMMEDIATE;" + _MIGRATE_1_2 + "COMMIT;")
-                log.info("state %s migrated from schema 1 to 2 (digests anchored to their files)", path)
-            elif int(row[0]) != SCHEMA_VERSION:
-                raise StateError(f"state {path} has schema {row[0]}, this ccotel knows {SCHEMA_VERSION}")
-        except BaseException:
-            db.close()
-            raise
-        return db
-
-    def files(self) -> dict[str, tuple[FileIdentity | None, int, int]]:
-        """path -> (identity, offset of the first line not fully delivered, bytes already read)."""
-        out: dict[str, tuple[FileIdentity | None, int, int]] = {}
-        for path, dev, ino, head_len, fp, offset, read_to in self._db.execute(
-                "SELECT path, dev, ino, head_len, fingerprint, offset, read_to FROM files"):
-            ident = FileIdentity(dev, ino, head_len, fp) if fp is not None else None
-            out[path] = (ident, offset, read_to)
-        return out
-
-    def acked(self) -> set[int]:
-        out = {_unsigned(row[0]) for row in self._db.execute("SELECT span_id FROM acked")}
-        for (blob,) in self._db.execute("SELECT span_ids FROM acked_ids"):
-            out.update(_unpack(blob))
-        return out
-
-    def calls(self) -> set[int]:
-        return {row[0] for row in self._db.execute("SELECT digest FROM calls")}
-
-    def prompts(self) -> set[int]:
-        return {row[0] for row in self._db.execute("SELECT digest FROM prompts")}
-
-    def sorted_digests(self, table: str) -> Iterator[int]:
-        """The digests of ``calls`` or ``prompts`` in ascending order, one at a time: a restart
-        loads them packed (digests.py), never as a set of them all (~7 MB after 1 GB)."""
-        if table not in ("calls", "prompts"):
-            raise ValueError(table)
-        return (row[0] for row in self._db.execute(f"SELECT DISTINCT digest FROM {table} ORDER BY digest"))
-
-    def counters(self) -> dict[str, float]:
-        with self._lock:
-            totals = dict(self._db.execute("SELECT key, value FROM counters"))
-            self._committed.update(totals)
-        return totals
-
-    def marks(self) -> set[str]:
-        return {row[0] for row in self._db.execute("SELECT key FROM marks")}
-
-    def held_only_by(self, paths: list[str]) -> tuple[set[int], set[int], set[str]]:
-        """The call digests, prompt digests and marks that no file but these holds: what goes
-        from memory when these files go."""
-        anchors = [anchor_of(p) for p in paths]
-        out: tuple[set[int], set[int], set[str]] = (set(), set(), set())
-        for table, column, into in (("calls", "digest", out[0]), ("prompts", "digest", out[1]),
-                                    ("marks", "key", out[2])):
-            for chunk in _chunks(anchors, 500):
-                marks = ",".join("?" * len(chunk))
-                into.update(row[0] for row in self._db.execute(
-                    f"SELECT a.{column} FROM {table} a WHERE a.anchor IN ({marks}) AND NOT EXISTS"  # noqa: S608
-                    f" (SELECT 1 FROM {table} b WHERE b.{column} = a.{column} AND b.anchor NOT IN ({marks}))",
-                    chunk + chunk))
-        return out
-
-    def claim(self, span_ids: list[int], anchor: int) -> set[int]:
-        """Of these spans (built from the file of ``anchor``), the ones this process sends and
-        counts. One writer per SQLite state: all of them. (PostgreSQL: the ones no other host
-        claimed first; see state_pg.py.)"""
-        return set(span_ids)
-
-    def claim_mark(self, mark: str, anchor: int) -> bool:
-        """Does this process count the one-off event ``mark``? One writer per SQLite state: the
-        caller's own set of marks decides (True). (PostgreSQL: the first host to insert it.)"""
-        return True
-
-    def describe(self) -> str:
-        """Where the state is, for logs (never a password)."""
-        return self.path
-
-    def sizes(self) -> dict[str, int]:
-        """Rows per table, and the database's bytes on disk (with its WAL): what bounded state is measured by."""
-        out = {t: int(self._db.execute(f"SELECT count(*) FROM {t}").fetchone()[0])  # noqa: S608
-               for t in ("files", "acked", "acked_ids", "calls", "prompts", "counters", "marks", "legacy_files")}
-        out["bytes"] = sum(os.path.getsize(self.path + s) for s in ("", "-wal") if os.path.exists(self.path + s))
-        return out
-
-    @property
-    def pending(self) -> int:
-        """Records (offsets, span ids, owners) of failed commits not written yet; 0 when all is."""
-        with self._lock:
-            return self._pending.size() if self._pending is not None else 0
-
-    def commit(self, c: Commit) -> bool:
-        """Write ``c`` (after whatever earlier commits failed to write). False if it failed: it is
-        kept and written with the next commit or ``retry``."""
-        if c.empty() and self._pending is None:
-            return True
-        with self._lock:
-            if self._pending is not None:
-                self._pending.merge(c)
-                c = self._pending
-            return self._write(c)
-
-    def retry(self) -> bool:
-        """Write what failed commits left; True if nothing is left."""
-        with self._lock:
-            return self._pending is None or self._write(self._pending)
-
-    def _write(self, c: Commit) -> bool:
-        db = self._db
-        try:
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                for path, (ident, offset, read_to) in c.offsets.items():
-                    db.execute(
-                        "INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?, ?, ?, ?)",
-                        (path, ident.dev if ident else None, ident.ino if ident else None,
-                         ident.head_len if ident else None, ident.fingerprint if ident else None, offset,
-                         read_to))
-                db.executemany("DELETE FROM files WHERE path = ?", ((p,) for p in c.forget_files))
-                self._forget(db, c.forget_files)
-                by_owner: dict[str, list[int]] = {}
-                for span_id, owner in c.acked:
-                    by_owner.setdefault(owner, []).append(span_id)
-                db.executemany("INSERT INTO acked_ids VALUES (?, ?)",
-                               ((o, _pack(ids)) for o, ids in by_owner.items()))
-                db.executemany("DELETE FROM acked_ids WHERE owner = ?", ((o,) for o in c.done_owners))
-                db.executemany("DELETE FROM acked WHERE owner = ?", ((o,) for o in c.done_owners))
-                db.executemany("INSERT OR IGNORE INTO calls VALUES (?, ?)", c.calls)
-                db.executemany("INSERT OR IGNORE INTO prompts VALUES (?, ?)", c.prompts)
-                added = {k: v - self._committed.get(k, 0.0) for k, v in c.counters.items()}
-                db.executemany("INSERT INTO counters VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET"
-                               " value = value + excluded.value", ((k, v) for k, v in added.items() if v))
-                db.executemany("INSERT OR IGNORE INTO marks VALUES (?, ?)", c.marks)
-                db.execute("COMMIT")
-            except BaseException:
-                if db.in_transaction:  # SQLite may have rolled back itself (a full disk)
-                    try:
-                        db.execute("ROLLBACK")
-                    except sqlite3.Error:
-                        pass
-                raise
-        except (sqlite3.OperationalError, OSError) as exc:
-            self._failed(c, exc)
-            return False
-        except sqlite3.DatabaseError as exc:
-            if type(exc) is not sqlite3.DatabaseError:  # a programming or integrity error: a bug, not a fault
-                raise
-            self._failed(c, exc)  # corrupt under ccotel: keep running; the next start moves it aside
-            return False
-        self._committed.update(c.counters)
-        if self._pending is not None:
-            log.warning("checkpoints written again (after %d failed attempts); nothing was lost", self.failures)
-        self._pending = None
-        self.failures = 0
-        return True
-
-    @staticmethod
-    def _forget(db: sqlite3.Connection, paths: list[str]) -> None:
-        """Rows held by these files alone go with them (schema 1's rows with the last file it knew)."""
-        if not paths:
-            return
-        anchors = [(anchor_of(p),) for p in paths]
-        for table in ("calls", "prompts", "marks"):
-            db.executemany(f"DELETE FROM {table} WHERE anchor = ?", anchors)  # noqa: S608
-        db.executemany("DELETE FROM legacy_files WHERE path = ?", ((p,) for p in paths))
-        if db.execute("SELECT 1 FROM legacy_files LIMIT 1").fetchone() is None:
-            for table in ("calls", "prompts", "marks"):
-                db.execute(f"DELETE FROM {table} WHERE anchor = ?", (LEGACY,))  # noqa: S608
-
-    def _failed(self, c: Commit, exc: BaseException) -> None:
-        self._pending = c
-        self.failures += 1
-        reason = _error_reason(exc)
-        if self.failures == 1:
-            log.error("checkpoint not written to %s (%s: %s); ccotel keeps reading and exporting, keeps what it "
-                      "must write in memory and retries with every commit. If it stops before a write succeeds, "
-                      "a restart sends the spans delivered since again (same ids)", self.path, reason, exc)
-        else:
-            log.debug("checkpoint still not written (%s: %s), attempt %d", reason, exc, self.failures)
-        if self.on_error is not None:
-            self.on_error(reason)
-
-    def close(self) -> None:
-        with self._lock:
-            self._db.close()
+    def acked_by_owner(self) -> list[tuple[str, bytes]]:
+        """The acknowledged span ids packed per owner (``pack_ids``): one row per owner and
+        commit, as both backends keep them (a row per span made this most of a catch-up's time)."""
+        by_owner: dict[str, list[int]] = {}
+        for span_id, owner in self.acked:
+            by_owner.setdefault(owner, []).append(span_id)
+        return [(owner, pack_ids(ids)) for owner, ids in by_owner.items()]
 
 
-def _move_aside(path: str, exc: BaseException) -> str:
-    """Move a corrupt database (and its WAL and shared-memory files) to ``<name>.corrupt-<UTC time>``."""
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    aside = f"{path}.corrupt-{stamp}"
-    n = 1
-    while os.path.exists(aside):
-        n += 1
-        aside = f"{path}.corrupt-{stamp}-{n}"
-    for suffix in ("", "-wal", "-shm"):
-        if os.path.exists(path + suffix):
-            try:
-                os.replace(path + suffix, aside + suffix)
-            except OSError as exc2:
-                raise _unwritable(os.path.dirname(path), f"moving the corrupt {path}{suffix} aside", exc2) from None
-    log.error("the state database %s is corrupt (%s); moved it aside to %s and started a new one: the history "
-              "is read again as on a first start (counters restart from what it rebuilds, events in the history "
-              "are not counted again; traces already delivered are sent again with the same ids)",
-              path, exc, aside)
-    return aside
+# -- where the state is ---------------------------------------------------------------
 
 
-def _chunks(items: list[int], n: int) -> list[list[int]]:
-    return [items[i:i + n] for i in range(0, len(items), n)]
+def default_state_dir(env: dict[str, str] | None = None) -> str:
+    env = dict(os.environ) if env is None else env
+    base = env.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return os.path.join(base, "ccotel")
 
 
-def _unsigned(span_id: int) -> int:
-    return span_id + (1 << 64) if span_id < 0 else span_id
+def is_url(location: str | None) -> bool:
+    """A PostgreSQL URL (the fleet backend) rather than a state dir (SQLite)."""
+    return location is not None and location.startswith(("postgresql://", "postgres://"))
 
 
-def _pack(span_ids: list[int]) -> bytes:
+def resolve_state(state: str | None, state_dir: str | None = None, env: dict[str, str] | None = None) -> str | None:
+    """Where the state is: ``--state`` (a dir or a ``postgresql://`` URL), else its alias
+    ``--state-dir``, else ``$CCOTEL_STATE``, else the default dir. None: ``none`` (no state)."""
+    env = dict(os.environ) if env is None else env
+    location = state or state_dir or env.get("CCOTEL_STATE") or default_state_dir(env)
+    return None if location == "none" else location
+
+
+def host_id(explicit: str | None = None, env: dict[str, str] | None = None) -> str:
+    """This host's name in a shared state: ``--host-id``, ``$CCOTEL_HOST_ID``, or the host name.
+    Checkpoints, acknowledged ids and counters are kept per host id; two hosts need two ids."""
+    env = dict(os.environ) if env is None else env
+    return explicit or env.get("CCOTEL_HOST_ID") or socket.gethostname()
+
+
+# -- span ids as both backends store them ---------------------------------------------
+
+
+def pack_ids(span_ids: list[int]) -> bytes:
+    """Span ids (unsigned 64-bit) as one blob, 8 bytes each."""
     return struct.pack(f">{len(span_ids)}Q", *span_ids)
 
 
-def _unpack(blob: bytes) -> tuple[int, ...]:
+def unpack_ids(blob: bytes) -> tuple[int, ...]:
+    """The span ids of a ``pack_ids`` blob (a torn last id is left out)."""
     return struct.unpack(f">{len(blob) // 8}Q", blob[: len(blob) // 8 * 8])
+
+
+def signed64(span_id: int) -> int:
+    """An unsigned 64-bit id as the signed integer a database column holds."""
+    return span_id - (1 << 64) if span_id >= 1 << 63 else span_id
+
+
+def unsigned64(v: int) -> int:
+    """The span id a signed 64-bit column holds."""
+    return v + (1 << 64) if v < 0 else v

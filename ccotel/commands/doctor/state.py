@@ -16,7 +16,8 @@ from ccotel.commands.doctor.config import DoctorConfig
 from ccotel.commands.doctor.finding import Finding, Level
 from ccotel.commands.doctor.lock import probe_lock
 from ccotel.commands.doctor.wording import user_name
-from ccotel.store.state import LOCK_NAME, SCHEMA_VERSION, default_state_dir
+from ccotel.store.sqlite import LOCK_NAME, SCHEMA_VERSION
+from ccotel.store.state import default_state_dir
 
 __all__ = ["check_state"]
 

@@ -29,7 +29,7 @@ def open_ledger(state_dir: str | None, roots: Sequence[str], host: str | None = 
     if not state_dir or state_dir == "none":
         return None
     if state_dir.startswith(("postgresql://", "postgres://")):  # state.is_url (state.py: not loaded for SQLite)
-        from ccotel.store.postgres import open_report_ledger  # psycopg: only for a fleet
+        from ccotel.store.postgres_ledger import open_report_ledger  # psycopg: only for a fleet
         from ccotel.store.state import host_id
 
         return open_report_ledger(state_dir, host_id(host), roots)
