@@ -2,12 +2,12 @@
 
     python -m bench.corpus --out /tmp/ccotel-bench/1GB --size 1GB --seed 1
 
-Layout (a Claude config dir, DESIGN.md section 1):
+Layout (a Claude config dir, docs/format.md section 1):
   <out>/projects/<mangled-cwd>/<session>.jsonl
   <out>/projects/<mangled-cwd>/<session>/subagents/agent-<17 hex>.jsonl   (+ agent-<id>.meta.json)
   <out>/expected.json                                                       what ccotel must report
 
-Shapes (2.1.x, compact JSON with the real files' separators, FORMAT.md sections 2-6):
+Shapes (2.1.x, compact JSON with the real files' separators, docs/format.md sections 2-6):
 - one API response = one line per content block (thinking, text, each tool_use), same message.id and
   requestId, usage repeated on every line, output_tokens small on the early lines and final on the last;
 - tool_use -> tool_result pairs written between the block lines (the next block line is parented on
@@ -522,7 +522,7 @@ class _SessionGen:
         if killed:
             blocks = ([("text", None)] if rng.random() < 0.5 else []) + [("orphan", rng.choice(TOOLS))]
             main.api_call(blocks, None)
-            # the resume prompt hangs on the line before the orphaned tool_use (DESIGN.md section 1)
+            # the resume prompt hangs on the line before the orphaned tool_use (docs/format.md section 7)
             resume = main.prev_of_last
             main.t += rng.randint(60_000, 3_600_000)  # the process was dead for a while
             return resume

@@ -1,6 +1,6 @@
 """dashboards/: the Prometheus rules pass promtool (check + unit tests), and the Grafana
 dashboard is importable JSON whose queries use only the metrics ccotel promises
-(DESIGN.md section 3) and parse in a real Prometheus.
+(docs/metrics.md) and parse in a real Prometheus.
 
 The JSON checks need nothing installed; the promtool / Prometheus ones follow the
 policy of tests/support/fixtures.py (skip locally, fail under CI).

@@ -1,4 +1,4 @@
-"""Transcripts -> span trees, on synthetic transcripts shaped like FORMAT.md describes."""
+"""Transcripts -> span trees, on synthetic transcripts shaped as docs/format.md describes."""
 
 from __future__ import annotations
 

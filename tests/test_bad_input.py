@@ -831,7 +831,7 @@ def test_lone_surrogates_are_exported_as_valid_utf8(tmp_path):
 
 def test_message_replayed_with_a_new_request_id_sends_each_tool_span_once(tmp_path):
     """A side-question (/btw) sidechain replays a parent message with the same message.id and a new
-    requestId (FORMAT.md section 6): its tool_use blocks carry tool_use ids already traced. A span id
+    requestId (docs/format.md section 6): its tool_use blocks carry tool_use ids already traced. A span id
     is sent once."""
     root = str(tmp_path / "claude")
     t = base()
@@ -883,7 +883,7 @@ def test_duplicate_uuids(tmp_path):
     got, p = spans_of_file(str(tmp_path), dup)
     clean, _ = spans_of_file(str(tmp_path), lines)
     assert_same_spans(got, clean)
-    assert not p.stats.errors  # a normal thing (DESIGN.md): not an error
+    assert not p.stats.errors  # a normal thing (docs/format.md): not an error
     for s in got:  # a line read twice is one line
         assert s.attributes == {k: v for k, v in view_attrs(clean)[s.span_id].items()}, s.name
 
@@ -951,7 +951,7 @@ def test_subagent_spawn_cycle_loses_no_spans(tmp_path):
 
 def test_missing_parents(tmp_path):
     """Lines whose parentUuid (or logicalParentUuid) names a line that is not in the file: normal after
-    a compaction, a checkpoint or a copied session (DESIGN.md). Not errors; their calls are traced."""
+    a compaction, a checkpoint or a copied session (docs/format.md 2, 7). Not errors; their calls are traced."""
     t = base()
     head = Transcript(SID, t_ms=1_749_999_999_000)
     head.response("msg_orphan", [text("resumed")], stop_reason="end_turn", parent="gone-0001")  # before any prompt

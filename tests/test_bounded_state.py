@@ -21,7 +21,7 @@ C = "cccccccc-1111-4222-8333-444444444444"
 
 
 def copy_as(t: Transcript, session_id: str) -> Transcript:
-    """The whole history copied into a new session file with a new sessionId (FORMAT.md: same
+    """The whole history copied into a new session file with a new sessionId (docs/format.md: same
     uuid, message.id, requestId and timestamp), as a resume of an older Claude Code does."""
     out = Transcript(session_id, t_ms=t.t_ms)
     out.lines = [dict(copy.deepcopy(line), sessionId=session_id) for line in t.lines]

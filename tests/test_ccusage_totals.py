@@ -141,7 +141,7 @@ def _usage_line(t: Transcript, mid: str, usage: dict, **block) -> None:
 def test_where_ccusage_is_wrong(ccusage_installed, tmp_path):  # noqa: F811
     """Three real transcript shapes ccusage v20 miscounts and ccotel counts right.
 
-    1. A response glued to a summary on one physical line (FORMAT.md section 2: a summary
+    1. A response glued to a summary on one physical line (docs/format.md section 2: a summary
        appended to a file without a final newline): ccusage drops the whole line.
     2. A tool input that contains a JSON null under a key ccusage screens for ("id":null):
        ccusage skips any line whose raw text has it (has_unsupported_null_field).

@@ -217,7 +217,7 @@ def test_unit_exit_policy_matches_what_ccotel_does(tmp_path: Path) -> None:
     # Stopped once caught up: 0, which Restart=on-failure leaves stopped.
     assert status == 0, status
     stop_timeout = _seconds(unit["Service.TimeoutStopSec"][0])
-    # ccotel's promise (README: within 2 s), with slack for a loaded machine; well inside TimeoutStopSec.
+    # ccotel's promise (docs/run.md: within 2 s), with slack for a loaded machine; well inside TimeoutStopSec.
     assert took <= min(2.0 + 1.0, stop_timeout), took
     assert STOP_GRACE_S < 2.0 < stop_timeout, "TimeoutStopSec must leave a margin over ccotel's 2 s"
     assert unit["Service.KillMode"] == ["mixed"]  # ccotel stops its own workers

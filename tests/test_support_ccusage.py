@@ -147,7 +147,7 @@ def test_ccusage_sessions_on_realdata(ccusage_installed: Path, realdata_config_d
             row["inputTokens"] + row["outputTokens"] + row["cacheCreationTokens"] + row["cacheReadTokens"]
         )
     assert sessions[ADVISOR_SESSION]["models"] == ["claude-opus-4-6", "claude-fable-5"]
-    # FORMAT.md section 4.2's table: once per (message.id, requestId), largest output.
+    # shared/realdata/FORMAT.md section 4.2's table: once per (message.id, requestId), largest output.
     assert sessions["847ff7d2-4a55-44d7-a3f5-a3afd89f1ee1"]["cacheReadTokens"] == 9_730_072
     assert sessions["847ff7d2-4a55-44d7-a3f5-a3afd89f1ee1"]["outputTokens"] == 19_174
     assert cc.summarize_sessions(sessions) == pytest.approx(
@@ -298,7 +298,7 @@ def test_ccusage_rules_on_a_synthetic_transcript(ccusage_installed: Path, tmp_pa
         10, 50, 100, 1000,
     )
     assert row["models"] == ["claude-opus-4-6"]
-    # FORMAT.md section 10 counts msg_2 and msg_3 too (and the sidechain replay,
+    # docs/format.md section 10 counts msg_2 and msg_3 too (and the sidechain replay,
     # whose requestId differs, as its own key).
     ref = uc.reference_totals(sorted(config.rglob("*.jsonl")))
     assert ref.as_row() == (10 + 2 + 3 + 10, 50 + 2 + 3 + 60, 200, 2000)

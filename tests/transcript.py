@@ -1,4 +1,4 @@
-"""Build Claude Code-shaped transcript lines for unit tests (shapes from FORMAT.md, 2.1.x style).
+"""Build Claude Code-shaped transcript lines for unit tests (shapes from docs/format.md, 2.1.x style).
 
 Each call appends compact JSON lines and returns the uuid of the last line, so tests can
 branch the parentUuid tree wherever they like.

@@ -308,7 +308,7 @@ class Assembler:
 
     @staticmethod
     def _merge_snapshot(call: Call, e: Entry) -> None:
-        """Another line (or copy) of a call: the final snapshot of its usage wins (rules.py)."""
+        """Another line (or copy) of a call: the final snapshot of its usage wins (rules/transcript.py)."""
         if e.usage is not None and (call.usage is None or rules.is_final_snapshot(e.usage, call.usage)):
             call.usage = e.usage
         if len(e.advisors) > len(call.advisors):

@@ -23,7 +23,7 @@ class Timeouts:
     quiet_ns: int = 1_000_000_000
     # A turn with no open tool call and no final stop_reason (older versions never write one).
     idle_ns: int = 60_000_000_000
-    # A tool call with no result for this long is orphaned (DESIGN: --stall-timeout, 180 s).
+    # A tool call with no result for this long is orphaned (--stall-timeout, 180 s by default).
     stall_ns: int = 180_000_000_000
 
 

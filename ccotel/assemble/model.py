@@ -1,6 +1,6 @@
 """What the assembler builds, per session, and what spans/ reads of it.
 
-- A Turn starts at a human prompt on the main chain (DESIGN.md section 2). Every later line
+- A Turn starts at a human prompt on the main chain (docs/spans.md; the tree: docs/format.md 7). Every later line
   belongs to the owner of its parent line (the parentUuid tree), so a dead branch left by a
   killed process stays in the turn it was written in.
 - An AgentRun is a subagent: a subagent file (2.0.x flat, 2.1.x subagents/) or an inline
@@ -80,7 +80,7 @@ class OwnerBase:
     parent_span_id: int | None = None
     current: Call | None = None
     superseded: Call | None = None  # the response before current, held open for stray lines
-    held: list[Call] = field(default_factory=list)  # early copies kept until the owner closes (rules.py)
+    held: list[Call] = field(default_factory=list)  # early copies kept until the owner closes (rules/transcript.py)
     open_tools: dict[str, ToolCall] = field(default_factory=dict)
     final_seen: bool = False
     closed: bool = False
@@ -146,7 +146,7 @@ Owner = Turn | AgentRun
 
 @dataclass(frozen=True)
 class Finished:
-    """A finished item whose trace is known; spans.py turns it into a span."""
+    """A finished item whose trace is known; spans/build.py turns it into a span."""
 
     item: Turn | AgentRun | Call | ToolCall
     trace_id: int
@@ -178,5 +178,5 @@ class Session:
     open_owners: list[Owner] = field(default_factory=list)
     requests_sent: dict[str, int] = field(default_factory=dict)  # api-request id -> sent (until answered)
     # tool_use ids left without a result by a closed turn, until a resume repairs them or a new
-    # prompt continues without them (rules.py: orphans)
+    # prompt continues without them (rules/transcript.py: orphans)
     unrepaired: dict[str, str] = field(default_factory=dict)

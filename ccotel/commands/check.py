@@ -6,7 +6,7 @@ record (after probes at 0, 50 and 150 ms: the CLI may not have flushed its first
 trailing orphaned tool_use on a version whose resume does not repair it, a stall, a dangling
 parentUuid or compact ``logicalParentUuid``, a first line that is not a message, a cwd or worktree
 gone, a live process (resuming would make a second writer) or two, and, for a session known on disk
-whose transcript is not there, why (swept, never persisted, missing). The rules are rules.py's,
+whose transcript is not there, why (swept, never persisted, missing). The rules are rules/transcript.py's,
 the same the detectors count with. Exit status 0: fine to resume; 1: do not resume; 2: refused.
 """
 

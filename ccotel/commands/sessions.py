@@ -1,6 +1,6 @@
 """``ccotel sessions``: the recent sessions under the roots, newest first, with their state.
 
-Also what ``ccotel trace`` (waterfall.py) shares with it: finding a session by id or unique
+Also what ``ccotel trace`` (commands/trace.py) shares with it: finding a session by id or unique
 prefix (only under the roots; path-like or malformed ids are refused as ``ccotel check``
 refuses them), and the spans of one session built by the real pipeline, exactly as the
 exporter builds them (same names, ids, attributes), so a listing, a waterfall and a trace
@@ -66,7 +66,7 @@ __all__ = [
     "summarize",
 ]
 
-TURN_SPAN = "invoke_agent claude-code"  # spans.py: the root span of every turn
+TURN_SPAN = "invoke_agent claude-code"  # spans/build.py: the root span of every turn
 
 
 class SessionError(Exception):
@@ -416,7 +416,7 @@ def render_sessions(found: Sequence[SessionSummary], now_ns: int, width: int = 1
     return table
 
 
-# -- formatting helpers (also used by waterfall.py) ------------------------------------------------
+# -- formatting helpers (also used by commands/trace.py) ------------------------------------------------
 
 
 def _mtime_ns(path: str) -> int:

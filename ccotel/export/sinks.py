@@ -1,7 +1,7 @@
 """Export stage: SpanRecords -> OTLP (gRPC or HTTP), the console, memory, or nowhere.
 
 The sinks call the exporter themselves and return what became of the batch, an ``ExportResult``
-(export_result.py): OK (delivered, maybe with some spans rejected), RETRY (nothing delivered,
+(export/result.py): OK (delivered, maybe with some spans rejected), RETRY (nothing delivered,
 try again) or DROP (refused for good). The SDK's BatchSpanProcessor drops spans when its queue
 is full and never says what was delivered. ``ExportQueue`` holds finished spans and ships them
 from one thread: it retries with backoff (honouring what the backend asks) while the backend is

@@ -13,7 +13,7 @@ sorts answers (https://opentelemetry.io/docs/specs/otlp/):
 - A connection refused, reset or timed out is retryable: nothing reached the backend.
 - A redirect (3xx) is not followed; the spans are kept (RETRY) until the endpoint is corrected.
 
-Retrying, backoff and splitting are ExportQueue's (export.py).
+Retrying, backoff and splitting are ExportQueue's (export/sinks.py).
 """
 
 from __future__ import annotations

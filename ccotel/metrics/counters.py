@@ -60,7 +60,7 @@ class Spec:
     labels: tuple[str, ...] = ()
 
 
-# The contract (README has the same table). Names without _total; the exposition adds it.
+# The contract (docs/metrics.md is generated from it). Names without _total; the exposition adds it.
 METRICS: dict[str, Spec] = {
     "ccotel_session_resets": Spec("counter", "Sessions that restarted without their memory, by reason and source "
                                   "(missing_transcript, orphaned_tool_use, or an orchestrator's reason).",
@@ -122,7 +122,7 @@ METRICS: dict[str, Spec] = {
     "ccotel_relay_context_switches": Spec("counter", "Cumulative content arrays whose first block changed within "
                                           "an agent context (processed again from their start)."),
     "ccotel_relay_repeated_blocks": Spec("counter", "Content blocks a producer emitted again, dropped by id."),
-    # --registry DIR (registry.py): an orchestrator's agents
+    # --registry DIR (sources/registry/): an orchestrator's agents
     "ccotel_registry_agents": Spec("counter", "Agents of an orchestrator's registry (--registry) that ended, by "
                                    "type, outcome (done, failed, killed) and depth.", ("type", "status", "depth")),
     "ccotel_registry_agent_seconds": Spec("counter", "Run time of the registry's agents that ended (Started to "

@@ -19,7 +19,7 @@ Conventions: open-telemetry/semantic-conventions-genai as of e9de14ba (PR #571, 
   (false for the turn, true for a subagent); it replaced ``gen_ai.invoke_agent.duration`` (PR #571).
 
 Unless ``OTEL_SEMCONV_STABILITY_OPT_IN`` has ``gen_ai_latest_experimental`` (as for the span
-attributes, spans.py), the names the conventions replaced are sent too, since backends' AI views
+attributes, spans/build.py), the names the conventions replaced are sent too, since backends' AI views
 still read them: ``gen_ai.client.token.usage`` (``gen_ai.token.type`` input/output, the only types
 it defined), ``gen_ai.client.operation.duration`` for chat and ``gen_ai.invoke_agent.duration``.
 Every histogram has the conventions' explicit bucket boundaries.
@@ -28,7 +28,7 @@ Attributes come from an allow-list: operation, provider, request/response model,
 tool name and type, agent name, is_nested, token modality/type. Never session, conversation,
 user, response or tool-call ids: each would make a series per session.
 
-Counted as ccotel's Prometheus counters are (metrics.py ``Metrics.observe_span``): once per span
+Counted as ccotel's Prometheus counters are (metrics/counters.py ``Metrics.observe_span``): once per span
 when it is built, for events seen live. A span the trace queue let go is built again when the
 traces catch up; ``expect_again`` names those so they are not recorded twice (Prometheus takes
 its pending counts back instead; an OTLP instrument cannot). A restart starts new cumulative
@@ -93,7 +93,7 @@ DURATION_BUCKETS = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 
 INVOCATION_BUCKETS = (0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 6.4, 12.8, 25.6, 51.2, 102.4, 204.8, 409.6)
 TOKEN_BUCKETS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864)
 
-# usage counter -> the chat span attribute it adds up (spans.py _usage_attrs)
+# usage counter -> the chat span attribute it adds up (spans/build.py _usage_attrs)
 _USAGE_COUNTERS = (
     ("gen_ai.client.inference.usage.input_tokens", GEN_AI_USAGE_INPUT_TOKENS,
      "Input tokens used, cached ones included."),
@@ -313,7 +313,7 @@ class GenAIMetrics:
             if first is not None and not failed:
                 self._first_chunk.record(float(first), attrs)
         if failed or GEN_AI_USAGE_INPUT_TOKENS not in a:
-            return  # a failed call's usage was never billed (spans.py writes none)
+            return  # a failed call's usage was never billed (spans/build.py writes none)
         by_modality = {**attrs, "gen_ai.token.modality": "unknown"}
         for counter, attr in self._usage:
             if attr in a:

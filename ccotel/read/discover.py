@@ -1,6 +1,6 @@
 """Discover stage: which files under the roots are transcripts, and what kind.
 
-Layout (DESIGN.md section 1, FORMAT.md section 1), relative to ``<root>/projects``:
+Layout (docs/format.md section 1), relative to ``<root>/projects``:
   <proj>/<session>.jsonl                          main conversation
   <proj>/<session>/subagents/agent-<id>.jsonl     2.1.x subagent (+ agent-<id>.meta.json)
   <proj>/agent-<id>.jsonl                         2.0.x flat subagent file

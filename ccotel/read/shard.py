@@ -1,11 +1,11 @@
 """Splitting a large catch-up over processes: which session groups may be read apart.
 
-An API call is counted once across ALL files (DESIGN.md: resumed, forked and copied sessions
+An API call is counted once across ALL files (docs/format.md 2 and 4.2: resumed, forked and copied sessions
 replay the same message.id/requestId), and the first file in time order keeps it. Reading
 two sessions in different processes is therefore exact only when no call can appear in both.
 A session's subagents are in its group already; a resumed session appends to its own file; a
 forked or copied session starts with the original's lines (the same uuids, message ids and
-request ids, FORMAT.md). So sessions whose main files begin with the same uuid, or whose first
+request ids, docs/format.md 10). So sessions whose main files begin with the same uuid, or whose first
 API response has the same message id, share a shard; other sessions may be read apart, also
 within one project (most of a heavy user's history is often one project). Within a shard,
 groups keep their global (oldest first) order.

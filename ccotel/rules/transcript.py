@@ -4,7 +4,7 @@ Every stage that decides what a line means asks here, so no rule is written twic
 (usage, advisor iterations, the cache-write split), assemble (what an API call is, which
 snapshot of it counts, synthetic lines and repairs, what a prompt is), report (the same calls
 from assistant lines alone), check and the pipeline's detectors (ghost sessions, orphans).
-The evidence is DESIGN.md sections 1 and 1b and shared/realdata/FORMAT.md; each rule says
+The evidence is docs/format.md (the transcript format, sections 1 to 11); each rule says
 which Claude Code versions need it.
 
 Identity of an API call: ``message.id`` + ``requestId`` (``message.id`` alone when a backend
@@ -152,7 +152,7 @@ def is_billed_model(model: str | None) -> bool:
 
 def snapshot_rank(output_tokens: int, total_tokens: int) -> tuple[int, int]:
     """Which snapshot of a call is later: input and cache fields are equal on every line of a
-    response and output only grows (FORMAT.md 4.2), so larger output, then larger total.
+    response and output only grows (docs/format.md 4.2), so larger output, then larger total.
     Placeholders (``output_tokens: 1``, early copies in another file) rank lower."""
     return output_tokens, total_tokens
 
@@ -163,7 +163,7 @@ def is_final_snapshot(a: Usage, b: Usage) -> bool:
 
 
 def writes_final_usage(version: str | None) -> bool:
-    """From 2.1.231 every line of a response carries its final usage and stop_reason (FORMAT.md
+    """From 2.1.231 every line of a response carries its final usage and stop_reason (docs/format.md
     4.2): a copy with ``stop_reason: null`` is an early snapshot, whose final one may be in another
     file. Older versions leave stop_reason null on most lines: nothing to wait for."""
     if not version:
@@ -321,13 +321,13 @@ KNOWN_LINE_TYPES = frozenset(KNOWN_FIELDS)
 RETENTION_DAYS = 30  # Claude Code's default cleanupPeriodDays
 # The first version seen to write a repair for an orphaned tool_use on --resume: 2.1.330 does (fixture
 # s06), 2.1.197 and the public 2.1.204-2.1.237 transcripts never do. The exact release in between is
-# unknown; "2.1.3xx" is what the README and DESIGN.md 1b say.
+# unknown; "2.1.3xx" is what docs/format.md 1b says.
 _REPAIR_FROM = (2, 1, 300)
 # The oldest version seen to resume a dangling parentUuid / logicalParentUuid or a non-message first
 # line with its whole history (edited real fixtures, both pinned versions). Older ones are taken at the
 # users' word (anthropics/claude-code#62851, 2.1.143: "No conversation found").
 _TOLERANT_FROM = (2, 1, 197)
-# Lines in the parentUuid tree (FORMAT.md 7); the rest (summary, file-history-*, pr-link, ...) are metadata.
+# Lines in the parentUuid tree (docs/format.md 7); the rest (summary, file-history-*, pr-link, ...) are metadata.
 _CHAIN_TYPES = frozenset({"user", "assistant", "system", "attachment", "progress"})
 # What a -p run writes first (both pinned versions): Claude Code's own first line, resumed fine.
 _FIRST_OK = _CHAIN_TYPES | {"queue-operation"}

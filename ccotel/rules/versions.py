@@ -2,7 +2,7 @@
 
 ``TESTED_CLAUDE_CODE_VERSIONS`` is the live-CLI matrix of the test suite (``tests/harness/install.py``
 ``VERSIONS``; a test keeps the two equal, since the package cannot import its tests). What is said of
-a version outside it comes from DESIGN.md and shared/realdata/FORMAT.md: public transcripts of
+a version outside it comes from docs/format.md (sections 1b and 4.2): public transcripts of
 Claude Code 1.0.17 to 2.1.237 are read by the tests, the real CLI only in the matrix.
 
 ``parse_version`` is the one reading of a version string, for these verdicts and for the rules that
@@ -96,7 +96,7 @@ def _realdata_notes(v: tuple[int, ...]) -> tuple[str, ...]:
 
 
 def _older_notes(v: tuple[int, ...]) -> tuple[str, ...]:
-    """What DESIGN.md and FORMAT.md record of the older formats that changes what ccotel can see."""
+    """What docs/format.md records of the older formats that changes what ccotel can see."""
     notes = list(_realdata_notes(v))
     if v < (2, 0):
         notes.append("1.0.x wrote subagent lines inline in the parent file")

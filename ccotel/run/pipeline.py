@@ -1,9 +1,9 @@
 """The data flow, wired: discover -> read -> assemble -> spans -> deliver -> checkpoint.
 
 Where a line of transcript becomes a span: ``Reader.read`` (reader.py) parses each whole line
-(parse.py) and adds its entries to the ``Assembler`` (assemble.py), which rebuilds the
+(parse.py) and adds its entries to the ``Assembler`` (assemble/), which rebuilds the
 parentUuid tree into turns, API calls, tool calls and subagent runs. What the assembler has
-finished is drained in ``Pipeline._emit``, turned into spans by ``build_spans`` (spans.py),
+finished is drained in ``Pipeline._emit``, turned into spans by ``build_spans`` (spans/build.py),
 handed to the ``Delivery`` (delivery.py: in flight, acknowledged, checkpoints) and emitted to
 the export queue. The ``Detectors`` (detectors.py) count what no span stands for.
 
@@ -69,7 +69,7 @@ class Options:
     orchestrator_patterns: tuple[Pattern, ...] = DEFAULT_PATTERNS
     conventions: Conventions = DEFAULT_CONVENTIONS
     pricing: Pricing = DEFAULT_PRICING
-    registries: tuple[str, ...] = ()  # orchestrator agent registries followed live (registry.py)
+    registries: tuple[str, ...] = ()  # orchestrator agent registries followed live (sources/registry/)
     registry_kill_grace_ns: int = 5_000_000_000
     # How often a backfill commits what the backend acknowledged: a process killed mid-way sends
     # again what was acknowledged since (each commit costs; once per session was ~10 % of 1 GB).

@@ -21,7 +21,7 @@ __all__ = ["Stopper", "Interrupted", "die", "settle_state", "EXIT_ERROR", "EXIT_
 
 log = logging.getLogger("ccotel")
 
-# Exit status (README, "Running it"): 0 done (backfill) or stopped by a signal once caught up
+# Exit status (docs/run.md, "Stopping and exit status"): 0 done (backfill) or stopped by a signal once caught up
 # (run); killed by SIGINT/SIGTERM (130/143 in a shell) when stopped before its work was done;
 # EXIT_ERROR the state cannot be used or a checkpoint could not be written; EXIT_LOCKED
 # another ccotel holds the state dir; 2 usage (argparse) or, for check, refused.

@@ -408,7 +408,7 @@ class Ledger:
     # -- writing -------------------------------------------------------------------
 
     def record(self, spans: Sequence[SpanRecord]) -> None:
-        """Add what these spans say (chat, execute_tool, invoke_agent and turn spans as spans.py
+        """Add what these spans say (chat, execute_tool, invoke_agent and turn spans as spans/build.py
         builds them; anything else is ignored). Recording the same spans again changes nothing."""
         from ccotel.store.ledger_rows import rows_of  # loaded by the writers only, not by a report
 

@@ -90,7 +90,7 @@ def _chat_key(s: SpanRecord, chat_keys: dict[int, str], advisors_seen: dict[int,
     if a.get(CLAUDE_CODE_ADVISOR):
         parent = chat_keys.get(s.parent_span_id or 0)
         if parent is None:
-            return None  # its chat span was not in this batch: cannot be named (never seen from spans.py)
+            return None  # its chat span was not in this batch: cannot be named (never seen from spans/build.py)
         index = advisors_seen.get(s.parent_span_id or 0, 0)
         advisors_seen[s.parent_span_id or 0] = index + 1
         return f"{parent}#advisor{index}"
@@ -148,7 +148,7 @@ def _call_values(key: str, s: SpanRecord) -> tuple[Any, ...]:
     api_error = s.status is StatusCode.ERROR and ERROR_TYPE in a
     cost: Any = a.get(CLAUDE_CODE_COST_USD)
     priced = isinstance(cost, (int, float))
-    # _int of each count, with plain ints (all spans.py writes) taken as they are: one call a row, not seven
+    # _int of each count, with plain ints (all spans/build.py writes) taken as they are: one call a row, not seven
     counts = [v if type(v) is int else _as_int(v) for v in map(a.get, _CALL_COUNTS)]
     return (key, _str(a, GEN_AI_CONVERSATION_ID) or "", s.end_ns, s.start_ns, _str(a, CLAUDE_CODE_CWD),
             _project(a), _str(a, GEN_AI_RESPONSE_MODEL), _str(a, CLAUDE_CODE_AGENT_ID), int(api_error),

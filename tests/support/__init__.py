@@ -9,7 +9,7 @@
   transcripts (``run_ccusage_sessions``, ``run_ccusage_daily``), installed into
   ``tests/.node/ccusage`` by ``python -m tests.support.install_ccusage``;
   ``realdata_tree`` lays out ``shared/realdata`` as a Claude config dir.
-- :mod:`tests.support.usage_check` -- the FORMAT.md section 10 token arithmetic
+- :mod:`tests.support.usage_check` -- the docs/format.md section 10 token arithmetic
   and a re-implementation of ccusage's rules; ``CCUSAGE_NOTES.md`` holds the
   per-session numbers and the differences.
 - :mod:`tests.support.server` -- the loopback server lifecycle Phoenix and

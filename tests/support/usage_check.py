@@ -2,11 +2,11 @@
 
 Standalone, standard library only: ``python -m tests.support.usage_check [CONFIG_DIR]``
 prints, per session of a Claude config dir (default: a fresh realdata tree), the
-totals by the rule of FORMAT.md section 10 next to what ccusage reports.
+totals by the rule of docs/format.md section 10 next to what ccusage reports.
 
 Two readings:
 
-- :func:`reference_totals` -- FORMAT.md section 10: decode every JSON object of
+- :func:`reference_totals` -- docs/format.md section 10: decode every JSON object of
   every physical line (glued objects too), take ``type: "assistant"`` objects
   with ``message.usage``, skip ``model: "<synthetic>"``, group by
   ``(message.id, requestId)`` (requestId may be missing), and count each key
@@ -124,7 +124,7 @@ def _assistant_records(obj: dict[str, Any], agent_progress: bool) -> Iterator[di
 
 
 def reference_totals(files: Iterable[Path], *, agent_progress: bool = False) -> Totals:
-    """FORMAT.md section 10 over ``files`` (deduped among themselves).
+    """docs/format.md section 10 over ``files`` (deduped among themselves).
 
     With ``agent_progress`` the assistant messages copied into ``progress`` lines
     (``data.type: agent_progress``, ``data.message``) count too, deduped against

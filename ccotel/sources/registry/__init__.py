@@ -1,7 +1,7 @@
 """An orchestrator's agent registry (``ccotel run --registry DIR``): the agents it started, as spans
 and metrics, and the ones whose process died while they were still at work.
 
-What the orchestrator writes (DESIGN.md section 1):
+What the orchestrator writes (docs/format.md section 11, docs/registry.md):
 - ``DIR/.active-pids.json``: ``{agentId: {pid, depth, parentId, agentType}}``, an entry written with
   ``pid: null`` before the spawn and updated after; entries are never removed.
 - ``DIR/agent-responses/<agentId>.md``: YAML-like front matter (``Task``, ``Instructions``,

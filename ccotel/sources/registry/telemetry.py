@@ -42,7 +42,7 @@ from ccotel.spans.attributes import (
 __all__ = ["AGENTS", "AGENT_SECONDS", "BAD_INPUT", "KILLED", "METRIC_NAMES", "Counter", "count", "first_turn",
            "span"]
 
-# The series the registry counts (metrics.py declares them: see METRICS there).
+# The series the registry counts (metrics/counters.py declares them: see METRICS there).
 AGENTS = "ccotel_registry_agents"
 AGENT_SECONDS = "ccotel_registry_agent_seconds"
 KILLED = "ccotel_registry_killed_agents"
