@@ -31,7 +31,8 @@ from ccotel.metrics import counters as metrics
 from ccotel.metrics.counters import Metrics
 from ccotel.records import SpanRecord, StatusCode
 from ccotel.run.pipeline import Options, Pipeline
-from ccotel.sources.stream import BlockDedupe, StreamAssembler, fingerprint
+from ccotel.sources.stream.assembler import StreamAssembler
+from ccotel.sources.stream.lines import BlockDedupe, fingerprint
 from tests.harness.fixtures import Fixture, list_fixtures, load_fixture
 
 REPO = Path(__file__).resolve().parents[1]
@@ -214,10 +215,11 @@ def test_api_retry_on_the_turn_span(version_prefix: str, relay_metrics: Metrics)
 def test_relay_counters_are_declared_in_metrics() -> None:
     """Every counter the relay and stream.py count is declared (Metrics.inc refuses the others)."""
     import ccotel.commands.relay
-    import ccotel.sources.stream
+    import ccotel.sources.stream.assembler
+    import ccotel.sources.stream.lines
 
     used = set()
-    for module in (ccotel.commands.relay, ccotel.sources.stream):
+    for module in (ccotel.commands.relay, ccotel.sources.stream.lines, ccotel.sources.stream.assembler):
         with open(module.__file__, encoding="utf-8") as f:
             used |= set(re.findall(r'"(ccotel_relay_[a-z_]+)"', f.read()))
     assert len(used) == 9

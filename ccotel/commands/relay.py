@@ -41,7 +41,8 @@ from ccotel.read.parse import parse_line
 from ccotel.read.tail import Tailer
 from ccotel.records import SpanRecord
 from ccotel.rules import transcript as rules
-from ccotel.sources.stream import Counter, StreamAssembler, parse_record
+from ccotel.sources.stream.assembler import StreamAssembler
+from ccotel.sources.stream.lines import Counter, parse_record
 
 __all__ = [
     "RelayResult",

@@ -90,7 +90,18 @@ from ccotel.spans.attributes import (
 from ccotel.spans.content import ContentPolicy
 from ccotel.spans.pricing import DEFAULT_PRICING, Pricing
 
-__all__ = ["Conventions", "build_span", "build_spans"]
+__all__ = [
+    "Conventions",
+    "agent_attributes",
+    "api_error",
+    "build_span",
+    "build_spans",
+    "chat_attributes",
+    "common_attributes",
+    "tool_attributes",
+    "turn_attributes",
+    "usage_attributes",
+]
 
 PROVIDER = "anthropic"
 
@@ -138,7 +149,11 @@ def build_span(f: Finished, content: ContentPolicy | None = None,
     return _agent(item, f)
 
 
-def _common(owner_session: str, version: str | None, cwd: str | None, branch: str | None) -> dict[str, Any]:
+# -- what a span of each kind carries: the transcript's items and the stream's (sources/stream) alike --
+
+
+def common_attributes(owner_session: str, version: str | None, cwd: str | None, branch: str | None) -> dict[str, Any]:
+    """The attributes of every span: the session it belongs to and where Claude Code ran."""
     attrs: dict[str, Any] = {GEN_AI_CONVERSATION_ID: owner_session, SESSION_ID: owner_session}
     if version:
         attrs[CLAUDE_CODE_VERSION] = version
@@ -149,18 +164,98 @@ def _common(owner_session: str, version: str | None, cwd: str | None, branch: st
     return attrs
 
 
+def turn_attributes(attrs: dict[str, Any], trigger: str | None, outcome: str | None, calls: int, tool_calls: int,
+                    prompt_uuid: str | None) -> None:
+    """A turn span's own attributes; a trigger or outcome the source cannot know is None."""
+    attrs[GEN_AI_OPERATION_NAME] = "invoke_agent"
+    attrs[GEN_AI_AGENT_NAME] = "claude-code"
+    if trigger is not None:
+        attrs[CLAUDE_CODE_TURN_TRIGGER] = trigger
+    if outcome is not None:
+        attrs[CLAUDE_CODE_TURN_OUTCOME] = outcome
+    attrs[CLAUDE_CODE_TURN_API_CALLS] = calls
+    attrs[CLAUDE_CODE_TURN_TOOL_CALLS] = tool_calls
+    if prompt_uuid:
+        attrs[CLAUDE_CODE_UUID] = prompt_uuid
+
+
+def agent_attributes(attrs: dict[str, Any], agent_type: str, link: str | None, background: bool, calls: int,
+                     tool_calls: int, agent_id: str | None, description: str | None, tool_use_id: str | None,
+                     spawn_depth: int | None) -> None:
+    """A subagent span's own attributes; ``link`` (how its parent was found) is None where there
+    was nothing to find."""
+    attrs[GEN_AI_OPERATION_NAME] = "invoke_agent"
+    attrs[GEN_AI_AGENT_NAME] = agent_type
+    if link is not None:
+        attrs[CLAUDE_CODE_AGENT_LINK] = link
+    attrs[CLAUDE_CODE_AGENT_BACKGROUND] = background
+    attrs[CLAUDE_CODE_TURN_API_CALLS] = calls
+    attrs[CLAUDE_CODE_TURN_TOOL_CALLS] = tool_calls
+    attrs[CLAUDE_CODE_IS_SIDECHAIN] = True
+    if agent_id:
+        attrs[CLAUDE_CODE_AGENT_ID] = agent_id
+    if description:
+        attrs[GEN_AI_AGENT_DESCRIPTION] = description
+    if tool_use_id:
+        attrs[GEN_AI_TOOL_CALL_ID] = tool_use_id
+    if spawn_depth is not None:
+        attrs[CLAUDE_CODE_AGENT_SPAWN_DEPTH] = spawn_depth
+
+
+def chat_attributes(attrs: dict[str, Any], model: str | None, request_model: str | None, message_id: str,
+                    is_sidechain: bool, lines: int, effort: str | None, time_to_first_chunk_s: float | None,
+                    stop_reason: str | None, first_uuid: str | None, parent_uuid: str | None,
+                    request_id: str | None, agent_id: str | None) -> None:
+    """A chat span's own attributes but its usage; ``request_model`` is the model asked for (the
+    answering ``model`` unless a fallback answered)."""
+    attrs[GEN_AI_OPERATION_NAME] = "chat"
+    attrs[GEN_AI_PROVIDER_NAME] = PROVIDER
+    attrs[GEN_AI_RESPONSE_ID] = message_id
+    attrs[CLAUDE_CODE_IS_SIDECHAIN] = is_sidechain
+    attrs[CLAUDE_CODE_MESSAGE_LINES] = lines
+    if model:
+        attrs[GEN_AI_REQUEST_MODEL] = request_model
+        attrs[GEN_AI_RESPONSE_MODEL] = model
+    if request_model != model:
+        attrs[CLAUDE_CODE_REQUESTED_MODEL] = request_model  # a fallback answered
+    if effort:
+        attrs[CLAUDE_CODE_EFFORT] = effort
+    if time_to_first_chunk_s is not None:
+        attrs[GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK] = time_to_first_chunk_s
+    if stop_reason:
+        attrs[GEN_AI_RESPONSE_FINISH_REASONS] = (stop_reason,)
+    if first_uuid:
+        attrs[CLAUDE_CODE_UUID] = first_uuid
+    if parent_uuid:
+        attrs[CLAUDE_CODE_PARENT_UUID] = parent_uuid
+    if request_id:
+        attrs[CLAUDE_CODE_REQUEST_ID] = request_id
+    if agent_id:
+        attrs[CLAUDE_CODE_AGENT_ID] = agent_id
+
+
+def api_error(attrs: dict[str, Any], error_text: str | None) -> tuple[StatusCode, str]:
+    """A chat span's failed API call: its error.type, and the span's status and message."""
+    attrs[ERROR_TYPE] = rules.api_error_type(error_text)
+    return StatusCode.ERROR, error_text or "api_error"
+
+
+def tool_attributes(attrs: dict[str, Any], name: str, tool_use_id: str, agent_id: str | None,
+                    background: bool) -> None:
+    """A tool span's own attributes but its content and error; ``agent_id``: the subagent it started."""
+    attrs[GEN_AI_OPERATION_NAME] = "execute_tool"
+    attrs[GEN_AI_TOOL_NAME] = name
+    attrs[GEN_AI_TOOL_CALL_ID] = tool_use_id
+    attrs[GEN_AI_TOOL_TYPE] = "function"
+    if agent_id:
+        attrs[CLAUDE_CODE_TOOL_AGENT_ID] = agent_id
+    if background:
+        attrs[CLAUDE_CODE_TOOL_BACKGROUND] = True
+
+
 def _turn(t: Turn, f: Finished, content: ContentPolicy | None) -> SpanRecord:
-    attrs = _common(t.session_id, t.version, t.cwd, t.git_branch)
-    attrs.update({
-        GEN_AI_OPERATION_NAME: "invoke_agent",
-        GEN_AI_AGENT_NAME: "claude-code",
-        CLAUDE_CODE_TURN_TRIGGER: t.trigger,
-        CLAUDE_CODE_TURN_OUTCOME: t.outcome or "incomplete",
-        CLAUDE_CODE_TURN_API_CALLS: t.calls,
-        CLAUDE_CODE_TURN_TOOL_CALLS: t.tool_calls,
-    })
-    if t.prompt_uuid:
-        attrs[CLAUDE_CODE_UUID] = t.prompt_uuid
+    attrs = common_attributes(t.session_id, t.version, t.cwd, t.git_branch)
+    turn_attributes(attrs, t.trigger, t.outcome or "incomplete", t.calls, t.tool_calls, t.prompt_uuid)
     if t.entrypoint:
         attrs[CLAUDE_CODE_ENTRYPOINT] = t.entrypoint
     if t.api_errors:
@@ -193,24 +288,9 @@ def _turn(t: Turn, f: Finished, content: ContentPolicy | None) -> SpanRecord:
 
 def _agent(a: AgentRun, f: Finished) -> SpanRecord:
     agent_type = a.agent_type or "subagent"
-    attrs = _common(a.session_id, a.version, a.cwd, a.git_branch)
-    attrs.update({
-        GEN_AI_OPERATION_NAME: "invoke_agent",
-        GEN_AI_AGENT_NAME: agent_type,
-        CLAUDE_CODE_AGENT_LINK: a.link or "none",
-        CLAUDE_CODE_AGENT_BACKGROUND: a.background,
-        CLAUDE_CODE_TURN_API_CALLS: a.calls,
-        CLAUDE_CODE_TURN_TOOL_CALLS: a.tool_calls,
-        CLAUDE_CODE_IS_SIDECHAIN: True,
-    })
-    if a.agent_id:
-        attrs[CLAUDE_CODE_AGENT_ID] = a.agent_id
-    if a.description:
-        attrs[GEN_AI_AGENT_DESCRIPTION] = a.description
-    if a.tool_use_id:
-        attrs[GEN_AI_TOOL_CALL_ID] = a.tool_use_id
-    if a.spawn_depth is not None:
-        attrs[CLAUDE_CODE_AGENT_SPAWN_DEPTH] = a.spawn_depth
+    attrs = common_attributes(a.session_id, a.version, a.cwd, a.git_branch)
+    agent_attributes(attrs, agent_type, a.link or "none", a.background, a.calls, a.tool_calls, a.agent_id,
+                     a.description, a.tool_use_id, a.spawn_depth)
     return _new_span({
         "trace_id": f.trace_id, "span_id": a.span_id, "parent_span_id": f.parent_span_id,
         "name": f"invoke_agent {agent_type}", "kind": SpanKind.INTERNAL,
@@ -222,41 +302,17 @@ def _agent(a: AgentRun, f: Finished) -> SpanRecord:
 
 def _chat(c: Call, f: Finished, conventions: Conventions, pricing: Pricing) -> SpanRecord:
     model = rules.reported_model(c.model)
-    attrs = _common(c.owner.session_id if c.owner else "", c.version, c.cwd, c.git_branch)
-    attrs.update({
-        GEN_AI_OPERATION_NAME: "chat",
-        GEN_AI_PROVIDER_NAME: PROVIDER,
-        GEN_AI_RESPONSE_ID: c.message_id,
-        CLAUDE_CODE_IS_SIDECHAIN: c.is_sidechain,
-        CLAUDE_CODE_MESSAGE_LINES: c.lines,
-    })
-    if model:
-        attrs[GEN_AI_REQUEST_MODEL] = c.requested_model or model
-        attrs[GEN_AI_RESPONSE_MODEL] = model
-    if c.requested_model and c.requested_model != model:
-        attrs[CLAUDE_CODE_REQUESTED_MODEL] = c.requested_model  # a fallback answered
-    if c.effort:
-        attrs[CLAUDE_CODE_EFFORT] = c.effort
-    if c.sent_ns is not None:
-        attrs[GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK] = max(c.first_line_ns - c.sent_ns, 0) / 1e9
-    if c.stop_reason:
-        attrs[GEN_AI_RESPONSE_FINISH_REASONS] = (c.stop_reason,)
-    if c.first_uuid:
-        attrs[CLAUDE_CODE_UUID] = c.first_uuid
-    if c.parent_uuid:
-        attrs[CLAUDE_CODE_PARENT_UUID] = c.parent_uuid
-    if c.request_id:
-        attrs[CLAUDE_CODE_REQUEST_ID] = c.request_id
-    if c.agent_id:
-        attrs[CLAUDE_CODE_AGENT_ID] = c.agent_id
+    attrs = common_attributes(c.owner.session_id if c.owner else "", c.version, c.cwd, c.git_branch)
+    chat_attributes(attrs, model, c.requested_model or model, c.message_id, c.is_sidechain, c.lines, c.effort,
+                    None if c.sent_ns is None else max(c.first_line_ns - c.sent_ns, 0) / 1e9, c.stop_reason,
+                    c.first_uuid, c.parent_uuid, c.request_id, c.agent_id)
     if c.usage is not None and not c.is_api_error:  # a failed call's zero usage was never billed
-        _usage_attrs(attrs, model, c.usage, conventions, pricing.cost(model, c.usage, c.start_ns))
+        usage_attributes(attrs, model, c.usage, conventions, pricing.cost(model, c.usage, c.start_ns))
     if c.advisors:
         attrs[CLAUDE_CODE_ADVISOR_CALLS] = len(c.advisors)
     status, message = StatusCode.UNSET, None
     if c.is_api_error:
-        status, message = StatusCode.ERROR, c.error_text or "api_error"
-        attrs[ERROR_TYPE] = rules.api_error_type(c.error_text)
+        status, message = api_error(attrs, c.error_text)
     return _new_span({
         "trace_id": f.trace_id, "span_id": ids.span_id("chat", c.key), "parent_span_id": f.parent_span_id,
         "name": f"chat {model}" if model else "chat", "kind": SpanKind.CLIENT,
@@ -265,10 +321,13 @@ def _chat(c: Call, f: Finished, conventions: Conventions, pricing: Pricing) -> S
     })
 
 
-def _usage_attrs(attrs: dict[str, Any], model: str | None, u: Usage, conventions: Conventions,
-                 cost: float | None) -> None:
+def usage_attributes(attrs: dict[str, Any], model: str | None, u: Usage, conventions: Conventions,
+                     cost: float | None, output: bool = True) -> None:
+    """A chat span's usage and cost: ``cost`` None is unpriced when there is a ``model`` to price;
+    ``output`` False leaves out an output count that is not final yet."""
     attrs[GEN_AI_USAGE_INPUT_TOKENS] = u.total_input
-    attrs[GEN_AI_USAGE_OUTPUT_TOKENS] = u.output_tokens
+    if output:
+        attrs[GEN_AI_USAGE_OUTPUT_TOKENS] = u.output_tokens
     attrs[GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS] = u.cache_read_input_tokens
     attrs[GEN_AI_USAGE_CACHE_WRITE_INPUT_TOKENS] = u.cache_creation_input_tokens
     if not conventions.latest:
@@ -288,7 +347,7 @@ def _usage_attrs(attrs: dict[str, Any], model: str | None, u: Usage, conventions
 def _advisor(c: Call, index: int, chat: SpanRecord, conventions: Conventions, pricing: Pricing) -> SpanRecord:
     """An advisor model consulted during the response: a call of its own, under the chat span."""
     adv = c.advisors[index]
-    attrs = _common(c.owner.session_id if c.owner else "", c.version, c.cwd, c.git_branch)
+    attrs = common_attributes(c.owner.session_id if c.owner else "", c.version, c.cwd, c.git_branch)
     attrs.update({
         GEN_AI_OPERATION_NAME: "chat",
         GEN_AI_PROVIDER_NAME: PROVIDER,
@@ -299,7 +358,7 @@ def _advisor(c: Call, index: int, chat: SpanRecord, conventions: Conventions, pr
     })
     if c.request_id:
         attrs[CLAUDE_CODE_REQUEST_ID] = c.request_id
-    _usage_attrs(attrs, adv.model, adv.usage, conventions, pricing.cost(adv.model, adv.usage, c.start_ns))
+    usage_attributes(attrs, adv.model, adv.usage, conventions, pricing.cost(adv.model, adv.usage, c.start_ns))
     return _new_span({
         "trace_id": chat.trace_id, "span_id": ids.span_id("chat", c.key, "advisor", str(index)),
         "parent_span_id": chat.span_id, "name": f"chat {adv.model}", "kind": SpanKind.CLIENT,
@@ -310,17 +369,8 @@ def _advisor(c: Call, index: int, chat: SpanRecord, conventions: Conventions, pr
 
 def _tool(t: ToolCall, f: Finished, content: ContentPolicy | None) -> SpanRecord:
     owner = t.owner
-    attrs = _common(owner.session_id if owner else "", owner.version if owner else None, None, None)
-    attrs.update({
-        GEN_AI_OPERATION_NAME: "execute_tool",
-        GEN_AI_TOOL_NAME: t.name,
-        GEN_AI_TOOL_CALL_ID: t.tool_use_id,
-        GEN_AI_TOOL_TYPE: "function",
-    })
-    if t.agent_id:
-        attrs[CLAUDE_CODE_TOOL_AGENT_ID] = t.agent_id
-    if t.background:
-        attrs[CLAUDE_CODE_TOOL_BACKGROUND] = True
+    attrs = common_attributes(owner.session_id if owner else "", owner.version if owner else None, None, None)
+    tool_attributes(attrs, t.name, t.tool_use_id, t.agent_id, t.background)
     if t.repaired:
         attrs[CLAUDE_CODE_TOOL_REPAIRED] = True  # its process died; the resume wrote the result
     if content is not None:
