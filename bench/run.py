@@ -98,16 +98,17 @@ def timed(cmd: list[str], env: dict[str, str], log_dir: Path, name: str, timeout
 
 
 class Receiver:
-    """bench.receiver in its own process."""
+    """The counting OTLP receiver (tests.support.otlp) in its own process."""
 
     def __init__(self, log_dir: Path, save: Path | None = None, ids_prefix: str | None = None) -> None:
-        cmd = [PY, "-m", "bench.receiver"]
+        cmd = [PY, "-m", "tests.support.otlp"]
         if save is not None:
             cmd += ["--save", str(save)]
         if ids_prefix:
             cmd += ["--ids-prefix", ids_prefix]
         self.err = open(log_dir / "receiver.err", "ab")
-        self.proc = subprocess.Popen(cmd, env=_env(), stdout=subprocess.PIPE, stderr=self.err, cwd=SRC)
+        # from this checkout, whatever --src measures: the receiver is part of the harness
+        self.proc = subprocess.Popen(cmd, env=_env(), stdout=subprocess.PIPE, stderr=self.err, cwd=REPO)
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline().decode()
         if not line.startswith("PORT "):

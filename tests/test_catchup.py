@@ -20,8 +20,8 @@ from ccotel.run.detectors import HISTORY_OWNER
 from ccotel.run.pipeline import Options, Pipeline
 from ccotel.store.sqlite import SqliteState as State
 from tests.harness.fixtures import list_fixtures, load_fixture
-from tests.otlp_receiver import OtlpReceiver
 from tests.support.fixtures import realdata_config_dir  # noqa: F401
+from tests.support.otlp import OtlpReceiver
 
 
 def catch_up(root: Path, state_dir: Path, endpoint: str, workers: int,

@@ -13,7 +13,7 @@ import time
 import orjson
 
 from tests.harness.fixtures import load_fixture
-from tests.otlp_receiver import OtlpReceiver
+from tests.support.otlp import OtlpReceiver
 from tests.transcript import Transcript, text, tool_use
 
 SID = "cccccccc-1111-4222-8333-444444444444"

@@ -23,7 +23,7 @@ from pathlib import Path
 from ccotel.run.pipeline import Options, Pipeline
 from ccotel.store.sqlite import SqliteState as State
 from tests.harness.fixtures import list_fixtures, load_fixture
-from tests.otlp_receiver import OtlpReceiver
+from tests.support.otlp import OtlpReceiver
 from tests.transcript import Transcript, text, tool_use
 
 SEED = 20261121

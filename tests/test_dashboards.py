@@ -444,20 +444,13 @@ def _fill(path: Path) -> None:
 
 class _Receiver:
     """The answering OTLP/HTTP receiver: 400 for the first request (the history, at ccotel's start), 503
-    for the second, 400 for the first one after ``reject_next()``, else 200; keeps the bodies so the
-    delivered spans can be read with their attributes."""
+    for the second, 400 for the first one after ``reject_next()``, else 200; the delivered spans are
+    read with their attributes."""
 
     def __init__(self) -> None:
-        from tests.otlp_answering_receiver import HttpAnswer, HttpReceiver, status_body
+        from tests.support.otlp import HttpAnswer, OtlpReceiver, status_body
 
-        bodies: dict[int, bytes] = {}
         self._reject = False
-
-        class Keeping(HttpReceiver):
-            def _request(self, body: bytes, size: int) -> Any:
-                r = super()._request(body, size)
-                bodies[r.n] = body
-                return r
 
         def decide(r: Any) -> Any:
             if r.n == 1 or (self._reject and r.n > 2):
@@ -467,29 +460,13 @@ class _Receiver:
                 return HttpAnswer(503)
             return None
 
-        self.http = Keeping(decide)
-        self.bodies = bodies
+        self.http = OtlpReceiver(decide)
 
     def reject_next(self) -> None:
         self._reject = True
 
     def delivered_spans(self) -> list[dict[str, Any]]:
-        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-
-        from tests.otlp_receiver import _value
-
-        spans = []
-        for req, answer in self.http.answers:
-            if not 200 <= answer.status < 300:
-                continue
-            msg = ExportTraceServiceRequest()
-            msg.ParseFromString(self.bodies[req.n])
-            for rs in msg.resource_spans:
-                for ss in rs.scope_spans:
-                    for s in ss.spans:
-                        spans.append({"name": s.name, "status": s.status.code,
-                                      "attributes": {a.key: _value(a.value) for a in s.attributes}})
-        return spans
+        return self.http.spans
 
 
 def _custom_runs(version: str) -> list[tuple[str, list[Any], str]]:

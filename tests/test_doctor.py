@@ -2,10 +2,10 @@
 
 Roots are temp copies of the committed real-CLI fixtures (both versions of the matrix) and of
 shared/realdata; permission denied is real (chmod 000, read by an unprivileged user when the suite
-runs as root); the trace backends are real OTLP receivers on 127.0.0.1 (tests/otlp_receiver.py,
-tests/otlp_answering_receiver.py) or a port nobody listens on; the metrics port is served by
-ccotel's own metrics server (ccotel.metrics.serve) or another HTTP server; the state is written
-by a real ``ccotel backfill``; the lock is held by another process.
+runs as root); the trace backends are real OTLP receivers on 127.0.0.1 (tests/support/otlp.py)
+or a port nobody listens on; the metrics port is served by ccotel's own metrics server
+(ccotel.metrics.serve) or another HTTP server; the state is written by a real ``ccotel backfill``;
+the lock is held by another process.
 """
 
 from __future__ import annotations
@@ -43,10 +43,9 @@ from ccotel.rules.versions import TESTED_CLAUDE_CODE_VERSIONS, VersionStanding, 
 from ccotel.store.sqlite import SCHEMA_VERSION, lock_state_dir
 from ccotel.store.state import StateLocked
 from tests.harness.install import VERSIONS
-from tests.otlp_answering_receiver import GrpcAnswer, GrpcReceiver, HttpAnswer, HttpReceiver
-from tests.otlp_receiver import OtlpReceiver
 from tests.support import ccusage as _ccusage
 from tests.support.fixtures import missing_component
+from tests.support.otlp import GrpcAnswer, HttpAnswer, OtlpReceiver, refuse
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures"
@@ -441,7 +440,7 @@ def traces(tmp_path: Path, env: Mapping[str, str]) -> list[Finding]:
 def test_otlp_receiver_reachable(tmp_path: Path) -> None:
     with OtlpReceiver() as receiver:
         found = traces(tmp_path, {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": receiver.endpoint})
-        assert receiver.requests == 1 and receiver.spans == []  # one empty export, no span
+        assert len(receiver.requests) == 1 and receiver.spans == []  # one empty export, no span
     (f,) = found
     assert f.level is Level.OK and f.subject == f"{receiver.endpoint} (http/protobuf)"
     assert "accepted an empty export" in f.message
@@ -456,20 +455,19 @@ def test_otlp_closed_port(tmp_path: Path) -> None:
 
 
 def test_otlp_receiver_refusing(tmp_path: Path) -> None:
-    with OtlpReceiver() as receiver:
-        receiver.refuse = True
+    with OtlpReceiver(refuse) as receiver:
         (f,) = traces(tmp_path, {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": receiver.endpoint})
     assert f.level is Level.FAIL and "HTTP 503" in f.message
 
 
 def test_otlp_wrong_path_and_credentials(tmp_path: Path) -> None:
-    with HttpReceiver(lambda _r: HttpAnswer(status=404, body=b"not found", content_type="text/plain")) as r:
+    with OtlpReceiver() as r:  # it answers 404 off /v1/traces, as a collector does
         (f,) = traces(tmp_path, {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": r.endpoint.replace("/v1/traces", "/traces")})
     assert f.level is Level.FAIL and "HTTP 404" in f.message and "/v1/traces" in f.fix
-    with HttpReceiver(lambda _r: HttpAnswer(status=401, body=b"no", content_type="text/plain")) as r:
+    with OtlpReceiver(lambda _r: HttpAnswer(status=401, body=b"no", content_type="text/plain")) as r:
         (f,) = traces(tmp_path, {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": r.endpoint})
     assert f.level is Level.FAIL and "OTEL_EXPORTER_OTLP_HEADERS" in f.fix
-    with HttpReceiver(lambda _r: HttpAnswer(status=429, headers=(("Retry-After", "5"),))) as r:
+    with OtlpReceiver(lambda _r: HttpAnswer(status=429, headers=(("Retry-After", "5"),))) as r:
         (f,) = traces(tmp_path, {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": r.endpoint})
     assert f.level is Level.WARN and "HTTP 429" in f.message
 
@@ -489,11 +487,12 @@ def test_not_an_otlp_server(tmp_path: Path) -> None:
 
 
 def test_otlp_grpc(tmp_path: Path) -> None:
-    with GrpcReceiver() as r:
+    with OtlpReceiver(protocol="grpc") as r:
         (ok,) = traces(tmp_path, {"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc", "OTEL_EXPORTER_OTLP_ENDPOINT": r.endpoint})
         assert len(r.requests) == 1 and r.requests[0].span_ids == ()
     assert ok.level is Level.OK and "(grpc)" in ok.subject
-    with GrpcReceiver(lambda _r: GrpcAnswer(code=grpc.StatusCode.UNAUTHENTICATED, message="who are you")) as r:
+    with OtlpReceiver(lambda _r: GrpcAnswer(code=grpc.StatusCode.UNAUTHENTICATED, message="who are you"),
+                      protocol="grpc") as r:
         (f,) = traces(tmp_path, {"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc", "OTEL_EXPORTER_OTLP_ENDPOINT": r.endpoint})
     assert f.level is Level.FAIL and "UNAUTHENTICATED" in f.message and "OTEL_EXPORTER_OTLP_HEADERS" in f.fix
 

@@ -2,7 +2,7 @@
 whether a batch is delivered, retried, split or dropped, and one batch it will never take
 does not stop the rest.
 
-Real loopback receivers (tests/otlp_answering_receiver.py, HTTP and gRPC on 127.0.0.1) answer
+Real loopback receivers (tests/support/otlp.py, HTTP and gRPC on 127.0.0.1) answer
 400, 413, 429 with Retry-After, 503, partial_success, and gRPC codes with RetryInfo; the
 in-memory sink shipped with ccotel (ccotel.memory_sink) drives the queue and the checkpoints.
 Every wait is bounded.
@@ -34,15 +34,7 @@ from ccotel.metrics.counters import Metrics
 from ccotel.records import SpanKind, SpanRecord
 from ccotel.run.pipeline import Options, Pipeline
 from ccotel.store.sqlite import SqliteState as State
-from tests.otlp_answering_receiver import (
-    GrpcAnswer,
-    GrpcReceiver,
-    HttpAnswer,
-    HttpReceiver,
-    Request,
-    partial_body,
-    status_body,
-)
+from tests.support.otlp import GrpcAnswer, HttpAnswer, OtlpReceiver, Request, partial_body, status_body
 from tests.transcript import Transcript
 
 INVALID_ARGUMENT = 3
@@ -107,7 +99,7 @@ def test_http_400_and_413_drop_only_what_the_backend_refused(tmp_path: Path) -> 
 
     notes: list[str] = []
     metrics = Metrics()
-    with HttpReceiver(decide) as rx:
+    with OtlpReceiver(decide) as rx:
         queue = ExportQueue(OtlpSink(otlp_env(rx.endpoint)), max_pending=300, notify=notes.append)
         pipeline = Pipeline(Options(roots=(str(root),)), emit=queue.submit, state=State(str(tmp_path / "st")),
                             metrics=metrics)
@@ -166,7 +158,7 @@ def test_partial_success_counts_the_rejected_spans(tmp_path: Path) -> None:
 
     notes: list[str] = []
     metrics = Metrics()
-    with HttpReceiver(decide) as rx:
+    with OtlpReceiver(decide) as rx:
         queue = ExportQueue(OtlpSink(otlp_env(rx.endpoint)), notify=notes.append)
         pipeline = Pipeline(Options(roots=(str(root),)), emit=queue.submit, metrics=metrics)
         queue.on_ack = pipeline.acknowledge
@@ -195,7 +187,7 @@ def test_429_waits_as_long_as_retry_after_says() -> None:
                 return HttpAnswer(429, b"slow down", headers=(("Retry-After", value()),), content_type="text/plain")
             return None
 
-        with HttpReceiver(decide) as rx:
+        with OtlpReceiver(decide) as rx:
             queue = ExportQueue(OtlpSink(otlp_env(rx.endpoint)), notify=notes.append, min_backoff_s=0.01)
             queue.submit(spans(20))
             assert queue.flush(10)
@@ -215,7 +207,7 @@ def test_503_then_ok_delivers_everything_once() -> None:
     def decide(req: Request) -> HttpAnswer | None:
         return HttpAnswer(503, b"collector overloaded", content_type="text/plain") if req.n <= 3 else None
 
-    with HttpReceiver(decide) as rx:
+    with OtlpReceiver(decide) as rx:
         queue = ExportQueue(OtlpSink(otlp_env(rx.endpoint)), notify=notes.append, min_backoff_s=0.05,
                             batch_size=50)
         queue.submit(spans(120))
@@ -265,7 +257,7 @@ def test_grpc_status_codes_retry_info_and_partial_success() -> None:
 
     notes: list[str] = []
     acks: list[tuple[int, ExportResult]] = []
-    with GrpcReceiver(decide) as rx:
+    with OtlpReceiver(decide, protocol="grpc") as rx:
         queue = ExportQueue(OtlpSink(otlp_env(rx.endpoint, "grpc")), notify=notes.append, min_backoff_s=0.05,
                             on_ack=lambda batch, result: acks.append((len(batch), result)))
         for batch in (spans(10, 1), spans(5, 100), spans(2, 200), spans(4, 300)):
@@ -294,7 +286,7 @@ def test_unencodable_spans_are_dropped_and_counted_not_claimed_delivered() -> No
                      start_ns=1, end_ns=2, attributes={})
     notes: list[str] = []
     acks: list[tuple[int, ExportResult]] = []
-    with HttpReceiver() as rx:
+    with OtlpReceiver() as rx:
         queue = ExportQueue(OtlpSink(otlp_env(rx.endpoint)), notify=notes.append,
                             on_ack=lambda batch, result: acks.append((len(batch), result)))
         queue.submit([*spans(5), bad])

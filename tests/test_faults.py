@@ -34,7 +34,7 @@ from ccotel.export.sinks import ExportQueue
 from ccotel.metrics.counters import Metrics
 from ccotel.run.pipeline import Options, Pipeline
 from ccotel.store.sqlite import SqliteState as State
-from tests.otlp_receiver import OtlpReceiver
+from tests.support.otlp import OtlpReceiver
 from tests.test_signals import wait_until
 from tests.transcript import Transcript, text, tool_use
 

@@ -40,7 +40,7 @@ from ccotel.store.postgres import PgState
 from ccotel.store.postgres_ledger import open_report_ledger
 from ccotel.store.sqlite import SqliteState as State
 from tests.harness.fixtures import load_fixture
-from tests.otlp_receiver import OtlpReceiver
+from tests.support.otlp import OtlpReceiver
 from tests.support.postgres import PostgresServer, running_server
 
 SCENARIOS = ("s02_resume_two_turns", "s06_kill_orphan_resume")

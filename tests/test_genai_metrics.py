@@ -1,5 +1,5 @@
 """GenAI semantic-convention metrics over OTLP (ccotel/genai_metrics.py), decoded by a real
-OTLP receiver on 127.0.0.1 (tests/otlp_metrics_receiver.py, HTTP and gRPC).
+OTLP receiver on 127.0.0.1 (tests/support/otlp.py, HTTP and gRPC).
 
 The spans are built by the real pipeline from the committed real-CLI fixtures of both Claude Code
 versions; the decoded token sums per model and type must equal the chat spans' attributes and
@@ -32,7 +32,7 @@ from ccotel.records import SpanRecord, StatusCode
 from ccotel.run.pipeline import Options, Pipeline
 from ccotel.store.sqlite import SqliteState as State
 from tests.harness.fixtures import list_fixtures, load_fixture
-from tests.otlp_metrics_receiver import MetricsReceiver, Point
+from tests.support.otlp import OtlpReceiver, Point
 
 ALLOWED = {"gen_ai.operation.name", "gen_ai.provider.name", "gen_ai.request.model", "gen_ai.response.model",
            "error.type", "gen_ai.token.modality", "gen_ai.token.type", "gen_ai.tool.name", "gen_ai.tool.type",
@@ -79,7 +79,7 @@ def truth_by_model(name: str) -> dict[tuple[str, str], int]:
 def export(spans: list[SpanRecord], protocol: str = "http/protobuf", **env: str) -> list[Point]:
     """Observe the spans with a GenAIMetrics built from the environment, shut it down (the final
     flush) and return what the receiver decoded."""
-    with MetricsReceiver(protocol) as receiver:
+    with OtlpReceiver(signal="metrics", protocol=protocol) as receiver:
         gm = GenAIMetrics.from_env({"OTEL_EXPORTER_OTLP_METRICS_ENDPOINT": receiver.endpoint,
                                     "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL": protocol, **env})
         assert gm is not None
@@ -89,7 +89,7 @@ def export(spans: list[SpanRecord], protocol: str = "http/protobuf", **env: str)
         return latest(receiver)
 
 
-def latest(receiver: MetricsReceiver) -> list[Point]:
+def latest(receiver: OtlpReceiver) -> list[Point]:
     return list(receiver.latest().values())
 
 
@@ -203,7 +203,7 @@ def test_periodic_delta_export_adds_up_to_the_totals():
     spans = fixture_spans("2.1.330-s03_parallel_subagents")
     chats = [s for s in spans if billed(s)]
     half = len(spans) // 2
-    with MetricsReceiver() as receiver:
+    with OtlpReceiver(signal="metrics") as receiver:
         gm = GenAIMetrics.from_env({"OTEL_EXPORTER_OTLP_METRICS_ENDPOINT": receiver.endpoint,
                                     "OTEL_METRIC_EXPORT_INTERVAL": "100",
                                     "OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE": "delta"})
@@ -214,10 +214,10 @@ def test_periodic_delta_export_adds_up_to_the_totals():
         for s in spans[half:]:
             gm.observe(s)
         gm.shutdown(timeout_s=5.0)
-        points = receiver.snapshot()
+        points = receiver.points
         summed = receiver.summed()
     assert {p.temporality for p in points} == {"delta"}
-    assert receiver.requests >= 2
+    assert len(receiver.requests) >= 2
     tokens = sum(v for (metric, _), (v, _) in summed.items()
                  if metric == "gen_ai.client.inference.usage.output_tokens")
     assert tokens == sum(s.attributes["gen_ai.usage.output_tokens"] for s in chats)
@@ -232,7 +232,7 @@ def test_spans_built_again_are_recorded_once():
     spans = fixture_spans("s05_nested_subagent")
     chats = [s for s in spans if billed(s)]
     once = export(spans)
-    with MetricsReceiver() as receiver:
+    with OtlpReceiver(signal="metrics") as receiver:
         gm = GenAIMetrics.from_env({"OTEL_EXPORTER_OTLP_METRICS_ENDPOINT": receiver.endpoint})
         assert gm is not None
         for s in spans:
@@ -255,7 +255,7 @@ def test_counts_what_prometheus_counts_live_not_history(tmp_path):
     root = tmp_path / "claude"
     shutil.copytree(load_fixture("s01_bash_tool").config_dir / "projects", root / "projects")  # history
     now = [time.time_ns()]
-    with MetricsReceiver() as receiver:
+    with OtlpReceiver(signal="metrics") as receiver:
         gm = GenAIMetrics.from_env({"OTEL_EXPORTER_OTLP_METRICS_ENDPOINT": receiver.endpoint})
         assert gm is not None
         metrics = Metrics(genai=gm)
@@ -295,8 +295,8 @@ def test_counts_what_prometheus_counts_live_not_history(tmp_path):
 
 
 @pytest.fixture
-def listening() -> Iterator[MetricsReceiver]:
-    with MetricsReceiver() as receiver:
+def listening() -> Iterator[OtlpReceiver]:
+    with OtlpReceiver(signal="metrics") as receiver:
         yield receiver
 
 
@@ -315,7 +315,7 @@ def test_unconfigured_builds_nothing_and_sends_nothing(listening, env):
     assert metrics_settings(env) is None
     time.sleep(0.3)
     assert {t.ident for t in threading.enumerate()} - threads == set()
-    assert listening.requests == 0
+    assert listening.requests == []
 
 
 def test_configured_starts_one_export_thread_and_shutdown_stops_it(listening):

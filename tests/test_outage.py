@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from ccotel.run.pipeline import Options, Pipeline
-from tests.otlp_receiver import OtlpReceiver
+from tests.support.otlp import OtlpReceiver, accept, refuse
 from tests.transcript import Transcript
 
 PEAK_RSS_BOUND_MB = 150
@@ -47,7 +47,7 @@ def test_backend_outage_loses_nothing_and_memory_stays_bounded(tmp_path):
     Pipeline(Options(roots=(str(root),)), emit=expected.extend).backfill(close_all=True)
     want = {f"{s.span_id:016x}" for s in expected}
     with OtlpReceiver() as rx:
-        rx.refuse = True
+        rx.decide = refuse
         env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
         env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] = rx.endpoint
         proc = subprocess.Popen(
@@ -58,7 +58,7 @@ def test_backend_outage_loses_nothing_and_memory_stays_bounded(tmp_path):
             time.sleep(12)  # the backend is down: ccotel holds what it can and stops reading
             assert rx.spans == []
             held_mb = peak_rss_mb(proc.pid)
-            rx.refuse = False
+            rx.decide = accept
             deadline = time.monotonic() + 120
             while time.monotonic() < deadline and not want <= {s["span_id"] for s in rx.spans}:
                 time.sleep(0.25)

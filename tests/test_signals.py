@@ -23,7 +23,7 @@ import pytest
 
 from ccotel.run.stopping import STOP_GRACE_S
 from ccotel.store.sqlite import SqliteState as State
-from tests.otlp_receiver import OtlpReceiver
+from tests.support.otlp import Hold, OtlpReceiver, refuse
 
 STOP_LIMIT_S = 2.0
 CORPUS = Path(tempfile.gettempdir()) / "ccotel-test-corpus" / "signals-300MB"
@@ -177,9 +177,9 @@ def test_signal_while_discovering_and_a_second_signal_during_shutdown(corpus, tm
         assert proc.returncode == -signal.SIGTERM, (tmp_path / "a.log").read_text()
         proc = start("run", root, tmp_path / "state", rx.endpoint, tmp_path / "b.log", parallel=True)
         assert wait_until(lambda: len(rx.spans) >= 3000, 60)
-        rx.answer.clear()
+        rx.decide = hold = Hold()
         try:
-            assert wait_until(lambda: rx.held >= 1, 10)
+            assert wait_until(lambda: hold.waiting >= 1, 10)
             t0 = time.monotonic()
             proc.send_signal(signal.SIGTERM)
             time.sleep(0.05)
@@ -188,7 +188,7 @@ def test_signal_while_discovering_and_a_second_signal_during_shutdown(corpus, tm
             proc.wait(timeout=10)
             second = time.monotonic() - t0
         finally:
-            rx.answer.set()
+            hold.release()
     print(f"\nstop during start-up: {early:.3f} s; second SIGTERM 50 ms after the first: {second:.3f} s")
     STOP_TIMES.append(("run, start-up", early))
     STOP_TIMES.append(("run --workers 2, second SIGTERM after 50 ms", second))
@@ -206,7 +206,7 @@ def test_signal_while_the_backend_is_down_and_the_queue_is_full(corpus, tmp_path
     retried; the stop must not wait for the backend."""
     root, _ = corpus
     with OtlpReceiver() as rx:
-        rx.refuse = True
+        rx.decide = refuse
         log = tmp_path / "down.log"
         proc = start("backfill", root, tmp_path / "state", rx.endpoint, log, parallel=False)
         assert wait_until(lambda: "not reachable" in log.read_text(), 60), log.read_text()

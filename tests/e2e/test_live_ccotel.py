@@ -27,9 +27,9 @@ from tests.harness.fakeapi import FakeAPI
 from tests.harness.install import OLDEST, selected_versions
 from tests.harness.runner import Sandbox
 from tests.harness.scenarios import SCENARIOS, Context, api_tag
-from tests.otlp_receiver import OtlpReceiver
 from tests.support import prometheus as prom
 from tests.support.fixtures import missing_component
+from tests.support.otlp import OtlpReceiver
 
 pytestmark = pytest.mark.e2e
 

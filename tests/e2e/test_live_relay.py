@@ -31,7 +31,7 @@ def test_live_relay_wraps_the_real_cli(scenario: str, prompt: str, expected_exit
     from tests.harness.install import CLAUDE_CODE_VERSION
     from tests.harness.runner import Sandbox
     from tests.harness.scenarios import SCENARIOS, api_tag
-    from tests.otlp_receiver import OtlpReceiver
+    from tests.support.otlp import OtlpReceiver
 
     sc = SCENARIOS[scenario]
     sandbox = Sandbox.create(base=tmp_path)

@@ -110,7 +110,7 @@ def test_live_subagents(scenario: str, prompt: str, version: str, claude_cli: Pa
     reports ~2.5 s after the turn's final answer, when both live readers have closed the turn
     (1 s of quiet), so its notification's answer is a trace of its own; read in one go, the
     backfill puts it in the turn's trace (the pipeline's rule, assemble.py, not the SDK's)."""
-    from tests.otlp_receiver import OtlpReceiver
+    from tests.support.otlp import OtlpReceiver
 
     sc = SCENARIOS[scenario]
     sandbox = Sandbox.create(base=tmp_path, version=version)

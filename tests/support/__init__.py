@@ -17,8 +17,13 @@
 - :mod:`tests.support.fixtures` -- pytest fixtures ``phoenix``,
   ``ccusage_installed``, ``realdata_config_dir`` (skip locally when a component
   is missing, fail under ``CI`` / ``CCOTEL_REQUIRE_REAL_COMPONENTS``).
+- :mod:`tests.support.otlp` -- the one OTLP receiver of the tests and the
+  benchmarks (``OtlpReceiver``: traces or metrics, HTTP or gRPC, answers
+  scripted by the test, decoding or only counting); ``python -m
+  tests.support.otlp`` runs it as its own process for bench/run.py.
 
-Modules other than ``fixtures`` use the standard library only.  Imports are
+Modules other than ``fixtures`` and ``otlp`` (opentelemetry-proto, grpc,
+orjson: ccotel's own test dependencies) use the standard library only.  Imports are
 ``tests.support.*``: run pytest from the repo root as ``python -m pytest`` (or
 add ``pythonpath = ["."]`` to the pytest config); the ``test_support_*`` files
 also add the repo root to ``sys.path`` themselves.
