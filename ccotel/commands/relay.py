@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from types import FrameType
 
 from ccotel.export.sinks import ConsoleSink, ExportQueue, make_sink
+from ccotel.metrics import events
 from ccotel.metrics.counters import Metrics
 from ccotel.read.discover import default_roots, within_root
 from ccotel.read.parse import parse_line
@@ -407,7 +408,7 @@ def run(args: argparse.Namespace, metrics: Metrics | None = None) -> int:
     # stdout carries the stream: the console exporter writes its spans to stderr instead
     sink = ConsoleSink(sys.stderr) if args.traces_exporter == "console" else make_sink(args.traces_exporter)
     export = ExportQueue(sink, notify=lambda msg: log.warning("%s", msg),
-                         on_failure=lambda: metrics.inc("ccotel_export_failures"))
+                         on_failure=lambda: events.export_failed(metrics))
 
     count = counter_for(metrics)
 
