@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ccotel.assemble import ids
-from ccotel.assemble.model import AgentRun, Call, Finished, ToolCall, Turn
+from ccotel.assemble.model import AgentRun, Call, Finished, ToolCall, Turn, TurnOutcome
 from ccotel.records import SpanEvent, SpanKind, SpanRecord, StatusCode, Usage, fast_constructor
 from ccotel.rules import transcript as rules
 from ccotel.spans.attributes import (
@@ -150,12 +150,13 @@ def _common(owner_session: str, version: str | None, cwd: str | None, branch: st
 
 
 def _turn(t: Turn, f: Finished, content: ContentPolicy | None) -> SpanRecord:
+    outcome = t.outcome or TurnOutcome.INCOMPLETE
     attrs = _common(t.session_id, t.version, t.cwd, t.git_branch)
     attrs.update({
         GEN_AI_OPERATION_NAME: "invoke_agent",
         GEN_AI_AGENT_NAME: "claude-code",
         CLAUDE_CODE_TURN_TRIGGER: t.trigger,
-        CLAUDE_CODE_TURN_OUTCOME: t.outcome or "incomplete",
+        CLAUDE_CODE_TURN_OUTCOME: outcome.value,
         CLAUDE_CODE_TURN_API_CALLS: t.calls,
         CLAUDE_CODE_TURN_TOOL_CALLS: t.tool_calls,
     })
@@ -181,13 +182,13 @@ def _turn(t: Turn, f: Finished, content: ContentPolicy | None) -> SpanRecord:
                   if v is not None})
         for ts, trig, pre in t.compactions
     )
-    error = t.outcome in ("orphaned", "interrupted", "killed")
+    error = outcome.is_error
     return _new_span({
         "trace_id": f.trace_id, "span_id": t.span_id, "parent_span_id": None,
         "name": "invoke_agent claude-code", "kind": SpanKind.INTERNAL,
         "start_ns": t.start_ns, "end_ns": max(t.last_ns, t.start_ns), "attributes": attrs,
         "status": StatusCode.ERROR if error else StatusCode.UNSET,
-        "status_message": t.outcome if error else None, "events": events,
+        "status_message": outcome.value if error else None, "events": events,
     })
 
 
