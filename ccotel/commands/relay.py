@@ -38,6 +38,7 @@ from ccotel.export.sinks import ConsoleSink, ExportQueue, make_sink
 from ccotel.metrics import events
 from ccotel.metrics.counters import Metrics
 from ccotel.read.discover import default_roots, within_root
+from ccotel.read.layout import projects_dir
 from ccotel.read.parse import parse_line
 from ccotel.read.tail import Tailer
 from ccotel.records import SpanRecord
@@ -158,7 +159,7 @@ class TranscriptPrompts:
         if index is not None:
             return index
         for root in self.roots:
-            for path in sorted(glob.glob(os.path.join(glob.escape(root), "projects", "*", f"{session_id}.jsonl"))):
+            for path in sorted(glob.glob(os.path.join(glob.escape(projects_dir(root)), "*", f"{session_id}.jsonl"))):
                 if within_root(root, path):
                     index = self._indexes[session_id] = _Index(Tailer(path, max_line_bytes=MAX_LINE_BYTES))
                     return index

@@ -23,6 +23,7 @@ from ccotel.metrics import events
 from ccotel.metrics.counters import Metrics
 from ccotel.read.discover import Checkpoint, classify, mtime_ns, size_of, within_root
 from ccotel.read.drift import FormatDrift
+from ccotel.read.layout import projects_dir
 from ccotel.read.parse import parse_line
 from ccotel.read.parse_fast import fast_entry
 from ccotel.read.tail import ReadResult, Tailer, lines_with
@@ -113,7 +114,7 @@ class Reader:
                 if tf is not None:
                     return root, tf
         if not any(within_root(r, path) for r in self.roots) and \
-                any(path.startswith(os.path.join(r, "projects")) for r in self.roots):
+                any(path.startswith(projects_dir(r)) for r in self.roots):
             self.error("path_outside_root")  # a symlink under the root that leads out of it
         return None
 
