@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ccotel.assemble.model import Owner, Session, Turn
+from ccotel.assemble.model import Owner, Session, Turn, TurnOutcome
 from ccotel.assemble.outbox import Outbox
 from ccotel.rules import transcript as rules
 
@@ -40,21 +40,21 @@ def tick_session(sess: Session, owners: list[Owner], now_ns: int, running: bool 
         quiet = now_ns - _last_activity(sess, owner)
         owes = bool(owner.open_tools) or owner.awaiting_model
         if running is False and (owes or not owner.final_seen):
-            close(sess, owner, "killed", out)
+            close(sess, owner, TurnOutcome.KILLED, out)
         elif owes and quiet >= t.stall_ns:
             owner.stalled = True
             if running is True:
                 continue  # a long tool or a slow model: stalled, not dead
             if owner.open_tools:
-                close(sess, owner, "orphaned", out)
+                close(sess, owner, TurnOutcome.ORPHANED, out)
             elif quiet >= 2 * t.stall_ns:
-                close(sess, owner, "incomplete", out)  # no reply ever came
+                close(sess, owner, TurnOutcome.INCOMPLETE, out)  # no reply ever came
         elif owner.open_tools:
             continue
         elif owner.final_seen and quiet >= t.quiet_ns:
-            close(sess, owner, "completed", out)
+            close(sess, owner, TurnOutcome.COMPLETED, out)
         elif quiet >= t.idle_ns and not owes:
-            close(sess, owner, "incomplete", out)
+            close(sess, owner, TurnOutcome.INCOMPLETE, out)
 
 
 def flush_session(sess: Session, owners: list[Owner], now_ns: int | None, running: bool | None, t: Timeouts,
@@ -65,11 +65,11 @@ def flush_session(sess: Session, owners: list[Owner], now_ns: int | None, runnin
     for owner in owners:
         quiet = None if now_ns is None else now_ns - _last_activity(sess, owner)
         if running is False and (owner.open_tools or owner.awaiting_model or not owner.final_seen):
-            close(sess, owner, "killed", out)  # its process is gone: nothing more will come
+            close(sess, owner, TurnOutcome.KILLED, out)  # its process is gone: nothing more will come
         elif not owner.open_tools and (quiet is None or owner.final_seen or quiet >= t.idle_ns):
-            close(sess, owner, "completed" if owner.final_seen else "incomplete", out)
+            close(sess, owner, TurnOutcome.COMPLETED if owner.final_seen else TurnOutcome.INCOMPLETE, out)
         elif owner.open_tools and (quiet is None or quiet >= t.stall_ns):
-            close(sess, owner, "orphaned", out)
+            close(sess, owner, TurnOutcome.ORPHANED, out)
         else:
             kept += 1  # recent and unfinished: its session may still be running
     return kept
@@ -84,7 +84,7 @@ def release_superseded(owner: Owner, out: Outbox) -> None:
             out.emit(owner, call)
 
 
-def close(sess: Session, owner: Owner, outcome: str, out: Outbox) -> None:
+def close(sess: Session, owner: Owner, outcome: TurnOutcome, out: Outbox) -> None:
     if owner.closed:
         return
     release_superseded(owner, out)
@@ -94,8 +94,8 @@ def close(sess: Session, owner: Owner, outcome: str, out: Outbox) -> None:
     held, owner.held = owner.held, []
     for call in held:
         out.emit(owner, call)
-    if owner.killed and outcome in ("completed", "incomplete", "orphaned"):
-        outcome = "killed"
+    if owner.killed and outcome is not TurnOutcome.INTERRUPTED:
+        outcome = TurnOutcome.KILLED
     for tool in list(owner.open_tools.values()):
         sess.open_tools.pop(tool.tool_use_id, None)
         tool.end_ns = max(owner.last_ns, tool.start_ns)
@@ -116,7 +116,7 @@ def close(sess: Session, owner: Owner, outcome: str, out: Outbox) -> None:
     if owner in sess.open_owners:
         sess.open_owners.remove(owner)
     if isinstance(owner, Turn):
-        owner.outcome = "interrupted" if owner.interrupted and outcome != "killed" else outcome
+        owner.outcome = TurnOutcome.INTERRUPTED if owner.interrupted and outcome is not TurnOutcome.KILLED else outcome
         if sess.current_turn is owner:
             sess.current_turn = None
     out.emit(owner, owner)

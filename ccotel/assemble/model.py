@@ -16,11 +16,27 @@ hands one out). Session and TaskTool are the assembler's own bookkeeping of one 
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 
 from ccotel.records import AdvisorCall, Usage
 
-__all__ = ["AgentRun", "Call", "Finished", "Owner", "OwnerBase", "Session", "TaskTool", "ToolCall", "Turn"]
+__all__ = ["AgentRun", "Call", "Finished", "Owner", "OwnerBase", "Session", "TaskTool", "ToolCall", "Turn",
+           "TurnOutcome"]
+
+
+class TurnOutcome(enum.Enum):
+    """How a turn ended: its span's ``claude_code.turn.outcome`` and ``ccotel_turns_total{outcome}``."""
+
+    COMPLETED = "completed"
+    INTERRUPTED = "interrupted"  # the user pressed Esc
+    ORPHANED = "orphaned"  # a tool call never got its result
+    KILLED = "killed"  # its Claude Code process died
+    INCOMPLETE = "incomplete"  # no final answer came
+
+    @property
+    def is_error(self) -> bool:
+        return self in (TurnOutcome.ORPHANED, TurnOutcome.INTERRUPTED, TurnOutcome.KILLED)
 
 
 @dataclass(eq=False)
@@ -123,7 +139,7 @@ class Turn(OwnerBase):
     prompt_uuid: str | None = None
     trigger: str = "prompt"  # prompt | command | notification | continuation
     prompt_text: str | None = None
-    outcome: str | None = None  # completed | interrupted | orphaned | killed | incomplete
+    outcome: TurnOutcome | None = None
     # orphaned tool calls of earlier turns this turn's conversation does not know (a dead branch)
     lost_tools: int = 0
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from ccotel.assemble import ids
 from ccotel.assemble.closing import close
 from ccotel.assemble.digests import Digests, digest64
-from ccotel.assemble.model import AgentRun, Owner, Session, Turn
+from ccotel.assemble.model import AgentRun, Owner, Session, Turn, TurnOutcome
 from ccotel.assemble.outbox import Outbox
 from ccotel.records import Entry, FileKind, TranscriptFile
 
@@ -27,7 +27,7 @@ def start_turn(sess: Session, e: Entry, kind: str | None, out: Outbox, new_owner
     prev = sess.current_turn
     if prev is not None and not prev.closed:
         # A new prompt supersedes the turn: a tool call still without result is a dead branch.
-        close(sess, prev, "orphaned" if prev.open_tools else "completed", out)
+        close(sess, prev, TurnOutcome.ORPHANED if prev.open_tools else TurnOutcome.COMPLETED, out)
     lost, sess.unrepaired = len(sess.unrepaired), {}
     ts = e.timestamp_ns or 0
     uuid = e.uuid or ""

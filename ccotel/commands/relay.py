@@ -5,7 +5,7 @@
 
 What comes in goes out unchanged and at once (whatever the read returned, partial lines
 included: nothing waits for a newline); a second thread parses whole lines and builds spans
-(stream.py) with the ids the transcript path gives, so a backend that also gets the sidecar's
+(sources/stream/) with the ids the transcript path gives, so a backend that also gets the sidecar's
 copy keeps one. The one thing the stream lacks for those ids, the uuid of a turn's prompt, is
 read from the session's transcript under the roots (``--root``, default $CLAUDE_CONFIG_DIR or
 ~/.claude), retried briefly while Claude Code flushes it; without a transcript
@@ -35,8 +35,10 @@ from dataclasses import dataclass, field
 from types import FrameType
 
 from ccotel.export.sinks import ConsoleSink, ExportQueue, make_sink
+from ccotel.metrics import events
 from ccotel.metrics.counters import Metrics
 from ccotel.read.discover import default_roots, within_root
+from ccotel.read.layout import projects_dir
 from ccotel.read.parse import parse_line
 from ccotel.read.tail import Tailer
 from ccotel.records import SpanRecord
@@ -122,7 +124,7 @@ class _Index:
 
 
 class TranscriptPrompts:
-    """``resolve_prompt`` for stream.py: finds ``<root>/projects/*/<session>.jsonl`` and walks the
+    """``resolve_prompt`` for sources/stream/: finds ``<root>/projects/*/<session>.jsonl`` and walks the
     parentUuid tree up from a stream record's uuid. Retried at ``delays`` (seconds, cumulative
     waits) for the flush race; a session whose transcript never appeared is not looked for again."""
 
@@ -158,7 +160,7 @@ class TranscriptPrompts:
         if index is not None:
             return index
         for root in self.roots:
-            for path in sorted(glob.glob(os.path.join(glob.escape(root), "projects", "*", f"{session_id}.jsonl"))):
+            for path in sorted(glob.glob(os.path.join(glob.escape(projects_dir(root)), "*", f"{session_id}.jsonl"))):
                 if within_root(root, path):
                     index = self._indexes[session_id] = _Index(Tailer(path, max_line_bytes=MAX_LINE_BYTES))
                     return index
@@ -375,7 +377,7 @@ def _exit_status(child: subprocess.Popen[bytes] | None) -> int:
 
 
 def counter_for(metrics: Metrics) -> Counter:
-    """``count`` for stream.py on ``metrics`` (the relay's counters are declared in ccotel.metrics)."""
+    """``count`` for sources/stream/ on ``metrics`` (the relay's counters are declared in ccotel.metrics)."""
 
     def count(name: str, labels: tuple[str, ...], value: float) -> None:
         metrics.inc(name, *labels, value=value)
@@ -408,7 +410,7 @@ def run(args: argparse.Namespace, metrics: Metrics | None = None) -> int:
     # stdout carries the stream: the console exporter writes its spans to stderr instead
     sink = ConsoleSink(sys.stderr) if args.traces_exporter == "console" else make_sink(args.traces_exporter)
     export = ExportQueue(sink, notify=lambda msg: log.warning("%s", msg),
-                         on_failure=lambda: metrics.inc("ccotel_export_failures"))
+                         on_failure=lambda: events.export_failed(metrics))
 
     count = counter_for(metrics)
 

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
+from ccotel.read.layout import AGENT_PREFIX, SUBAGENTS, agent_meta, projects_dir
 from ccotel.read.parse_time import parse_timestamp
 from ccotel.read.shard import Group
 from ccotel.read.tail import FileIdentity
@@ -86,7 +87,7 @@ def _real_root(root: str) -> str:
 @functools.lru_cache(maxsize=64)
 def _projects_prefix(root: str) -> str:
     """``<root>/projects/`` as an absolute, normalised path."""
-    return os.path.join(os.path.abspath(os.path.join(root, "projects")), "")
+    return os.path.join(os.path.abspath(projects_dir(root)), "")
 
 
 def _relative(root: str, path: str) -> str:
@@ -95,7 +96,7 @@ def _relative(root: str, path: str) -> str:
     prefix = _projects_prefix(root)
     if path.startswith(prefix) and "/." not in path and "//" not in path and not path.endswith("/"):
         return path[len(prefix):]
-    return os.path.relpath(path, os.path.join(root, "projects"))
+    return os.path.relpath(path, projects_dir(root))
 
 
 def classify(root: str, path: str) -> TranscriptFile | None:
@@ -108,12 +109,12 @@ def classify(root: str, path: str) -> TranscriptFile | None:
         return None
     stem = name[: -len(".jsonl")]
     if len(parts) == 2:
-        if stem.startswith("agent-"):
-            return TranscriptFile(path, FileKind.FLAT_AGENT, parts[0], None, stem[len("agent-"):])
+        if stem.startswith(AGENT_PREFIX):
+            return TranscriptFile(path, FileKind.FLAT_AGENT, parts[0], None, stem[len(AGENT_PREFIX):])
         return TranscriptFile(path, FileKind.MAIN, parts[0], stem)
-    if len(parts) == 4 and parts[2] == "subagents" and stem.startswith("agent-"):
-        agent_id = stem[len("agent-"):]
-        meta = os.path.join(os.path.dirname(path), f"agent-{agent_id}.meta.json")
+    if len(parts) == 4 and parts[2] == SUBAGENTS and stem.startswith(AGENT_PREFIX):
+        agent_id = stem[len(AGENT_PREFIX):]
+        meta = agent_meta(os.path.dirname(path), agent_id)
         return TranscriptFile(path, FileKind.SUBAGENT, parts[0], parts[1], agent_id, meta)
     return None
 
@@ -151,7 +152,7 @@ def scan(root: str, on_error: Callable[[OSError], None] | None = None,
     """Every transcript under root/projects, main files before the subagent files of their session.
     ``on_error``: told of each directory that cannot be read (its transcripts are not seen).
     ``cache``: directories unchanged since the last scan with this cache are not listed again."""
-    projects = os.path.join(root, "projects")
+    projects = projects_dir(root)
     if not os.path.isdir(projects) or not within_root(root, projects):
         return
     if cache is None:

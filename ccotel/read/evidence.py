@@ -16,14 +16,14 @@ Nothing here is read outside the roots; unreadable files are skipped (no evidenc
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 import orjson
 
+from ccotel.read.layout import main_transcripts, projects_dir
 from ccotel.rules import transcript as rules
 
-__all__ = ["Evidence", "HistoryIndex", "known_sessions", "is_session_id", "retention_of", "transcript_paths",
+__all__ = ["Evidence", "HistoryIndex", "known_sessions", "is_session_id", "retention_of",
            "transcripts_of"]
 
 _MAX_JSON = 1 << 16
@@ -62,24 +62,7 @@ def retention_of(root: str) -> int:
 
 def transcripts_of(roots: tuple[str, ...], session_id: str) -> list[str]:
     """Every ``projects/<dir>/<id>.jsonl`` of the session under the roots."""
-    return [path for _root, path in transcript_paths(roots, session_id)]
-
-
-def transcript_paths(roots: Sequence[str], session_id: str) -> Iterator[tuple[str, str]]:
-    """(root, path) of each ``projects/<dir>/<id>.jsonl`` of the session, roots in order and their
-    project directories by name, each looked for only when the one before has been taken (the
-    project directory's name is the cwd, mangled in ways that changed between versions: looked
-    for, not computed)."""
-    for root in roots:
-        projects = os.path.join(root, "projects")
-        try:
-            dirs = sorted(os.listdir(projects))
-        except OSError:
-            continue
-        for d in dirs:
-            path = os.path.join(projects, d, f"{session_id}.jsonl")
-            if os.path.isfile(path):
-                yield root, path
+    return [path for _root, path in main_transcripts(roots, session_id)]
 
 
 class HistoryIndex:
@@ -144,7 +127,7 @@ def known_sessions(roots: tuple[str, ...], histories: dict[str, HistoryIndex] | 
             e = ev(sid)
             e.saw(when or None, f"{hist_path}: prompts typed in it")
             e.had_transcript = True
-        projects = os.path.join(root, "projects")
+        projects = projects_dir(root)
         for d in _listdir(projects):
             try:
                 entries = list(os.scandir(os.path.join(projects, d)))

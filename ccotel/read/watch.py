@@ -25,6 +25,8 @@ from watchdog.observers import Observer
 from watchdog.observers.api import BaseObserver
 from watchdog.observers.polling import PollingObserver
 
+from ccotel.read.layout import projects_dir
+
 __all__ = ["Watcher"]
 
 log = logging.getLogger("ccotel.watch")
@@ -280,7 +282,7 @@ class Watcher:
     def _schedule(self) -> bool:
         added = False
         for root in self.roots:
-            target = os.path.join(root, "projects")
+            target = projects_dir(root)
             if not os.path.isdir(target):
                 continue  # not there yet: ensure_roots adds it later
             if target in self._watched:

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from ccotel.assemble.digests import digest64
 from ccotel.assemble.model import Owner, Turn
 from ccotel.export.result import ExportResult
+from ccotel.metrics import events
 from ccotel.metrics.counters import Metrics
 from ccotel.records import SpanRecord
 from ccotel.run.reader import Reader
@@ -122,9 +123,9 @@ class Delivery:
                 n = min(n, delivered)
                 delivered -= n
                 if self.metrics is not None and n:
-                    self.metrics.inc("ccotel_spans_dropped", reason, value=float(n), channel="delivered")
+                    events.spans_dropped(self.metrics, reason, n)
             if self.metrics is not None and delivered:
-                self.metrics.inc("ccotel_spans_exported", value=float(delivered), channel="delivered")
+                events.spans_exported(self.metrics, delivered)
             if delivered or result is None:
                 self.last_export_ns = self.clock()
             if self.state is None or not commit.acked:

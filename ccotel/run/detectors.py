@@ -22,6 +22,7 @@ import os
 from collections.abc import Callable, Iterable
 
 from ccotel.assemble.assembler import Assembler
+from ccotel.metrics import events
 from ccotel.metrics.counters import Metrics
 from ccotel.read import evidence
 from ccotel.read.procs import Proc, any_alive, read_session_pids
@@ -155,7 +156,7 @@ class Detectors:
             if (sid, agent_id) in self._agent_files or (None, agent_id) in self._agent_files:
                 continue  # its transcript is there (its lines were read before this session state)
             if self._mark(f"missing_agent:{sid}:{agent_id}", _anchor_of_session(files, sid)):
-                self._count("ccotel_missing_transcripts", "subagent")
+                self._count(events.missing_transcript, "subagent")
         for path in list(self._ghost_candidates):
             st = files.get(path)
             if st is None or st.has_assistant:
@@ -213,12 +214,12 @@ class Detectors:
     def _count_absence(self, reason: rules.Absence) -> None:
         """A lost transcript is a missing transcript; what is legitimately absent has its own reason."""
         if reason is rules.Absence.MISSING:
-            self._count("ccotel_missing_transcripts", "session")
-        self._count("ccotel_session_resets", reason.value, "transcript")
+            self._count(events.missing_transcript, "session")
+        self._count(events.session_reset, reason.value, "transcript")
 
-    def _count(self, name: str, *labels: str) -> None:
+    def _count(self, event: Callable[..., None], *labels: str) -> None:
         if self.metrics is not None and self.counting():
-            self.metrics.inc(name, *labels)
+            event(self.metrics, *labels)
 
 
 def _anchor_of_session(files: dict[str, FileState], session_id: str) -> int:

@@ -32,6 +32,7 @@ from ccotel.assemble.assembler import Assembler
 from ccotel.assemble.closing import Timeouts
 from ccotel.assemble.model import AgentRun, Finished, Owner, Turn
 from ccotel.export.result import ExportResult
+from ccotel.metrics import events
 from ccotel.metrics.counters import Metrics
 from ccotel.read.discover import Checkpoint, ScanCache, find, scan, session_groups, unread_bytes
 from ccotel.read.shard import Group
@@ -400,7 +401,7 @@ class Pipeline:
         except sqlite3.Error as exc:
             self.stats.errors["ledger_write"] += 1
             if self.metrics is not None:
-                self.metrics.inc("ccotel_checkpoint_errors", "ledger")
+                events.ledger_write_failed(self.metrics)
             if self.stats.errors["ledger_write"] == 1:
                 log.error("the usage ledger could not be written (%s); reports miss the calls of these spans", exc)
 
@@ -482,15 +483,7 @@ def _seen_digests(state: State) -> tuple[Iterable[int], Iterable[int]]:
 
 def _declare_series(metrics: Metrics, options: Options) -> None:
     """Series alerts watch start at 0, so the first event is an increase Prometheus can see."""
-    for reason in ("missing_transcript", "orphaned_tool_use"):
-        metrics.inc("ccotel_session_resets", reason, "transcript", value=0.0)
-    metrics.inc("ccotel_missing_transcripts", "session", value=0.0)
-    metrics.inc("ccotel_missing_transcripts", "subagent", value=0.0)
-    metrics.inc("ccotel_stalled_turns", "killed", value=0.0)
-    for _path, source in options.orchestrator_logs:
-        metrics.inc("ccotel_session_resets", "missing_transcript", source, value=0.0)
-        metrics.inc("ccotel_aborts", "abort", source, value=0.0)
-        metrics.inc("ccotel_watchdog_kills", source, value=0.0)
+    events.declare_alerted_series(metrics, (source for _path, source in options.orchestrator_logs))
 
 
 def _owner_of(f: Finished) -> Owner:

@@ -19,9 +19,11 @@ from dataclasses import dataclass, field
 import orjson
 
 from ccotel.assemble.assembler import Assembler
+from ccotel.metrics import events
 from ccotel.metrics.counters import Metrics
 from ccotel.read.discover import Checkpoint, classify, mtime_ns, size_of, within_root
 from ccotel.read.drift import FormatDrift
+from ccotel.read.layout import projects_dir
 from ccotel.read.parse import parse_line
 from ccotel.read.parse_fast import fast_entry
 from ccotel.read.tail import ReadResult, Tailer, lines_with
@@ -112,7 +114,7 @@ class Reader:
                 if tf is not None:
                     return root, tf
         if not any(within_root(r, path) for r in self.roots) and \
-                any(path.startswith(os.path.join(r, "projects")) for r in self.roots):
+                any(path.startswith(projects_dir(r)) for r in self.roots):
             self.error("path_outside_root")  # a symlink under the root that leads out of it
         return None
 
@@ -295,8 +297,7 @@ class Reader:
             state.changed_ns = now
         state.read_to = max(state.read_to, state.tailer.offset)
         if self.metrics is not None and new_lines:
-            self.metrics.inc("ccotel_lines_read", value=new_lines)
-            self.metrics.inc("ccotel_bytes_read", value=new_bytes)
+            events.read(self.metrics, new_lines, new_bytes)
         return True
 
     def _entry(self, state: FileState, entry: Entry, data: bytes, fresh: bool, arrival_ns: int) -> None:
@@ -304,7 +305,7 @@ class Reader:
         if self.metrics is not None:  # drift is only ever counted (a backfill without metrics skips it)
             for drift in self.drift.observe(entry, data):
                 if fresh and self.counting():
-                    self.metrics.inc("ccotel_format_unknown", *drift)
+                    events.format_unknown(self.metrics, *drift)
         etype = entry.type
         if etype == "cost-state":
             self._reported_cost(state, entry, fresh)
@@ -351,12 +352,12 @@ class Reader:
             before = prev.get(model, 0.0)
             delta = total - before if total >= before else total  # a process that started again from 0
             if delta > 0:
-                self.metrics.inc("ccotel_reported_cost_usd", model, value=delta)
+                events.reported_cost(self.metrics, model, delta)
 
     def error(self, reason: str, where: str | None = None, count: bool = True) -> None:
         self.stats.errors[reason] += 1
         if count and self.metrics is not None:
-            self.metrics.inc("ccotel_parse_errors", reason)
+            events.parse_error(self.metrics, reason)
         if reason not in self._logged_errors:
             self._logged_errors.add(reason)
             log.warning("skipped bad input (%s)%s; counted, further ones not logged", reason,

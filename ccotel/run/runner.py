@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from ccotel import __version__
 from ccotel.export.sinks import ExportQueue, make_sink
+from ccotel.metrics import events
 from ccotel.metrics.counters import Metrics
 from ccotel.records import SpanRecord
 from ccotel.run.pipeline import Options, Pipeline
@@ -94,10 +95,10 @@ def wire(options: Options, exporter: str, state_dir: str | None, metrics: Metric
     sink = make_sink(exporter)
     state = open_state(state_dir, host, verify=verify) if state_dir is not None else None
     if state is not None and metrics is not None:
-        state.on_error = lambda reason: metrics.inc("ccotel_checkpoint_errors", reason)
+        state.on_error = lambda reason: events.checkpoint_failed(metrics, reason)
     ledger = _ledger(state_dir, options.roots, host)
     queue = ExportQueue(sink, notify=lambda msg: log.warning("%s", msg),
-                        on_failure=(lambda: metrics.inc("ccotel_export_failures")) if metrics else None)
+                        on_failure=(lambda: events.export_failed(metrics)) if metrics else None)
     if stopper is not None:
         stopper.wakers.append(queue.drop_unsent)
     pipeline = Pipeline(options, emit=_emitter(queue, keep_reading), state=state, metrics=metrics, ledger=ledger)

@@ -34,7 +34,7 @@ from typing import Any
 import orjson
 
 from ccotel.read.discover import within_root
-from ccotel.read.evidence import transcript_paths
+from ccotel.read.layout import agent_transcript, main_transcripts, subagents_dir
 from ccotel.read.parse_time import parse_timestamp
 from ccotel.read.tail import Tailer
 
@@ -145,19 +145,19 @@ class SessionFiles:
 
     def main(self) -> tuple[str, str] | None:
         if self._main is None and _SESSION_ID.fullmatch(self.session_id):
-            self._main = next((found for found in transcript_paths(self.roots, self.session_id)
+            self._main = next((found for found in main_transcripts(self.roots, self.session_id)
                                if within_root(*found)), None)
         return self._main
 
     def subagent_dir(self) -> str | None:
         found = self.main()
-        return None if found is None else os.path.join(found[1][: -len(".jsonl")], "subagents")
+        return None if found is None else subagents_dir(found[1])
 
     def agent_path(self, agent_id: str) -> str | None:
         where = self.subagent_dir()
         if where is None or not _AGENT_ID.fullmatch(agent_id):
             return None
-        return os.path.join(where, f"agent-{agent_id}.jsonl")
+        return agent_transcript(where, agent_id)
 
     def subagents(self) -> list[tuple[str, str]]:
         """(agent id, path) of the subagent files there now."""

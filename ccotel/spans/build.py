@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ccotel.assemble import ids
-from ccotel.assemble.model import AgentRun, Call, Finished, ToolCall, Turn
+from ccotel.assemble.model import AgentRun, Call, Finished, ToolCall, Turn, TurnOutcome
 from ccotel.records import SpanEvent, SpanKind, SpanRecord, StatusCode, Usage, fast_constructor
 from ccotel.rules import transcript as rules
 from ccotel.spans.attributes import (
@@ -254,8 +254,9 @@ def tool_attributes(attrs: dict[str, Any], name: str, tool_use_id: str, agent_id
 
 
 def _turn(t: Turn, f: Finished, content: ContentPolicy | None) -> SpanRecord:
+    outcome = t.outcome or TurnOutcome.INCOMPLETE
     attrs = common_attributes(t.session_id, t.version, t.cwd, t.git_branch)
-    turn_attributes(attrs, t.trigger, t.outcome or "incomplete", t.calls, t.tool_calls, t.prompt_uuid)
+    turn_attributes(attrs, t.trigger, outcome.value, t.calls, t.tool_calls, t.prompt_uuid)
     if t.entrypoint:
         attrs[CLAUDE_CODE_ENTRYPOINT] = t.entrypoint
     if t.api_errors:
@@ -276,13 +277,13 @@ def _turn(t: Turn, f: Finished, content: ContentPolicy | None) -> SpanRecord:
                   if v is not None})
         for ts, trig, pre in t.compactions
     )
-    error = t.outcome in ("orphaned", "interrupted", "killed")
+    error = outcome.is_error
     return _new_span({
         "trace_id": f.trace_id, "span_id": t.span_id, "parent_span_id": None,
         "name": "invoke_agent claude-code", "kind": SpanKind.INTERNAL,
         "start_ns": t.start_ns, "end_ns": max(t.last_ns, t.start_ns), "attributes": attrs,
         "status": StatusCode.ERROR if error else StatusCode.UNSET,
-        "status_message": t.outcome if error else None, "events": events,
+        "status_message": outcome.value if error else None, "events": events,
     })
 
 

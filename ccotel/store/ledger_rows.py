@@ -4,10 +4,10 @@ apart from ledger.py so that a report read from the ledger does not load rules a
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from typing import Any
 
+from ccotel.read.layout import project_dir_of
 from ccotel.records import SpanRecord, StatusCode
 from ccotel.rules import transcript as rules
 from ccotel.spans.attributes import (
@@ -45,17 +45,11 @@ from ccotel.spans.attributes import (
     GEN_AI_USAGE_REASONING_OUTPUT_TOKENS,
 )
 
-__all__ = ["rows_of", "Rows", "project_dir_of"]
+__all__ = ["rows_of", "Rows"]
 
 # The rows as the ledger's upserts take them: calls, tools, agents, turns (each a list of value tuples).
 Rows = tuple[list[tuple[Any, ...]], list[tuple[Any, ...]], list[tuple[Any, ...]], list[tuple[Any, ...]]]
 
-_NOT_ALNUM = re.compile(r"[^A-Za-z0-9]")
-
-
-def project_dir_of(cwd: str | None) -> str | None:
-    """The projects/<dir> name Claude Code gives a cwd: every non-alphanumeric becomes '-'."""
-    return _NOT_ALNUM.sub("-", cwd) if cwd else None
 
 
 def rows_of(spans: Sequence[SpanRecord]) -> Rows:

@@ -18,6 +18,7 @@ import orjson
 
 from ccotel.commands.doctor.wording import why
 from ccotel.read.discover import classify, within_root
+from ccotel.read.layout import projects_dir
 from ccotel.records import FileKind
 
 __all__ = ["RootState", "Sample", "Denied", "RootScan", "scan_root", "read_tail", "TAIL_BYTES", "MAX_TAIL_BYTES",
@@ -75,7 +76,7 @@ def scan_root(root: str) -> RootScan:
         os.listdir(root)
     except OSError as exc:
         return RootScan(root, RootState.UNREADABLE, exc.strerror or str(exc), denied=(Denied(root, True, why(exc)),))
-    projects = os.path.join(root, "projects")
+    projects = projects_dir(root)
     if not os.path.isdir(projects) or not within_root(root, projects):
         return RootScan(root, RootState.NO_PROJECTS)
     denied: list[Denied] = []

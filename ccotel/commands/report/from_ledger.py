@@ -12,6 +12,7 @@ from typing import Any
 
 from ccotel.commands.report.rows import Query, Report
 from ccotel.commands.report.summary import Rows, in_time_order, needs_slots, places_by_session
+from ccotel.read.layout import projects_dir
 from ccotel.store.ledger import LEDGER_FILE, SLOT_NS, Ledger, LedgerError
 
 __all__ = ["REREAD_GRACE_NS", "open_ledger", "written_since", "summarize_ledger"]
@@ -55,7 +56,7 @@ def written_since(roots: Sequence[str], since_ns: int) -> bool:
     under ``<root>/projects`` (directories entered as discover.scan enters them: not through a
     symlink) is looked at, a superset of the transcripts; one that cannot be stat'ed counts as
     written (the transcripts are read then, which is never wrong, only slower)."""
-    stack = [os.path.join(root, "projects") for root in roots]
+    stack = [projects_dir(root) for root in roots]
     while stack:
         try:
             with os.scandir(stack.pop()) as it:

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from ccotel.assemble import ids
-from ccotel.read.evidence import transcript_paths
+from ccotel.read.layout import main_transcripts
 from ccotel.read.parse import parse_line
 from ccotel.records import SpanKind, SpanRecord, StatusCode
 from ccotel.rules import transcript as rules
@@ -139,7 +139,7 @@ def _depth_label(depth: int | None) -> str:
 def first_turn(roots: tuple[str, ...], session_id: str, since_ns: int | None) -> tuple[int, int] | None:
     """(trace id, span id) of the first turn of ``session_id`` started at ``since_ns`` or later,
     as the transcript path builds them (assemble/: a prompt's turn), from its main transcript."""
-    for _root, path in transcript_paths(roots, session_id):
+    for _root, path in main_transcripts(roots, session_id):
         return _first_prompt(path, session_id, since_ns)
     return None
 
