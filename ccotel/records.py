@@ -51,7 +51,7 @@ class TranscriptFile:
 
 class RawLine(NamedTuple):
     """One complete physical line of a file, without its newline. (A NamedTuple, not a frozen
-    dataclass: one is made per line read, and a tuple is made four times faster.)"""
+    dataclass: one is made per line read, and a tuple is much cheaper to make.)"""
 
     offset: int  # byte offset of the line's first byte
     end: int  # byte offset just past the newline (or EOF for a final unterminated line)
@@ -200,7 +200,7 @@ _T = TypeVar("_T", bound="DataclassInstance")
 
 def fast_constructor(cls: type[_T], probe: dict[str, Any]) -> Callable[[dict[str, Any]], _T]:
     """``make(kw)`` equal to ``cls(**kw)`` for a frozen dataclass, without the generated
-    ``__init__`` (one ``object.__setattr__`` per field: 40 of them for an Entry, a third of the
+    ``__init__`` (one ``object.__setattr__`` per field: 40 of them for an Entry, a large share of the
     parse time). Only used where that is exactly equivalent: plain defaults, no ``__post_init__``,
     no slots; checked on a probe at import, else the class itself is called.
     """

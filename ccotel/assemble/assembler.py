@@ -38,7 +38,7 @@ class Assembler:
         self.capture_content = capture_content
         self._sessions: dict[str, Session] = {}
         # digests (digest64) of API calls and prompts already traced: counted once
-        # Packed (digests.py): a 1 GB history's call digests as a set of ints held ~7 MB.
+        # Packed (digests.py): a set of ints would hold a long history's call digests in several times the memory.
         self._seen_calls = Digests()
         self._seen_prompts = Digests()
         # (kind "call"/"prompt", digest, path) of copies seen in another file: that file holds them too

@@ -1,8 +1,8 @@
 """A set of 64-bit digests kept in 8 bytes each (the assembler's seen calls and prompts).
 
-A 1 GB history has ~90,000 API calls: as a Python set of ints that is ~7 MB (a 40-byte int per
-digest and a 4 MB hash table), built once more while a restart loads them, and every catch-up
-worker holds its shard's half. Here most digests sit in a sorted array of signed 64-bit
+A long history has many API calls: a Python set of ints holds each digest as an int object plus
+its hash-table slots, several times the 8 bytes, built once more while a restart loads them, and
+every catch-up worker holds its shard's half. Here most digests sit in a sorted array of signed 64-bit
 integers, looked up by bisection; the ones added since the last packing sit in a small set,
 merged into the array once it has grown by a quarter (so the merges cost O(n) in all). The
 two parts never hold the same digest, so ``len`` is the number of distinct digests.

@@ -147,7 +147,7 @@ def _int_heads(tag: bytes, k: str) -> tuple[bytes, ...]:
 
 
 def _key_values(attrs: dict[str, Any], tag: bytes) -> bytes:
-    # This runs ~15 times a span. Non-negative ints (token counts) are a per-key prefix and the
+    # Its loop runs once per attribute of every span. Non-negative ints (token counts) are a per-key prefix and the
     # varint; short repeated strings are cached whole; the rest is built field by field.
     out: list[bytes] = []
     append = out.append

@@ -223,8 +223,8 @@ class _Connection:
     """One kept-alive HTTP/1.1 connection: the request written in one send (headers and body
     together: no wait between them for an acknowledgement), the answer read by its status line,
     headers and Content-Length, chunked framing or the connection's close. http.client parsed
-    every answer's headers with the email package (~100 of the ~260 us of CPU a small request
-    took here), and a live sidecar sends one request per poll."""
+    every answer's headers with the email package (a large share of the CPU a small request
+    took), and a live sidecar sends one request per poll."""
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock

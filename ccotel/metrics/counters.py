@@ -393,7 +393,7 @@ class _BucketKeys:
 
 def _span_increments(s: SpanRecord, buckets: _BucketKeys | None = None) -> list[tuple[Key, float]]:
     """(series key, increment) of everything a span says happened. Built by hand (no helper call
-    per increment, bucket labels made once): a live span's counts are ~10 increments, and this
+    per increment, bucket labels made once): a live span's counts are several increments, and this
     ran for every span built while following."""
     out: list[tuple[Key, float]] = []
     a = s.attributes

@@ -70,7 +70,7 @@ from ccotel.spans.attributes import (
 )
 from ccotel.spans.build import PROVIDER, Conventions
 
-if TYPE_CHECKING:  # the SDK is imported when metrics are configured (2 MB, ~15 ms of every ccotel run)
+if TYPE_CHECKING:  # the SDK is imported when metrics are configured (else its memory and import time in every run)
     from opentelemetry.metrics import Counter, Histogram
     from opentelemetry.sdk.metrics.export import AggregationTemporality, MetricExporter
 
@@ -191,7 +191,7 @@ def _exporter(s: MetricsSettings) -> MetricExporter:
     if s.delta:
         temporality = {SdkCounter: AggregationTemporality.DELTA, SdkHistogram: AggregationTemporality.DELTA}
     if s.protocol == "grpc":
-        import grpc  # only with grpc: the import costs ~100 ms
+        import grpc  # only with grpc: the import is slow
         from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter as GrpcExporter
 
         return GrpcExporter(endpoint=s.endpoint, headers=dict(s.headers), timeout=s.timeout_s,

@@ -139,7 +139,7 @@ _SETTLED_NS = 2_000_000_000
 class ScanCache:
     """What ``scan`` found in each directory, kept by the directory's inode and mtime: a directory
     unchanged since it was listed is not listed again, so a scan of a tree that did not change (the
-    periodic safety rescan of ``ccotel run``: 10,000 sessions are ~2,000 directories and ~12,000
+    periodic safety rescan of ``ccotel run``: 10,000 sessions are thousands of directories and more
     files) is one stat per directory. Adding, removing or renaming an entry changes the mtime of
     its directory; a file written to does not, and scan does not look at files' contents."""
 
@@ -281,8 +281,8 @@ _SPAN_PROBE = 1 << 13  # ... of which these 8 KiB are enough for almost every fi
 def _time_span(path: str) -> tuple[int, int]:
     """First and last line timestamps of a file, from its first and last 64 KiB. The first and
     last 8 KiB are read first: a whole line with a timestamp in them is the same line in 64 KiB
-    (two 64 KiB reads and their split cost 0.8 ms a session, 4 % of a one-process backfill of
-    2.1.330-shaped history, and in the catch-up's planning before any worker starts)."""
+    (two 64 KiB reads and their split, per session, were a visible share of a one-process backfill
+    of 2.1.330-shaped history, and are paid in the catch-up's planning before any worker starts)."""
     try:
         with open(path, "rb", buffering=0) as f:
             fd = f.fileno()

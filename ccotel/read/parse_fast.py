@@ -247,7 +247,7 @@ def _entry_of(o: _JLine, offset: int, capture: bool) -> Entry:
     if ts is None and o.timestamp is not None:
         raise _StepAside  # bad_timestamp
     # The Entry's own __dict__ filled in place (a dict of its 16 common fields, copied into a
-    # copy of the defaults, cost twice as much): see _ENTRY_IN_PLACE.
+    # copy of the defaults, cost more: a dict built per line only to be copied): see _ENTRY_IN_PLACE.
     entry: Entry | None = _new_object(Entry) if _ENTRY_IN_PLACE else None
     kw: dict[str, Any] = entry.__dict__ if entry is not None else {}
     kw.update(_ENTRY_DEFAULTS)

@@ -2,7 +2,7 @@
 
 On Linux, inotify itself (through inotify_simple): a watch on every directory under a root, read
 in batches by one thread. watchdog's recursive inotify observer does the same through three
-threads and queues, ~170 us of CPU per append, more than reading the line costs; it is still
+threads and queues, which cost more CPU per append than reading the line does; it is still
 used where inotify is not there (macOS: FSEvents), and its polling observer where nothing else
 runs (no inotify, watch limit reached). Events only mark paths dirty; the pipeline reads them.
 A root that does not exist yet is waited for, not an error.

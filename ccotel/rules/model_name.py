@@ -1,5 +1,5 @@
 """The model a call is reported and priced under: a module of its own, with no imports, so a
-report the ledger answers alone loads it without rules/transcript.py (and records.py, ~15 ms of its start)."""
+report the ledger answers alone loads it without rules/transcript.py (and records.py, which slow its start)."""
 
 from __future__ import annotations
 

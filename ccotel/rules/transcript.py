@@ -214,7 +214,7 @@ def ends_turn(e: Entry) -> bool:
 
 def response_continues(e: Entry, stop_reason: str | None, tool_use_written: bool) -> bool:
     """Does the response owe more lines after this one? Claude Code writes a line per content
-    block as each completes (1.0 to 2.1.2xx: ~70 % of shared/realdata's multi-line responses),
+    block as each completes (1.0 to 2.1.2xx: most of shared/realdata's multi-line responses),
     and a block can take minutes (a file written by Write is one tool input). A thinking block is
     never a response's last (its text or tool call follows), and a response whose stop_reason is
     ``tool_use`` has a tool_use still to come when none was written yet (an advisor's

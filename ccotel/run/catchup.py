@@ -66,8 +66,8 @@ class CatchUpResult:
     unseen_agents: list[tuple[str, str, int]] = field(default_factory=list)
 
 
-# A worker returns its heap's free pages after each this many bytes read: ~16 times in a 1 GB
-# catch-up of two workers (a trim costs a few ms and the page faults of reusing what it returned).
+# A worker returns its heap's free pages after each this many bytes read, not more often: a trim
+# costs its own time and the page faults of reusing what it returned.
 WORKER_TRIM_EVERY_BYTES = 32 << 20
 
 # A stopped worker is gone within this long (its own watchdog); the caller kills it a little later.

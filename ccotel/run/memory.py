@@ -5,7 +5,7 @@ lines, a long line and the text decoded from it, an encoded OTLP batch) come fro
 serves a block above its mmap threshold by its own mmap, unmapped when freed, but raises that
 threshold to the size of every such block freed (up to 32 MiB): after the first long line, blocks
 of a few MB come from the heap, which cannot shrink below its highest block still in use. A
-worker's RSS then only grows (in a 1 GB catch-up: ~40 MB of the heap free but kept, per worker).
+worker's RSS then only grows, by heap pages that are free but kept.
 Two remedies, both leaving every value computed unchanged (only where freed memory goes):
 - a fixed mmap threshold: large blocks are mapped and unmapped, never left in the heap;
 - ``trim`` from time to time: free pages inside the heap are returned (malloc_trim(0)).

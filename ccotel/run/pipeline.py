@@ -73,7 +73,8 @@ class Options:
     registries: tuple[str, ...] = ()  # orchestrator agent registries followed live (sources/registry/)
     registry_kill_grace_ns: int = 5_000_000_000
     # How often a backfill commits what the backend acknowledged: a process killed mid-way sends
-    # again what was acknowledged since (each commit costs; once per session was ~10 % of 1 GB).
+    # again what was acknowledged since (each commit has a fixed cost: once per session was a sizeable
+    # share of a large backfill).
     backfill_commit_every_s: float = 1.0
 
 
@@ -174,7 +175,7 @@ class Pipeline:
         total = sum(unread_bytes(tf.path, self.checkpoints) for group in groups for _, tf in group)
         done = 0
         # A history is committed (ledger, then state) about once a second, as live lines are, not
-        # once per session: a commit of each of a 1 GB history's 247 sessions cost ~10 % of it.
+        # once per session: each commit has a fixed cost, and one per session was a sizeable share of a backfill.
         was = self._commit_every_ns, self.delivery.coalesce
         if not self._commit_every_ns:
             self.go_live(self.options.backfill_commit_every_s)
@@ -441,7 +442,7 @@ class Pipeline:
         the reader loads it before that transcript's next lines, as a backfill does. A directory
         walk does not load it: the watcher's first event names the whole tree, and after a
         catch-up by workers every subagent of the history would be rebuilt in the assembler
-        for nothing (2,706 after the 1 GB catch-up: ~8 MB of ccotel run's peak). A new
+        for nothing (thousands after a large catch-up, a visible part of ccotel run's peak memory). A new
         transcript's meta (no checkpoint) is loaded by the walk as before."""
         state = self.files.get(meta_path[: -len(".meta.json")] + ".jsonl")
         return (state is not None and not state.meta_loaded and state.saved_offset >= 0

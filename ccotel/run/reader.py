@@ -33,9 +33,9 @@ from ccotel.sources.orchestrator import OrchestratorLog, Pattern
 
 __all__ = ["Reader", "FileState", "ReadStats"]
 
-# A history is read into the assembler this many bytes at a time: a 25 MB session costs a few MB
-# of lines in memory, not 25 (the workers' peak RSS), at no cost in speed. 1 MiB rather than 4:
-# a one-process backfill of 1 GB peaked at 71-74 MB instead of 75-81, in the same CPU time.
+# A history is read into the assembler this many bytes at a time: a large session costs a slice of
+# lines in memory, not its whole size (the workers' peak RSS), at no cost in speed. 1 MiB rather than
+# 4 MiB: a one-process backfill peaked lower, in the same CPU time.
 _READ_SLICE = 1 << 20
 _META_MAX_BYTES = 1 << 20  # an agent's meta.json is a few hundred bytes; more is not one
 # How long a file checked to be inside its root is read without resolving its path again, while the
@@ -174,7 +174,7 @@ class Reader:
             with open(tf.meta_path, "rb", buffering=0) as f:
                 st = os.fstat(f.fileno())
                 # Its size (and some room to grow), at most 1 MiB: read(1 MiB) allocated 1 MiB
-                # for each of a history's few-hundred-byte metas (26 us of 36).
+                # for each of a history's few-hundred-byte metas, most of the time such a read took.
                 meta = orjson.loads(f.read(min(st.st_size + 4096, _META_MAX_BYTES)))
         except FileNotFoundError:
             return  # written later, or not by this version; the watcher reports it

@@ -42,9 +42,9 @@ log = logging.getLogger("ccotel")
 
 # Following live, the state and the ledger are written at most this often (a transaction per
 # small read cost more CPU than the lines): a SIGKILL sends again at most this much, same ids.
-# Each commit costs ~3 ms of fixed work (the ledger's and the state's transactions, the counters'
-# snapshot) on the thread that polls: 0.5 s saved ~5 % of the live-CPU replay's CPU, but a commit
-# holding 0.5 s of lines delayed the lines behind it (busy p99 50-58 vs 38-50 ms, alternated).
+# Each commit has a fixed cost (the ledger's and the state's transactions, the counters' snapshot)
+# on the thread that polls: 0.5 s saved a little of the live-CPU replay's CPU, but a commit holding
+# 0.5 s of lines delayed the lines behind it (a worse p99 while busy), so the interval stays short.
 COMMIT_EVERY_S = 0.2
 # While lines arrive, what only time finishes (quiet turns, stalls, detectors) is looked at no
 # more often than this: poll emits what the lines finished, so appends wait for no tick.
@@ -55,7 +55,7 @@ POLL_GAP_S = 0.02
 # While a heavy stream lasts (the last poll read lines at BUSY_LINES_PER_S or more since the one
 # before), polls are BUSY_POLL_GAP_S apart: the same lines in fewer, larger batches cost less CPU
 # (each poll has fixed costs: a read per file, an export request; and work done in 20 ms bursts
-# runs on cold caches: the same parse and assemble calls took 1.5x their backfill's CPU). An
+# runs on cold caches: the same parse and assemble calls took more CPU than in a backfill). An
 # append then waits up to 80 ms, only while such a stream lasts. A rate, not lines per poll: a
 # wider gap gathers more lines per poll, which must not keep it wide once the stream slows.
 BUSY_LINES_PER_S = 800

@@ -105,8 +105,8 @@ __all__ = [
 
 PROVIDER = "anthropic"
 
-# SpanRecord without its frozen __init__ (one object.__setattr__ per field: half a span's
-# construction); records.fast_constructor checks on a probe that it is exactly equivalent.
+# SpanRecord without its frozen __init__ (one object.__setattr__ per field: a large share of a
+# span's construction); records.fast_constructor checks on a probe that it is exactly equivalent.
 _new_span = fast_constructor(SpanRecord, {"trace_id": 1, "span_id": 2, "parent_span_id": None, "name": "n",
                                           "kind": SpanKind.CLIENT, "start_ns": 1, "end_ns": 2,
                                           "attributes": {"a": 1}})

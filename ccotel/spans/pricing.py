@@ -4,14 +4,14 @@ The prices come from ``genai-prices`` (MIT, by Pydantic): a maintained table tha
 models as they ship, with historical prices and context tiers; a JSON file given with
 ``--prices`` overrides it per model. ``genai-prices`` decides *which* price applies (the model
 matched by its id and the call's date); the arithmetic is done here on floats, because its
-own Decimal-based calculation costs ~270 us a call and a report prices hundreds of thousands
+own Decimal-based calculation is slow for a single call and a report prices hundreds of thousands
 (``tests/test_pricing.py`` holds the two equal). A model without a price is never $0: the cost
 is None and the caller flags it (span attribute, report column, metric).
 
 Claude Code's own ``costUSD`` figures exist only in 2.1.3xx ``cost-state`` lines and on the
 stream-json stdout; they are shown beside this estimate, never instead of it.
 
-Importing genai-prices costs ~0.35 s of CPU and ~16 MB (pydantic) in every process that prices
+Importing genai-prices costs CPU time and memory (pydantic) in every process that prices
 (each backfill worker, each report). The prices it chose are kept on disk per (model, UTC day) in
 ``$XDG_CACHE_HOME/ccotel/prices-<id>.jsonl``, ``<id>`` naming the installed genai-prices table (its
 data file's path, size and mtime: a new version is a new file), so a process whose models and
@@ -185,7 +185,7 @@ class PriceCache:
                     lines = []
                 for raw in lines:
                     try:
-                        day, model, price = orjson.loads(raw)  # 880 cached days: 5x json's time
+                        day, model, price = orjson.loads(raw)  # a full cache read by json took several times as long
                     except (ValueError, TypeError):
                         continue
                     if isinstance(day, int) and isinstance(model, str):

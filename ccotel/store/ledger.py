@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-if TYPE_CHECKING:  # the write side's imports (rules, records: ~15 ms) are not the report's
+if TYPE_CHECKING:  # the write side's imports (rules, records: slow to import) are not the report's
     from ccotel.records import SpanRecord
     from ccotel.store.ledger_rows import Rows
 

@@ -260,7 +260,7 @@ class SqliteState:
 
     def sorted_digests(self, table: str) -> Iterator[int]:
         """The digests of ``calls`` or ``prompts`` in ascending order, one at a time: a restart
-        loads them packed (digests.py), never as a set of them all (~7 MB after 1 GB)."""
+        loads them packed (digests.py), never as a set of them all (several times the packed size)."""
         if table not in ("calls", "prompts"):
             raise ValueError(table)
         return (row[0] for row in self._db.execute(f"SELECT DISTINCT digest FROM {table} ORDER BY digest"))

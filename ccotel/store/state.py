@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from ccotel.assemble.digests import digest64
 
-if TYPE_CHECKING:  # the transcript reader (~0.1 s of imports) is not needed to name a file's identity
+if TYPE_CHECKING:  # the transcript reader (slow to import) is not needed to name a file's identity
     from ccotel.read.tail import FileIdentity
 
 __all__ = ["State", "StateLock", "Commit", "anchor_of", "PERMANENT", "StateError", "StateUnavailable", "StateLocked",

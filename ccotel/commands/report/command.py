@@ -68,8 +68,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="read the transcripts only (history Claude Code deleted is then missing)")
     parser.add_argument("--workers", type=int, default=None,
                         help="processes that read a large history in parallel (default: the cores, at most 4)")
-    # Readers are forked (shard.process_context): a second one costs ~0.05 s of CPU, and halves
-    # the read of 200 MB on two free cores (1.83 -> 1.19 s, 1.49 -> 0.96 s on the bench corpora).
+    # Readers are forked (shard.process_context): a second one costs little CPU to start, and on two
+    # free cores a large history is read in clearly less time (bench/NOTES.md).
     parser.add_argument("--parallel-min-mb", type=float, default=64.0,
                         help="a history smaller than this (MB to read) is read by one process")
     parser.add_argument("--prices", default=None, metavar="FILE",
@@ -114,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _state_location(state: str | None, state_dir: str | None) -> str | None:
     """``state.resolve_state(state, state_dir)``, loading state.py (the tail and parse modules,
-    msgspec: ~20 ms of a report's start) only for the default dir, which it alone knows."""
+    msgspec: a noticeable part of a report's start) only for the default dir, which it alone knows."""
     location = state or state_dir or os.environ.get("CCOTEL_STATE")
     if not location:
         from ccotel.store.state import resolve_state

@@ -46,8 +46,8 @@ __all__ = ["ReadOptions", "build_report", "report_from_spans", "read_rows", "gat
 @dataclass(frozen=True)
 class ReadOptions:
     """What the reader takes of pipeline.Options (which it takes too): ``ccotel report`` builds
-    these, so reading transcripts does not load the pipeline (0.13 s of CPU here: metrics,
-    delivery, OTLP...)."""
+    these, so reading transcripts does not load the pipeline (imports a report has no use for:
+    metrics, delivery, OTLP...)."""
 
     roots: tuple[str, ...]
     pricing: Pricing
