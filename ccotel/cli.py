@@ -6,34 +6,17 @@ from __future__ import annotations
 
 import argparse
 import logging
-import re
 import sys
-import time
 from collections.abc import Callable
-from datetime import datetime, timezone
 
 from ccotel import __version__
+from ccotel.commands.options import add_common, add_durable, add_tracing
 from ccotel.run.stopping import EXIT_ERROR, EXIT_LOCKED, STOP_GRACE_S, Interrupted, Stopper, die
 
-__all__ = ["main", "build_parser", "parse_since", "Stopper", "Interrupted", "EXIT_ERROR", "EXIT_LOCKED",
+__all__ = ["main", "build_parser", "Stopper", "Interrupted", "EXIT_ERROR", "EXIT_LOCKED",
            "STOP_GRACE_S"]
 
 log = logging.getLogger("ccotel")
-
-
-def parse_since(value: str, now: float | None = None) -> int:
-    """'2025-06-01', an ISO timestamp, or a duration back from now ('7d', '12h', '30m') -> Unix ns."""
-    m = re.fullmatch(r"(\d+)([smhdw])", value.strip())
-    if m:
-        secs = int(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}[m.group(2)]
-        return int(((now if now is not None else time.time()) - secs) * 1e9)
-    try:
-        dt = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--since: not a date or duration: {value!r}") from None
-    if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=timezone.utc)
-    return int(dt.timestamp() * 1e9)
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
@@ -48,46 +31,10 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     return p
 
 
-def _common(sp: argparse.ArgumentParser) -> None:
-    sp.add_argument("--root", action="append", default=None,
-                    help="Claude config dir to read (repeatable; default $CLAUDE_CONFIG_DIR or ~/.claude)")
-    sp.add_argument("--since", type=parse_since, default=None,
-                    help="only turns started after this date or duration ago (2025-06-01, 7d, 12h)")
-    sp.add_argument("--workers", type=int, default=None,
-                    help="processes that read a large history in parallel (default: the cores, at most 4)")
-    sp.add_argument("--parallel-min-mb", type=float, default=256.0,
-                    help="a history smaller than this (MB to read) is read by one process")
-    sp.add_argument("--prices", default=None, metavar="FILE",
-                    help="JSON of model -> USD per million tokens, overriding genai-prices' table")
-    sp.add_argument("-v", "--verbose", action="store_true")
-
-
-def _tracing(sp: argparse.ArgumentParser) -> None:
-    sp.add_argument("--traces-exporter", choices=("otlp", "console", "none"), default="otlp",
-                    help="where spans go; otlp uses the standard OTEL_EXPORTER_OTLP_* variables")
-    sp.add_argument("--capture-content", action="store_true",
-                    help="export prompt and tool input/output text (truncated, redacted); off by default")
-    sp.add_argument("--max-attribute-length", type=int, default=4096)
-    sp.add_argument("--redact", action="append", default=[], metavar="REGEX",
-                    help="extra pattern to redact from captured content (repeatable)")
-    sp.add_argument("--stall-timeout", type=float, default=180.0,
-                    help="seconds a tool call may go without a result before it counts as orphaned")
-
-
-def _durable(sp: argparse.ArgumentParser) -> None:
-    sp.add_argument("--state", default=None, metavar="DIR|URL",
-                    help="checkpoints, counter totals and the usage ledger: a dir (SQLite, one host; default "
-                         "$CCOTEL_STATE or $XDG_STATE_HOME/ccotel), a postgresql:// URL (one state for a fleet; "
-                         "password from PGPASSWORD or ~/.pgpass rather than the URL), or 'none' to keep nothing")
-    sp.add_argument("--state-dir", default=None, help="the same as --state (a dir)")
-    sp.add_argument("--host-id", default=None,
-                    help="this host's name in a shared (PostgreSQL) state (default $CCOTEL_HOST_ID, the host name)")
-
-
 def _run_options(sp: argparse.ArgumentParser) -> None:
-    _common(sp)
-    _tracing(sp)
-    _durable(sp)
+    add_common(sp)
+    add_tracing(sp)
+    add_durable(sp)
     sp.add_argument("--orchestrator-log", action="append", default=[], metavar="PATH[=SOURCE]",
                     help="an orchestrator's log to count resets, aborts and watchdog kills from (repeatable)")
     sp.add_argument("--orchestrator-patterns", metavar="FILE",
@@ -102,9 +49,9 @@ def _run_options(sp: argparse.ArgumentParser) -> None:
 
 
 def _backfill_options(sp: argparse.ArgumentParser) -> None:
-    _common(sp)
-    _tracing(sp)
-    _durable(sp)
+    add_common(sp)
+    add_tracing(sp)
+    add_durable(sp)
     sp.add_argument("--close-all", action="store_true",
                     help="close every open turn, even ones whose session may still be running")
 
@@ -123,7 +70,7 @@ def _check_options(sp: argparse.ArgumentParser) -> None:
 def _report_options(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("--root", action="append", default=None,
                     help="Claude config dir to read (repeatable; default $CLAUDE_CONFIG_DIR or ~/.claude)")
-    _durable(sp)
+    add_durable(sp)
     from ccotel.commands.report import command
 
     command.add_arguments(sp)
@@ -139,22 +86,22 @@ def _trace_options(sp: argparse.ArgumentParser) -> None:
 
 
 def _sessions_options(sp: argparse.ArgumentParser) -> None:
-    _common(sp)
+    add_common(sp)
     from ccotel.commands import sessions
 
     sessions.add_arguments(sp)
 
 
 def _doctor_options(sp: argparse.ArgumentParser) -> None:
-    _common(sp)
-    _durable(sp)
+    add_common(sp)
+    add_durable(sp)
     from ccotel.commands.doctor import command as doctor
 
     doctor.add_arguments(sp)
 
 
 def _relay_options(sp: argparse.ArgumentParser) -> None:
-    _common(sp)
+    add_common(sp)
     from ccotel.commands import relay
 
     relay.add_arguments(sp)

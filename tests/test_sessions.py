@@ -18,9 +18,9 @@ from pathlib import Path
 import orjson
 import pytest
 
-from ccotel.cli import parse_since
 from ccotel.commands import sessions
 from ccotel.commands.check import check_session
+from ccotel.commands.options import parse_since
 from ccotel.commands.report.transcripts import build_report
 from ccotel.run.pipeline import Options
 from tests.harness.fixtures import list_fixtures, load_fixture

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 import orjson
 
+from ccotel.commands.options import add_reading
 from ccotel.commands.report.from_ledger import REREAD_GRACE_NS, open_ledger, summarize_ledger, written_since
 from ccotel.commands.report.json_doc import as_json
 from ccotel.commands.report.rows import VIEWS, WEEKDAYS, Query
@@ -66,15 +67,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", "--order", choices=("asc", "desc"), default="asc")
     parser.add_argument("--no-ledger", action="store_true",
                         help="read the transcripts only (history Claude Code deleted is then missing)")
-    parser.add_argument("--workers", type=int, default=None,
-                        help="processes that read a large history in parallel (default: the cores, at most 4)")
     # Readers are forked (shard.process_context): a second one costs little CPU to start, and on two
     # free cores a large history is read in clearly less time (bench/NOTES.md).
-    parser.add_argument("--parallel-min-mb", type=float, default=64.0,
-                        help="a history smaller than this (MB to read) is read by one process")
-    parser.add_argument("--prices", default=None, metavar="FILE",
-                        help="JSON of model -> USD per million tokens, overriding genai-prices' table")
-    parser.add_argument("-v", "--verbose", action="store_true")
+    add_reading(parser, parallel_min_mb=64.0)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -1,0 +1,68 @@
+"""The options several commands share: where the transcripts are, how a large history is read, where
+spans go and where the state is kept. cli.py adds them to the commands that take them; a command
+module adds those it needs when it is built alone (its tests and benchmarks build it so)."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import time
+from datetime import datetime, timezone
+
+__all__ = ["add_common", "add_durable", "add_reading", "add_tracing", "parse_since"]
+
+
+def parse_since(value: str, now: float | None = None) -> int:
+    """'2025-06-01', an ISO timestamp, or a duration back from now ('7d', '12h', '30m') -> Unix ns."""
+    m = re.fullmatch(r"(\d+)([smhdw])", value.strip())
+    if m:
+        secs = int(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}[m.group(2)]
+        return int(((now if now is not None else time.time()) - secs) * 1e9)
+    try:
+        dt = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--since: not a date or duration: {value!r}") from None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=timezone.utc)
+    return int(dt.timestamp() * 1e9)
+
+
+def add_reading(sp: argparse.ArgumentParser, parallel_min_mb: float) -> None:
+    """How a large history is read: worker processes, the size from which they are used, prices."""
+    sp.add_argument("--workers", type=int, default=None,
+                    help="processes that read a large history in parallel (default: the cores, at most 4)")
+    sp.add_argument("--parallel-min-mb", type=float, default=parallel_min_mb,
+                    help="a history smaller than this (MB to read) is read by one process")
+    sp.add_argument("--prices", default=None, metavar="FILE",
+                    help="JSON of model -> USD per million tokens, overriding genai-prices' table")
+    sp.add_argument("-v", "--verbose", action="store_true")
+
+
+def add_common(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument("--root", action="append", default=None,
+                    help="Claude config dir to read (repeatable; default $CLAUDE_CONFIG_DIR or ~/.claude)")
+    sp.add_argument("--since", type=parse_since, default=None,
+                    help="only turns started after this date or duration ago (2025-06-01, 7d, 12h)")
+    add_reading(sp, parallel_min_mb=256.0)
+
+
+def add_tracing(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument("--traces-exporter", choices=("otlp", "console", "none"), default="otlp",
+                    help="where spans go; otlp uses the standard OTEL_EXPORTER_OTLP_* variables")
+    sp.add_argument("--capture-content", action="store_true",
+                    help="export prompt and tool input/output text (truncated, redacted); off by default")
+    sp.add_argument("--max-attribute-length", type=int, default=4096)
+    sp.add_argument("--redact", action="append", default=[], metavar="REGEX",
+                    help="extra pattern to redact from captured content (repeatable)")
+    sp.add_argument("--stall-timeout", type=float, default=180.0,
+                    help="seconds a tool call may go without a result before it counts as orphaned")
+
+
+def add_durable(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument("--state", default=None, metavar="DIR|URL",
+                    help="checkpoints, counter totals and the usage ledger: a dir (SQLite, one host; default "
+                         "$CCOTEL_STATE or $XDG_STATE_HOME/ccotel), a postgresql:// URL (one state for a fleet; "
+                         "password from PGPASSWORD or ~/.pgpass rather than the URL), or 'none' to keep nothing")
+    sp.add_argument("--state-dir", default=None, help="the same as --state (a dir)")
+    sp.add_argument("--host-id", default=None,
+                    help="this host's name in a shared (PostgreSQL) state (default $CCOTEL_HOST_ID, the host name)")
