@@ -173,12 +173,12 @@ def test_a_report_from_the_ledger_imports_only_what_it_needs(tmp_path):
             "assert '\"source\": \"ledger\"' in out.getvalue(), out.getvalue()[-300:]\n"
             "print(sorted(m for m in sys.modules if m.startswith(('ccotel', 'msgspec', 'rich', 'zoneinfo'))))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.split("\n")[0] == str(["ccotel", "ccotel.cli", "ccotel.commands", "ccotel.commands.options",
-                                             "ccotel.commands.report", "ccotel.commands.report.command", "ccotel.commands.report.from_ledger",
-                                             "ccotel.commands.report.json_doc", "ccotel.commands.report.rows",
-                                             "ccotel.commands.report.summary", "ccotel.read", "ccotel.read.layout",
-                                             "ccotel.rules", "ccotel.rules.model_name", "ccotel.run",
-                                             "ccotel.run.stopping", "ccotel.store", "ccotel.store.ledger"]), out.stdout
+    assert out.stdout.split("\n")[0] == str([
+        "ccotel", "ccotel.cli", "ccotel.commands", "ccotel.commands.options", "ccotel.commands.report",
+        "ccotel.commands.report.command", "ccotel.commands.report.from_ledger", "ccotel.commands.report.json_doc",
+        "ccotel.commands.report.rows", "ccotel.commands.report.summary", "ccotel.read", "ccotel.read.layout",
+        "ccotel.rules", "ccotel.rules.model_name", "ccotel.run", "ccotel.run.stopping", "ccotel.store",
+        "ccotel.store.ledger"]), out.stdout
 
 
 def test_the_reports_copy_of_the_state_location_rule_is_the_rule(monkeypatch):
