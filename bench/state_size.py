@@ -48,7 +48,7 @@ Lines = list[dict[str, Any]]
 
 def _session_lines(sid: str, day: int, n: int, agents: int) -> tuple[Lines, dict[str, Lines]]:
     """A main file with ``n`` tool turns and ``agents`` subagent files (2.1.x layout)."""
-    from tests.test_assemble import one_tool_turn
+    from tests.assemble.test_assemble import one_tool_turn
     from tests.transcript import Transcript
 
     t = Transcript(sid, t_ms=1_750_000_000_000 + day * 86_400_000)

@@ -10,7 +10,7 @@ Three dashboards, one JSON file each, importable as they are (Dashboards > New >
   dropped, export failures, checkpoint errors, parse errors, format drift, files watched).
 
 The JSON files are generated, not edited by hand: one place builds every query, trace link and panel,
-and ``tests/test_dashboards.py`` checks that the committed files equal what this script writes. The
+and ``tests/deploy/test_dashboards.py`` checks that the committed files equal what this script writes. The
 alert threshold drawn on the missing-transcript panel is read from ``ccotel-alerts.yml``.
 
 Counting events of rare kinds: Prometheus' ``increase()`` cannot see the first event of a label set

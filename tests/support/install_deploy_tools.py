@@ -1,4 +1,4 @@
-"""Install the checkers tests/test_deploy.py runs: ``python -m tests.support.install_deploy_tools``.
+"""Install the checkers tests/deploy/test_deploy.py runs: ``python -m tests.support.install_deploy_tools``.
 
 - ``systemd-analyze`` (Debian ``systemd``): ``verify --user`` on deploy/ccotel.service.
 - ``docker-compose`` (Debian ``docker-compose``, Compose 1.29): ``config`` loads and resolves

@@ -26,7 +26,7 @@ Configuration (from ``phoenix/config.py`` of 20.26.1, not guessed):
   ``grpc.aio`` ``Server.add_insecure_port`` so that it binds ``127.0.0.1``.
   Result: HTTP listens on ``127.0.0.1:P``, gRPC on ``[::ffff:127.0.0.1]:G``.
 
-What Phoenix keeps, changes and drops (verified by tests/test_support_phoenix.py):
+What Phoenix keeps, changes and drops (verified by tests/support_selftest/test_support_phoenix.py):
 
 - Project: the resource attribute ``openinference.project.name`` (not kept as
   an attribute), else ``"default"``.  A trace id belongs to ONE project:

@@ -1,0 +1,1 @@
+"""Tests of ccotel/assemble/: transcripts to span trees, digests."""

@@ -1,0 +1,1 @@
+"""Tests of bench/: the benchmarks' smoke run and the fast paths bench/NOTES.md describes."""

@@ -1,0 +1,1 @@
+"""Tests of ccotel/export/: the OTLP encoder, the transport, export results, a backend away, Phoenix."""

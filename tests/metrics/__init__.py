@@ -1,0 +1,1 @@
+"""Tests of ccotel/metrics/: the Prometheus counters, the counted events, the GenAI metrics."""

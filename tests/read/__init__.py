@@ -1,0 +1,1 @@
+"""Tests of ccotel/read/: discovering, watching, tailing and parsing transcripts, format drift."""

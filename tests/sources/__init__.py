@@ -1,0 +1,1 @@
+"""Tests of ccotel/sources/: an orchestrator's agent registry and log lines."""

@@ -1,0 +1,1 @@
+"""Tests of ccotel/spans/: building spans, their attributes, prices."""

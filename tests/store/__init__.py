@@ -1,0 +1,1 @@
+"""Tests of ccotel/store/: the state on SQLite and PostgreSQL, the usage ledger."""

@@ -1,0 +1,1 @@
+"""Tests of tests/support/ itself: ccusage, Phoenix and Prometheus as the suite uses them."""
