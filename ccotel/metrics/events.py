@@ -2,7 +2,7 @@
 happened (``events.ledger_write_failed(metrics)``), this module says which series counts it.
 
 A metric name written at a call site fails only when that line runs; a misspelt function here fails
-mypy. The names are those of ``METRICS`` (metrics/counters.py), and tests/test_events.py calls every
+mypy. The names are those of ``METRICS`` (metrics/counters.py), and tests/metrics/test_events.py calls every
 function here against a fresh ``Metrics``, which refuses a name it does not declare.
 """
 

@@ -200,7 +200,7 @@ def fast_entry(data: bytes | bytearray, offset: int, capture: bool = False) -> E
         return None
 
 
-_fast_entry = fast_entry  # the name tests/test_parse_fastpath.py knows
+_fast_entry = fast_entry  # the name tests/read/test_parse_fastpath.py knows
 _UTF8_PIECE = 256 << 10
 
 

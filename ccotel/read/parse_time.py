@@ -2,7 +2,7 @@
 
 Every line carries one, and the discovery scan, the agent registry and the reports read them too,
 so the usual shape (2025-06-01T12:34:56.789Z) has a cached path; the general parser is the
-reference it is held to (tests/test_parse_timestamp_fast.py).
+reference it is held to (tests/read/test_parse_timestamp_fast.py).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def parse_timestamp(value: Any) -> int | None:
     time the general parser reads a timestamp of that minute, and the seconds and milliseconds
     are added (timegm is linear in them). Only ASCII digits take this path (int() also reads
     '+5', ' 5' and other scripts' digits): anything else goes to the general parser, so both
-    give the same value for every string (tests/test_parse_timestamp_fast.py)."""
+    give the same value for every string (tests/read/test_parse_timestamp_fast.py)."""
     if type(value) is str and len(value) == 24:
         minute = _MINUTE_NS.get(value[:16])
         if minute is not None and value[19] == "." and value[23] in "Zz":

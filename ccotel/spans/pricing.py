@@ -5,7 +5,7 @@ models as they ship, with historical prices and context tiers; a JSON file given
 ``--prices`` overrides it per model. ``genai-prices`` decides *which* price applies (the model
 matched by its id and the call's date); the arithmetic is done here on floats, because its
 own Decimal-based calculation is slow for a single call and a report prices hundreds of thousands
-(``tests/test_pricing.py`` holds the two equal). A model without a price is never $0: the cost
+(``tests/spans/test_pricing.py`` holds the two equal). A model without a price is never $0: the cost
 is None and the caller flags it (span attribute, report column, metric).
 
 Claude Code's own ``costUSD`` figures exist only in 2.1.3xx ``cost-state`` lines and on the
