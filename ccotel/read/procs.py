@@ -14,11 +14,12 @@ from typing import Any
 
 import orjson
 
-__all__ = ["Proc", "any_alive", "below", "pid_alive", "proc_start", "read_session_pids", "session_files",
-           "start_wall_ns"]
+__all__ = ["PROC_LOCKS", "Proc", "any_alive", "below", "cmdline", "flock_holders", "peak_rss_kb", "pid_alive",
+           "proc_start", "read_session_pids", "session_files", "start_wall_ns"]
 
 
 Proc = tuple[int, "str | None"]  # (pid, procStart)
+PROC_LOCKS = "/proc/locks"  # the kernel's table of file locks and their holders
 
 
 def session_files(roots: tuple[str, ...]) -> list[tuple[str, dict[str, Any]]]:
@@ -114,3 +115,49 @@ def _stat_fields(pid: int) -> list[str] | None:
     except OSError:
         return None
     return stat[stat.rfind(")") + 2:].split()
+
+
+def cmdline(pid: int) -> str:
+    """A process's command line, cut to 100 characters ("" when it cannot be read)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            args = f.read(4096).split(b"\0")
+    except OSError:
+        return ""
+    text = " ".join(a.decode("utf-8", "replace") for a in args if a)
+    return text if len(text) <= 100 else text[:99] + "…"
+
+
+def flock_holders(proc_locks: str, dev: int, ino: int) -> list[int] | None:
+    """Pids holding a FLOCK on (dev, ino) per /proc/locks ("1: FLOCK ADVISORY WRITE <pid> <maj>:<min>:<ino>
+    0 EOF", major and minor in hex; waiters are "1: -> FLOCK ..."). None when it cannot be read."""
+    try:
+        with open(proc_locks, encoding="ascii", errors="replace") as f:
+            text = f.read()
+    except OSError:
+        return None
+    want = (os.major(dev), os.minor(dev), ino)
+    pids = []
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) < 6 or parts[1] != "FLOCK":
+            continue
+        try:
+            major, minor, inode = parts[5].split(":")
+            if (int(major, 16), int(minor, 16), int(inode)) == want:
+                pids.append(int(parts[4]))
+        except ValueError:
+            continue
+    return pids
+
+
+def peak_rss_kb() -> int | None:
+    """This process's RSS high-water mark (VmHWM), KiB; None where /proc cannot say."""
+    try:
+        with open("/proc/self/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"VmHWM:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ccotel.metrics.counters import Metrics
+from ccotel.read.procs import peak_rss_kb
 from ccotel.read.shard import Group, balance, plan_shards, process_context
 from ccotel.run.memory import Heap
 from ccotel.run.pipeline import Options, discover, session_groups, unread_bytes
@@ -244,13 +245,9 @@ def _peak_rss_mb() -> float:
     """This process's RSS high-water mark, MB. Linux: VmHWM, of this program only. ru_maxrss
     keeps, across exec, the RSS of the process it was forked from: a spawned worker would report
     ccotel run's RSS at the spawn, and ccotel run that of whatever started it."""
-    try:
-        with open("/proc/self/status", "rb") as f:
-            for line in f:
-                if line.startswith(b"VmHWM:"):
-                    return int(line.split()[1]) / 1024  # kB
-    except (OSError, ValueError, IndexError):
-        pass
+    hwm = peak_rss_kb()
+    if hwm is not None:
+        return hwm / 1024
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak / (1 << 20) if sys.platform == "darwin" else peak / 1024  # bytes on macOS, KiB elsewhere
 

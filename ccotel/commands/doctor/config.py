@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from ccotel.read.procs import PROC_LOCKS
+
 __all__ = ["DoctorConfig", "MANAGED_SETTINGS"]
 
 #: Claude Code's managed settings on Linux (the administrators' file; its ``env`` wins over the user's).
@@ -22,4 +24,4 @@ class DoctorConfig:
     env: Mapping[str, str]
     managed_settings: str = MANAGED_SETTINGS
     timeout_s: float = 3.0
-    proc_locks: str = "/proc/locks"
+    proc_locks: str = PROC_LOCKS

@@ -11,6 +11,8 @@ import fcntl
 import os
 from dataclasses import dataclass
 
+from ccotel.read.procs import PROC_LOCKS, flock_holders
+
 __all__ = ["LockProbe", "probe_lock"]
 
 
@@ -23,7 +25,7 @@ class LockProbe:
     how: str  # "proc-locks" or "flock-probe"
 
 
-def probe_lock(path: str, proc_locks: str = "/proc/locks") -> LockProbe:
+def probe_lock(path: str, proc_locks: str = PROC_LOCKS) -> LockProbe:
     """Whether a process holds the flock on ``path``, without taking it: /proc/locks names the
     holder. Where it cannot be read, a shared non-blocking flock is tried and released at once (a
     ccotel starting in that instant would see the state dir locked)."""
@@ -32,7 +34,7 @@ def probe_lock(path: str, proc_locks: str = "/proc/locks") -> LockProbe:
     except OSError:
         return LockProbe(False, False, None, False, "none")
     written = _pid_in(path)
-    holders = _flock_holders(proc_locks, st.st_dev, st.st_ino)
+    holders = flock_holders(proc_locks, st.st_dev, st.st_ino)
     if holders is not None:
         holder = holders[0] if holders else written
         return LockProbe(True, bool(holders), holder, _alive(holder), "proc-locks")
@@ -47,29 +49,6 @@ def _pid_in(path: str) -> int | None:
         return int(text[0]) if text else None
     except (OSError, ValueError):
         return None
-
-
-def _flock_holders(proc_locks: str, dev: int, ino: int) -> list[int] | None:
-    """Pids holding a FLOCK on (dev, ino) per /proc/locks ("1: FLOCK ADVISORY WRITE <pid> <maj>:<min>:<ino>
-    0 EOF", major and minor in hex; waiters are "1: -> FLOCK ..."). None when it cannot be read."""
-    try:
-        with open(proc_locks, encoding="ascii", errors="replace") as f:
-            text = f.read()
-    except OSError:
-        return None
-    want = (os.major(dev), os.minor(dev), ino)
-    pids = []
-    for line in text.splitlines():
-        parts = line.split()
-        if len(parts) < 6 or parts[1] != "FLOCK":
-            continue
-        try:
-            major, minor, inode = parts[5].split(":")
-            if (int(major, 16), int(minor, 16), int(inode)) == want:
-                pids.append(int(parts[4]))
-        except ValueError:
-            continue
-    return pids
 
 
 def _flock_probe(path: str) -> bool:

@@ -16,6 +16,7 @@ from ccotel.commands.doctor.config import DoctorConfig
 from ccotel.commands.doctor.finding import Finding, Level
 from ccotel.commands.doctor.lock import probe_lock
 from ccotel.commands.doctor.wording import user_name
+from ccotel.read.procs import cmdline
 from ccotel.store.sqlite import LOCK_NAME, SCHEMA_VERSION
 from ccotel.store.state import default_state_dir
 
@@ -122,19 +123,9 @@ def _state_lock(d: str, proc_locks: str) -> Finding:
         return Finding("state", Level.OK, path, "no lock file: no ccotel has run on this state dir", "", data)
     if probe.held:
         who = f"pid {probe.holder}" if probe.holder else "a process whose pid is not known"
-        cmd = _cmdline(probe.holder) if probe.holder else ""
+        cmd = cmdline(probe.holder) if probe.holder else ""
         return Finding("state", Level.OK, path, f"held by {who}{f' ({cmd})' if cmd else ''}: a ccotel runs on this "
                        "state dir; a second ccotel run or backfill on it would exit 75",
                        "", data)
     last = f" (last held by pid {probe.holder})" if probe.holder else ""
     return Finding("state", Level.OK, path, f"free: no ccotel runs on this state dir{last}", "", data)
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            args = f.read(4096).split(b"\0")
-    except OSError:
-        return ""
-    text = " ".join(a.decode("utf-8", "replace") for a in args if a)
-    return text if len(text) <= 100 else text[:99] + "…"
