@@ -1,5 +1,6 @@
-"""Is the Claude Code process writing a session still running? The one reader of /proc and of
-``<config>/sessions/<pid>.json``.
+"""What /proc and ``<config>/sessions/<pid>.json`` say, read in one place: above all, is the Claude Code
+process writing a session still running; also who holds a lock (doctor) and how much memory this
+process peaked at (catch-up workers).
 
 While a CLI process runs, Claude Code keeps ``<config>/sessions/<pid>.json`` with the session id
 and the process start time (``procStart``, /proc/<pid>/stat field 22). A clean exit removes it;
