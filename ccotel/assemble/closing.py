@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ccotel.assemble.model import Owner, Session, Turn, TurnOutcome
+from ccotel.assemble.model import Owner, Session, ToolError, Turn, TurnOutcome
 from ccotel.assemble.outbox import Outbox
 from ccotel.rules import transcript as rules
 
@@ -100,8 +100,8 @@ def close(sess: Session, owner: Owner, outcome: TurnOutcome, out: Outbox) -> Non
         sess.open_tools.pop(tool.tool_use_id, None)
         tool.end_ns = max(owner.last_ns, tool.start_ns)
         tool.is_error = True
-        tool.error_type = "interrupted" if owner.interrupted else "orphaned"
-        if tool.error_type == "orphaned":
+        tool.error_type = ToolError.INTERRUPTED if owner.interrupted else ToolError.ORPHANED
+        if tool.error_type is ToolError.ORPHANED:
             owner.orphaned_tools += 1
             if len(sess.unrepaired) < 256:
                 sess.unrepaired[tool.tool_use_id] = tool.name

@@ -21,8 +21,17 @@ from dataclasses import dataclass, field
 
 from ccotel.records import AdvisorCall, Usage
 
-__all__ = ["AgentRun", "Call", "Finished", "Owner", "OwnerBase", "Session", "TaskTool", "ToolCall", "Turn",
-           "TurnOutcome"]
+__all__ = ["AgentRun", "Call", "Finished", "Owner", "OwnerBase", "Session", "TaskTool", "ToolCall", "ToolError",
+           "Turn", "TurnOutcome"]
+
+
+class ToolError(enum.Enum):
+    """How a tool call failed: its span's ``error.type`` and ``ccotel_tool_calls_total{outcome}``."""
+
+    TOOL_ERROR = "tool_error"  # the tool said it failed
+    INTERRUPTED = "interrupted"  # the user pressed Esc, or its process died and a resume wrote the result
+    REJECTED = "rejected"  # the user refused it
+    ORPHANED = "orphaned"  # it never got a result
 
 
 class TurnOutcome(enum.Enum):
@@ -47,7 +56,7 @@ class ToolCall:
     start_ns: int
     end_ns: int | None = None
     is_error: bool = False
-    error_type: str | None = None  # tool_error | interrupted | rejected | orphaned
+    error_type: ToolError | None = None  # None: it worked
     input: object = None
     result_text: str | None = None
     agent_id: str | None = None

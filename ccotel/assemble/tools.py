@@ -6,7 +6,7 @@ where a subagent hangs: it is remembered (TaskTool) and linked to its agent (pla
 from __future__ import annotations
 
 from ccotel.assemble import ids
-from ccotel.assemble.model import Call, Owner, Session, TaskTool, ToolCall
+from ccotel.assemble.model import Call, Owner, Session, TaskTool, ToolCall, ToolError
 from ccotel.assemble.outbox import Outbox
 from ccotel.assemble.placement import link_agent, resolve_agents, set_agent_tool
 from ccotel.read.parse_full import text_key
@@ -67,14 +67,14 @@ def close_tools(sess: Session, owner: Owner, e: Entry, ts: int, out: Outbox, uns
         tool.end_ns = ts
         text = b.text or ""
         if rules.is_repair_text(text):
-            tool.is_error, tool.error_type, tool.repaired = True, "interrupted", True
+            tool.is_error, tool.error_type, tool.repaired = True, ToolError.INTERRUPTED, True
             (tool.owner or owner).orphaned_tools += 1
         elif text.startswith(_INTERRUPT_PREFIX) or (e.tool_use_result or {}).get("interrupted") is True:
-            tool.is_error, tool.error_type = True, "interrupted"
+            tool.is_error, tool.error_type = True, ToolError.INTERRUPTED
         elif e.tool_use_result_error == "User rejected tool use":
-            tool.is_error, tool.error_type = True, "rejected"
+            tool.is_error, tool.error_type = True, ToolError.REJECTED
         elif b.is_error:
-            tool.is_error, tool.error_type = True, "tool_error"
+            tool.is_error, tool.error_type = True, ToolError.TOOL_ERROR
         if capture_content:
             tool.result_text = b.text
         result = e.tool_use_result or {}

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ccotel.assemble import ids
-from ccotel.assemble.model import AgentRun, Call, Finished, ToolCall, Turn, TurnOutcome
+from ccotel.assemble.model import AgentRun, Call, Finished, ToolCall, ToolError, Turn, TurnOutcome
 from ccotel.records import SpanEvent, SpanKind, SpanRecord, StatusCode, Usage, fast_constructor
 from ccotel.rules import transcript as rules
 from ccotel.spans.attributes import (
@@ -381,8 +381,9 @@ def _tool(t: ToolCall, f: Finished, content: ContentPolicy | None) -> SpanRecord
             attrs[GEN_AI_TOOL_CALL_RESULT] = content.text(t.result_text)
     status, message = StatusCode.UNSET, None
     if t.is_error:
-        status, message = StatusCode.ERROR, "killed, repaired on resume" if t.repaired else t.error_type
-        attrs[ERROR_TYPE] = t.error_type or "tool_error"
+        named = t.error_type.value if t.error_type is not None else None
+        status, message = StatusCode.ERROR, "killed, repaired on resume" if t.repaired else named
+        attrs[ERROR_TYPE] = named or ToolError.TOOL_ERROR.value
     end = t.end_ns if t.end_ns is not None else t.start_ns
     return _new_span({
         # tool_use ids are unique per API call; a session copied elsewhere is another trace
