@@ -111,7 +111,11 @@ class Detectors:
         """Files deleted; ``marks`` no file on disk holds any more."""
         for st in states:
             self._ghost_candidates.discard(st.tf.path)
-            if st.tf.kind is FileKind.MAIN and st.tf.session_id and f"absent:{st.tf.session_id}" not in self.marks:
+            # A file that never held a line (nor part of one) is no transcript: its deletion loses no
+            # session, so it is not judged (the session's other evidence still is, by _judge_known).
+            held = st.read_to > 0 or st.partial_since_ns is not None
+            if st.tf.kind is FileKind.MAIN and held and st.tf.session_id and \
+                    f"absent:{st.tf.session_id}" not in self.marks:
                 self._gone.append((st.tf.session_id, st.tf.path, self._mtimes.pop(st.tf.path, None)))
             if st.tf.agent_id is not None:
                 self._agent_files.discard((st.tf.session_id, st.tf.agent_id))
@@ -180,6 +184,9 @@ class Detectors:
     def _judge_gone(self, now: int, files: dict[str, FileState]) -> None:
         """Followed main transcripts that were deleted: swept, relocated or lost (once each)."""
         gone, self._gone = self._gone, []
+        if not gone:
+            return
+        followed = {st.tf.session_id for st in files.values() if st.tf.kind is FileKind.MAIN}  # once, not per file
         for sid, path, mtime in gone:
             if os.path.exists(path):
                 continue
@@ -189,8 +196,7 @@ class Detectors:
             # naming (its history.jsonl is never swept), not with what ccotel read.
             if not self._mark(f"absent:{sid}", PERMANENT):
                 continue
-            elsewhere = any(st.tf.session_id == sid and st.tf.kind is FileKind.MAIN for st in files.values()) \
-                or bool(evidence.transcripts_of(self.roots, sid))
+            elsewhere = sid in followed or bool(evidence.transcripts_of(self.roots, sid))
             self._count_absence(rules.absent_reason(elsewhere=elsewhere, last_seen_s=mtime, now_s=now / 1e9,
                                                     retention=self._retention(), had_transcript=True))
 

@@ -25,7 +25,7 @@ import logging
 import os
 import sqlite3
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from ccotel.assemble.assembler import Assembler
@@ -307,11 +307,12 @@ class Pipeline:
 
     def forget_deleted(self, paths: Iterable[str]) -> None:
         """Files (or directories of them) the watcher saw deleted."""
-        gone: list[str] = []
-        for path in paths:
-            if not os.path.lexists(path):
-                prefix = path.rstrip(os.sep) + os.sep
-                gone += [p for p in self.files if p == path or p.startswith(prefix)]
+        deleted = {path.rstrip(os.sep) for path in paths if not os.path.lexists(path)}
+        if not deleted:
+            return
+        # One pass over the followed files, each looked up with its parent directories: a pass per
+        # deleted path made deleting thousands of files quadratic.
+        gone = [p for p in self.files if not deleted.isdisjoint(_self_and_parents(p))]
         self.forget(gone)
 
     def forget(self, paths: Iterable[str]) -> None:
@@ -493,3 +494,13 @@ def _owner_of(f: Finished) -> Owner:
         return item
     assert item.owner is not None
     return item.owner
+
+
+def _self_and_parents(path: str) -> Iterator[str]:
+    """The path and each directory above it."""
+    while True:
+        yield path
+        parent = os.path.dirname(path)
+        if parent == path:
+            return
+        path = parent
