@@ -75,7 +75,7 @@ DETAILS: dict[str, str] = {
     "ccotel_parse_errors_total":
         "`reason`: `malformed_json`, `invalid_utf8`, `nul_bytes`, `line_too_long`, `bad_field`, `bad_timestamp`, "
         "`not_an_object`, `unreadable` (a file), `unreadable_dir` (a directory under a root; once per directory), "
-        "`path_outside_root`, `bad_meta_json`.",
+        "`path_outside_root`, `bad_meta_json`. A bad line is one error, of the first reason found in it.",
     "ccotel_checkpoint_errors_total":
         "Held and retried, nothing lost. `ledger`: a usage-ledger write that failed (those rows are missing from "
         "reports; tracing and counting go on).",
