@@ -158,7 +158,7 @@ class Pipeline:
     # -- backfill ----------------------------------------------------------------
 
     def discover(self) -> list[tuple[str, TranscriptFile]]:
-        return discover(self.options, self.checkpoints, self._unreadable_dir, self._scan_cache)
+        return discover(self.options, self.checkpoints, self.unreadable_dir, self._scan_cache)
 
     def backfill(self, progress: Callable[[int, int], None] | None = None,
                  close_all: bool = False, groups: list[Group] | None = None, final: bool = True) -> int:
@@ -245,7 +245,7 @@ class Pipeline:
         """Pick up files the watcher missed; forget files Claude Code's cleanup deleted."""
         listed = set()
         for root in self.options.roots:
-            for tf in scan(root, self._unreadable_dir, self._scan_cache):
+            for tf in scan(root, self.unreadable_dir, self._scan_cache):
                 listed.add(tf.path)
                 if tf.path not in self.files:
                     state = self._track(root, tf)
@@ -430,7 +430,7 @@ class Pipeline:
         self.detectors.read(state)
 
     def _scan_dir(self, path: str) -> None:
-        for dirpath, _dirs, names in os.walk(path, followlinks=False, onerror=self._unreadable_dir):
+        for dirpath, _dirs, names in os.walk(path, followlinks=False, onerror=self.unreadable_dir):
             for name in sorted(names):
                 full = os.path.join(dirpath, name)
                 if full.endswith(".jsonl") and full not in self.files:
@@ -449,9 +449,10 @@ class Pipeline:
         return (state is not None and not state.meta_loaded and state.saved_offset >= 0
                 and state.tailer.offset == state.saved_offset)
 
-    def _unreadable_dir(self, exc: OSError) -> None:
+    def unreadable_dir(self, exc: OSError) -> None:
         """A directory under a root that cannot be read: its transcripts are not seen. Counted
-        once per directory (the safety rescan walks the roots again every few minutes)."""
+        once per directory (the safety rescan walks the roots again every few minutes, and the
+        watcher reports the directories inotify refused)."""
         where = str(getattr(exc, "filename", None) or exc)
         if where not in self._unreadable_dirs:
             self._unreadable_dirs.add(where)
