@@ -56,7 +56,8 @@ DETAILS: dict[str, str] = {
         "by a 2.1.3xx resume; each call once, whether seen live or only from the repair.",
     "ccotel_missing_transcripts_total":
         "`kind`: `session` (a ghost session, or a transcript lost before the retention age) or `subagent` "
-        "(named by `toolUseResult.agentId` or meta.json, its transcript never appeared).",
+        "(named by `toolUseResult.agentId` or meta.json, its transcript never appeared). What the history read on "
+        "the very first start already lacked is not counted.",
     "ccotel_turns_total": "`outcome`: `completed`, `interrupted`, `orphaned`, `killed`, `incomplete`.",
     "ccotel_user_interrupts_total": "The user pressed Esc.",
     "ccotel_api_errors_total": "`type`: the HTTP status of a failed API call written to the transcript.",

@@ -194,7 +194,7 @@ class Pipeline:
             self._emit()
             self.reader.complete = False
             if final:
-                self.detectors.catch_up_done(self.delivery.history_in_flight())
+                self.detectors.catch_up_done(self.delivery.history_in_flight(), self.files)
             self.process_acks()
         finally:
             # Done or stopped (a signal): acknowledgements kept back since the last commit are
