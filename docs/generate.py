@@ -56,7 +56,8 @@ DETAILS: dict[str, str] = {
         "by a 2.1.3xx resume; each call once, whether seen live or only from the repair.",
     "ccotel_missing_transcripts_total":
         "`kind`: `session` (a ghost session, or a transcript lost before the retention age) or `subagent` "
-        "(named by `toolUseResult.agentId` or meta.json, its transcript never appeared).",
+        "(named by `toolUseResult.agentId` or meta.json, its transcript never appeared). What the history read on "
+        "the very first start already lacked is not counted.",
     "ccotel_turns_total": "`outcome`: `completed`, `interrupted`, `orphaned`, `killed`, `incomplete`.",
     "ccotel_user_interrupts_total": "The user pressed Esc.",
     "ccotel_api_errors_total": "`type`: the HTTP status of a failed API call written to the transcript.",
@@ -75,7 +76,7 @@ DETAILS: dict[str, str] = {
     "ccotel_parse_errors_total":
         "`reason`: `malformed_json`, `invalid_utf8`, `nul_bytes`, `line_too_long`, `bad_field`, `bad_timestamp`, "
         "`not_an_object`, `unreadable` (a file), `unreadable_dir` (a directory under a root; once per directory), "
-        "`path_outside_root`, `bad_meta_json`.",
+        "`path_outside_root`, `bad_meta_json`. A bad line is one error, of the first reason found in it.",
     "ccotel_checkpoint_errors_total":
         "Held and retried, nothing lost. `ledger`: a usage-ledger write that failed (those rows are missing from "
         "reports; tracing and counting go on).",

@@ -45,8 +45,15 @@ class ParseResult:
 
 
 def parse_line(data: bytes, offset: int, capture_content: bool = False, fast: bool = True) -> ParseResult:
-    """The entries of one physical line and what was wrong with it. ``fast=False``: always the
-    checked path (the reference the typed fast path is tested against)."""
+    """The entries of one physical line and what was wrong with it: at most one error, the first
+    reason found (bytes neither UTF-8 nor JSON are one bad line, not an error per fault in them).
+    ``fast=False``: always the checked path (the reference the typed fast path is tested against)."""
+    result = _parse_line(data, offset, capture_content, fast)
+    del result.errors[1:]
+    return result
+
+
+def _parse_line(data: bytes, offset: int, capture_content: bool, fast: bool) -> ParseResult:
     result = ParseResult()
     if not data.strip():
         return result

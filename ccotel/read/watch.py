@@ -72,11 +72,14 @@ class _InotifyTree:
         self._stop_r, self._stop_w = os.pipe()
         self._thread = threading.Thread(target=self._run, name="ccotel-inotify", daemon=True)
         self._warned = False
+        self.unreadable: list[OSError] = []  # directories inotify refused (EACCES): left out, to be counted
         self.gap_s = _READ_GAP_S  # set by the pipeline's thread (Watcher.space_batches)
 
     def add_tree(self, top: str, is_top: bool = False) -> None:
         """Watch ``top`` and every directory below it, each before its contents are listed (what is
-        created meanwhile is seen either way). OSError (ENOSPC: the watch limit) is the caller's."""
+        created meanwhile is seen either way). A directory below ``top`` that may not be read is left
+        out (its files are not readable either; the scan counts it too) and the rest stays watched;
+        any other OSError (ENOSPC: the watch limit) is the caller's."""
         self._add(top)
         if is_top:
             self._tops.append(top)
@@ -86,6 +89,14 @@ class _InotifyTree:
                     self._add(os.path.join(dirpath, d))
                 except FileNotFoundError:
                     pass  # removed again meanwhile
+                except PermissionError as exc:
+                    with self._lock:
+                        self.unreadable.append(exc)
+
+    def take_unreadable(self) -> list[OSError]:
+        with self._lock:
+            found, self.unreadable = self.unreadable, []
+        return found
 
     def _add(self, path: str) -> None:
         wd = self._ino.add_watch(path, self._MASK)
@@ -237,6 +248,10 @@ class Watcher:
             self._dirty.add(path)
             self._gone.add(path)
         self._event.set()
+
+    def take_unreadable(self) -> list[OSError]:
+        """Directories left unwatched because they may not be read, since the last call."""
+        return [] if self._tree is None else self._tree.take_unreadable()
 
     def take_gone(self) -> set[str]:
         """The paths deleted or moved away since the last call."""

@@ -45,7 +45,7 @@ transcript is told apart by its evidence (``absent_reason``): swept by the reten
 (``cleanupPeriodDays``, default 30: older than that), relocated (the file is under another project
 dir), never persisted (``--no-session-persistence``, ``CLAUDE_CODE_SKIP_PROMPT_HISTORY``: the CLI
 writes no transcript at all, only ``sessions/<pid>.json`` and an empty ``session-env/<id>/``), or
-missing (the file existed, or history.jsonl names prompts of it, and it is gone too young).
+missing (the file held lines, or history.jsonl names prompts of it, and it is gone too young).
 """
 
 from __future__ import annotations
@@ -456,7 +456,8 @@ def absent_reason(*, elsewhere: bool, last_seen_s: float | None, now_s: float, r
 
     elsewhere: its ``<id>.jsonl`` is under another project dir or root (relocated). last_seen_s: the
     newest time any evidence of it was written (history.jsonl timestamp, sessions file startedAt or
-    updatedAt, remnant mtime, the transcript's own mtime). had_transcript: the file was seen, or
+    updatedAt, remnant mtime, the transcript's own mtime). had_transcript: the file was seen holding a
+    line (an empty file that disappears is no transcript lost: it is never judged), or
     history.jsonl holds prompts of it, or transcript remnants (``<id>/subagents``, ``tool-results``) are
     left. Without any of that the CLI never wrote one: persistence was off (the sessions file and the
     empty session-env dir are all a ``--no-session-persistence`` or ``CLAUDE_CODE_SKIP_PROMPT_HISTORY``

@@ -5,7 +5,8 @@ past the stall timeout while no Claude Code process of it runs (rules.is_assista
 the one ghost rule, shared with ``ccotel check``). A missing subagent transcript: a subagent
 named by its parent (toolUseResult.agentId or meta.json) whose transcript never appeared.
 Events are counted only once ccotel has caught up (``counting``): history read on a first start
-goes to traces only.
+goes to traces only, and the subagents and sessions it left without a transcript are marked at the
+first catch-up, uncounted.
 
 An absent transcript is classified by the same rule ``ccotel check`` reports with
 (``rules.absent_reason`` over ``evidence.py``): a followed main transcript that is deleted, and a
@@ -58,22 +59,38 @@ class Detectors:
         self._gone: list[tuple[str, str, float | None]] = []  # deleted main transcripts: (session, path, mtime)
         self._histories: dict[str, evidence.HistoryIndex] = {}
         self._scanned_ns: int | None = None
+        self._first_catch_up = False  # this process did the very first catch-up: what it read was history
 
     def counting(self) -> bool:
         """Events are counted once ccotel has caught up, or from the start after a restart."""
         return self.caught_up or CAUGHT_UP in self.marks
 
-    def catch_up_done(self, history_owners: Iterable[tuple[str, int]] = ()) -> None:
+    def catch_up_done(self, history_owners: Iterable[tuple[str, int]] = (),
+                      files: dict[str, FileState] | None = None) -> None:
         """The first catch-up is complete. ``history_owners``: (token, anchor of its file) of the
         owners read as history whose spans are not all final yet. CAUGHT_UP is committed with the
         next checkpoint, and their offsets later: a restart in between reads them again after the
         mark, so each is marked as history too (HISTORY_OWNER), in the same transaction as
-        CAUGHT_UP; the mark goes when its file is forgotten."""
+        CAUGHT_UP; the mark goes when its file is forgotten. So are the subagents history named
+        whose transcript is not there (``files``: the files followed, for their marks' anchors)."""
         if not self.caught_up and CAUGHT_UP not in self.marks:
             for token, anchor in history_owners:
                 self._mark(HISTORY_OWNER + token, anchor)
+            self._first_catch_up = True
+            self._history_agents(files or {}, self.assembler.unseen_agents())
+            # Sessions already without their transcript before this first start are history too:
+            # marked absent now, uncounted (those still fresh or running are judged later, counted).
+            self._scanned_ns = self.clock()
+            self._judge_known(self._scanned_ns, files or {}, count=False)
         self.caught_up = True
         self._mark(CAUGHT_UP, PERMANENT)
+
+    def _history_agents(self, files: dict[str, FileState], agents: Iterable[tuple[str, str, int]]) -> None:
+        """Subagents named by history read on the very first start, their transcript not seen: traces
+        only, so each gets its missing_agent mark now, uncounted (detect then finds it marked, and so
+        does a restart, the mark being committed with CAUGHT_UP)."""
+        for sid, agent_id, _named in agents:
+            self._mark(f"missing_agent:{sid}:{agent_id}", _anchor_of_session(files, sid))
 
     def history_owners(self) -> set[str]:
         """Owners marked as history at the first catch-up (never counted, whenever read again)."""
@@ -111,7 +128,11 @@ class Detectors:
         """Files deleted; ``marks`` no file on disk holds any more."""
         for st in states:
             self._ghost_candidates.discard(st.tf.path)
-            if st.tf.kind is FileKind.MAIN and st.tf.session_id and f"absent:{st.tf.session_id}" not in self.marks:
+            # A file that never held a line (nor part of one) is no transcript: its deletion loses no
+            # session, so it is not judged (the session's other evidence still is, by _judge_known).
+            held = st.read_to > 0 or st.partial_since_ns is not None
+            if st.tf.kind is FileKind.MAIN and held and st.tf.session_id and \
+                    f"absent:{st.tf.session_id}" not in self.marks:
                 self._gone.append((st.tf.session_id, st.tf.path, self._mtimes.pop(st.tf.path, None)))
             if st.tf.agent_id is not None:
                 self._agent_files.discard((st.tf.session_id, st.tf.agent_id))
@@ -130,6 +151,8 @@ class Detectors:
             if st is not None and not st.has_assistant:
                 st.has_user = True
                 self._ghost_candidates.add(path)
+        if self._first_catch_up:  # catch-up workers' share of the first catch-up: history too
+            self._history_agents(files, agents)
         self.assembler.expect_agents(agents)
 
     # -- judging -----------------------------------------------------------------
@@ -180,6 +203,9 @@ class Detectors:
     def _judge_gone(self, now: int, files: dict[str, FileState]) -> None:
         """Followed main transcripts that were deleted: swept, relocated or lost (once each)."""
         gone, self._gone = self._gone, []
+        if not gone:
+            return
+        followed = {st.tf.session_id for st in files.values() if st.tf.kind is FileKind.MAIN}  # once, not per file
         for sid, path, mtime in gone:
             if os.path.exists(path):
                 continue
@@ -189,14 +215,14 @@ class Detectors:
             # naming (its history.jsonl is never swept), not with what ccotel read.
             if not self._mark(f"absent:{sid}", PERMANENT):
                 continue
-            elsewhere = any(st.tf.session_id == sid and st.tf.kind is FileKind.MAIN for st in files.values()) \
-                or bool(evidence.transcripts_of(self.roots, sid))
+            elsewhere = sid in followed or bool(evidence.transcripts_of(self.roots, sid))
             self._count_absence(rules.absent_reason(elsewhere=elsewhere, last_seen_s=mtime, now_s=now / 1e9,
                                                     retention=self._retention(), had_transcript=True))
 
-    def _judge_known(self, now: int, files: dict[str, FileState]) -> None:
+    def _judge_known(self, now: int, files: dict[str, FileState], count: bool = True) -> None:
         """Sessions known on disk with no transcript: counted once their processes are gone and their
-        evidence is older than the stall timeout (a live or fresh session may still write one)."""
+        evidence is older than the stall timeout (a live or fresh session may still write one).
+        ``count=False``: marked only (history of the very first start)."""
         followed = {st.tf.session_id for st in files.values() if st.tf.kind is FileKind.MAIN}
         for sid, ev in evidence.known_sessions(self.roots, self._histories).items():
             if sid in followed or f"absent:{sid}" in self.marks:
@@ -207,7 +233,7 @@ class Detectors:
                 continue
             if evidence.transcripts_of(self.roots, sid):
                 continue
-            if self._mark(f"absent:{sid}", PERMANENT):
+            if self._mark(f"absent:{sid}", PERMANENT) and count:
                 self._count_absence(rules.absent_reason(elsewhere=False, last_seen_s=ev.last_seen_s, now_s=now / 1e9,
                                                         retention=self._retention(), had_transcript=ev.had_transcript))
 

@@ -25,7 +25,7 @@ import logging
 import os
 import sqlite3
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from ccotel.assemble.assembler import Assembler
@@ -158,7 +158,7 @@ class Pipeline:
     # -- backfill ----------------------------------------------------------------
 
     def discover(self) -> list[tuple[str, TranscriptFile]]:
-        return discover(self.options, self.checkpoints, self._unreadable_dir, self._scan_cache)
+        return discover(self.options, self.checkpoints, self.unreadable_dir, self._scan_cache)
 
     def backfill(self, progress: Callable[[int, int], None] | None = None,
                  close_all: bool = False, groups: list[Group] | None = None, final: bool = True) -> int:
@@ -194,7 +194,7 @@ class Pipeline:
             self._emit()
             self.reader.complete = False
             if final:
-                self.detectors.catch_up_done(self.delivery.history_in_flight())
+                self.detectors.catch_up_done(self.delivery.history_in_flight(), self.files)
             self.process_acks()
         finally:
             # Done or stopped (a signal): acknowledgements kept back since the last commit are
@@ -245,7 +245,7 @@ class Pipeline:
         """Pick up files the watcher missed; forget files Claude Code's cleanup deleted."""
         listed = set()
         for root in self.options.roots:
-            for tf in scan(root, self._unreadable_dir, self._scan_cache):
+            for tf in scan(root, self.unreadable_dir, self._scan_cache):
                 listed.add(tf.path)
                 if tf.path not in self.files:
                     state = self._track(root, tf)
@@ -307,11 +307,12 @@ class Pipeline:
 
     def forget_deleted(self, paths: Iterable[str]) -> None:
         """Files (or directories of them) the watcher saw deleted."""
-        gone: list[str] = []
-        for path in paths:
-            if not os.path.lexists(path):
-                prefix = path.rstrip(os.sep) + os.sep
-                gone += [p for p in self.files if p == path or p.startswith(prefix)]
+        deleted = {path.rstrip(os.sep) for path in paths if not os.path.lexists(path)}
+        if not deleted:
+            return
+        # One pass over the followed files, each looked up with its parent directories: a pass per
+        # deleted path made deleting thousands of files quadratic.
+        gone = [p for p in self.files if not deleted.isdisjoint(_self_and_parents(p))]
         self.forget(gone)
 
     def forget(self, paths: Iterable[str]) -> None:
@@ -429,7 +430,7 @@ class Pipeline:
         self.detectors.read(state)
 
     def _scan_dir(self, path: str) -> None:
-        for dirpath, _dirs, names in os.walk(path, followlinks=False, onerror=self._unreadable_dir):
+        for dirpath, _dirs, names in os.walk(path, followlinks=False, onerror=self.unreadable_dir):
             for name in sorted(names):
                 full = os.path.join(dirpath, name)
                 if full.endswith(".jsonl") and full not in self.files:
@@ -448,9 +449,10 @@ class Pipeline:
         return (state is not None and not state.meta_loaded and state.saved_offset >= 0
                 and state.tailer.offset == state.saved_offset)
 
-    def _unreadable_dir(self, exc: OSError) -> None:
+    def unreadable_dir(self, exc: OSError) -> None:
         """A directory under a root that cannot be read: its transcripts are not seen. Counted
-        once per directory (the safety rescan walks the roots again every few minutes)."""
+        once per directory (the safety rescan walks the roots again every few minutes, and the
+        watcher reports the directories inotify refused)."""
         where = str(getattr(exc, "filename", None) or exc)
         if where not in self._unreadable_dirs:
             self._unreadable_dirs.add(where)
@@ -493,3 +495,13 @@ def _owner_of(f: Finished) -> Owner:
         return item
     assert item.owner is not None
     return item.owner
+
+
+def _self_and_parents(path: str) -> Iterator[str]:
+    """The path and each directory above it."""
+    while True:
+        yield path
+        parent = os.path.dirname(path)
+        if parent == path:
+            return
+        path = parent

@@ -246,6 +246,8 @@ def follow(wired: Wired, watcher: Watcher, stopper: Stopper, metrics: Metrics, s
             gone = watcher.take_gone()
             if gone:
                 pipeline.forget_deleted(gone)
+        for exc in watcher.take_unreadable():  # left unwatched, the rest on inotify: counted as the scan does
+            pipeline.unreadable_dir(exc)
         if not dirty or time.monotonic() - last_tick >= TICK_EVERY_S:
             last_tick = time.monotonic()
             pipeline.tick()

@@ -210,6 +210,7 @@ def _glued_reference(data: bytes, capture: bool) -> parse.ParseResult:
         entry = parse_full.to_entry(obj, 11, capture, result.errors)
         if entry is not None:
             result.entries.append(entry)
+    del result.errors[1:]  # one line, one error: its first reason
     return result
 
 

@@ -200,3 +200,40 @@ def test_the_inotify_reader_takes_the_runners_gap(tree: tuple[Path, Path]) -> No
         assert time.monotonic() - t0 >= 0.2  # waited out the gap since that read
     finally:
         w.stop()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="inotify is Linux's")
+def test_an_unreadable_directory_is_skipped_and_the_rest_stays_on_inotify(tree: tuple[Path, Path],
+                                                                          monkeypatch) -> None:
+    """inotify refuses a directory ccotel may not read (EACCES; as root, chmod cannot show it): that
+    directory is left out and handed over to be counted, every other one is watched by inotify."""
+    root, projects = tree
+    locked = projects / "-locked"
+    (locked / "deeper").mkdir(parents=True)
+    real_add = watch._InotifyTree._add
+
+    def add(self: watch._InotifyTree, path: str) -> None:
+        if path == str(locked):
+            raise PermissionError(errno.EACCES, "Permission denied", path)
+        real_add(self, path)
+
+    monkeypatch.setattr(watch._InotifyTree, "_add", add)
+    main, w = _watching_one_file(root, projects)
+    try:
+        assert w.mode == "inotify"
+        refused = w.take_unreadable()
+        assert [e.filename for e in refused] == [str(locked)] and w.take_unreadable() == []
+        from ccotel.run.pipeline import Options, Pipeline
+
+        p = Pipeline(Options(roots=(str(root),)), emit=lambda _spans: None)
+        for exc in refused * 2:  # what the run loop does with them: counted once per directory
+            p.unreadable_dir(exc)
+        assert p.stats.errors == {"unreadable_dir": 1}
+        with open(main, "ab") as f:
+            f.write(b'{"a": 1}\n')
+        assert str(main) in collect(w, {str(main)})
+        later = projects / "-p" / "s2.jsonl"  # a new file elsewhere: seen by inotify, not a poll
+        later.write_bytes(b"{}\n")
+        assert str(later) in collect(w, {str(later)})
+    finally:
+        w.stop()

@@ -36,6 +36,8 @@ def catch_up(root: Path, state_dir: Path, endpoint: str, workers: int,
     pipeline = Pipeline(options, emit=queue.submit, state=state, metrics=metrics)
     queue.on_ack = pipeline.acknowledge
     pipeline.backfill()
+    if done is not None:  # what the workers' history named and never saw, as ccotel run hands it over
+        pipeline.adopt_detector_state(done.ghosts, done.unseen_agents)
     assert queue.close(timeout_s=60)
     pipeline.process_acks()
     state.close()
@@ -68,8 +70,9 @@ def compare(root: Path, tmp_path: Path, monkeypatch, workers: int) -> int:
     assert db_many.calls() == db_one.calls() and db_many.prompts() == db_one.prompts()
     # history:<owner> marks record which history owners were still in flight when the caught-up
     # mark was committed (detectors.catch_up_done): timing, not data; the rest are equal
+    # (the subagents and sessions history left without a transcript are marked, uncounted, either way)
     marks_one, marks_many = ({m for m in db.marks() if not m.startswith(HISTORY_OWNER)} for db in (db_one, db_many))
-    assert marks_many == marks_one == {"caught_up"}
+    assert marks_many == marks_one and "caught_up" in marks_one
     return processes
 
 

@@ -123,3 +123,55 @@ def test_a_deleted_transcript_the_config_dir_still_knows_of_is_counted_once(tmp_
     m = run_once(root, tmp_path / "state", now_ns, before_tick=delete)
     assert resets(m) == {"transcript_swept": 1}
     assert resets(run_once(root, tmp_path / "state", now_ns + 10 ** 9)) == {"transcript_swept": 1}
+
+
+def test_deleted_empty_transcripts_are_no_lost_sessions(tmp_path):
+    """Empty transcript files (never a line in them) deleted, thousands at once: no session was lost, so
+    no reset and no missing transcript; and the deletion is handled in bounded work per file."""
+    import time
+    import uuid
+
+    root = tmp_path / "claude"
+    proj = root / "projects" / "-p"
+    proj.mkdir(parents=True)
+    empty = [proj / f"{uuid.uuid4()}.jsonl" for _ in range(3000)]
+    for p in empty:
+        p.touch()
+    now_ns = int((time.time() + 3600) * 1e9)
+    took: list[float] = []
+
+    def delete(p: Pipeline) -> None:
+        for f in empty:
+            f.unlink()
+        t0 = time.monotonic()
+        p.forget_deleted([str(f) for f in empty])
+        took.append(time.monotonic() - t0)
+
+    m = run_once(root, tmp_path / "state", now_ns, before_tick=delete)
+    assert took[0] < 2.0  # a pass over the followed files per deleted path made it quadratic
+    assert resets(m) == {} and m.value("ccotel_missing_transcripts", "session") == 0
+
+
+def test_a_first_start_traces_history_and_counts_no_missing_subagent(tmp_path):
+    """The public transcripts name subagents whose transcripts are not in them: read on the very first
+    start that is history (traces only), so no missing transcript is counted, then or after a restart."""
+    from tests.support.ccusage import realdata_dir, realdata_tree
+
+    if not realdata_dir().is_dir():
+        pytest.skip("no shared/realdata beside the checkout")
+    root = realdata_tree(tmp_path / "claude", mode="symlink")
+    now = [int(1e9 * max(p.stat().st_mtime for p in root.rglob("*.jsonl"))) + 3600 * 10 ** 9]
+    for _ in range(2):  # the first start, then a restart on its state
+        metrics, queue = Metrics(), ExportQueue(make_sink("none"))
+        state = State(str(tmp_path / "state"))
+        p = Pipeline(Options(roots=(str(root),)), emit=queue.submit, state=state, metrics=metrics,
+                     clock=lambda: now[0])
+        queue.on_ack = p.acknowledge
+        p.backfill()
+        now[0] += 10 * 60 * 10 ** 9  # past the stall timeout: every named subagent is judged
+        p.tick()
+        queue.close(timeout_s=10)
+        p.process_acks()
+        state.close()
+        assert metrics.value("ccotel_missing_transcripts", "subagent") == 0
+        assert metrics.value("ccotel_missing_transcripts", "session") == 0, resets(metrics)

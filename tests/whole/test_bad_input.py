@@ -14,6 +14,7 @@ import copy
 import json
 import logging
 import os
+import random
 import resource
 import signal
 import time
@@ -606,7 +607,20 @@ def test_invalid_utf8(tmp_path):
     assert b"\xff" in lines[4]
     bad = insert(t, 2, b"\xff\xfe\xfd\xc3\x28\n")
     bad[5] = lines[4]
-    check_line_case(tmp_path, t, bad, Counter(invalid_utf8=2, malformed_json=1))
+    check_line_case(tmp_path, t, bad, Counter(invalid_utf8=2))  # the garbage line: its first reason only
+
+
+def test_a_bad_line_is_one_error_of_its_first_reason(tmp_path):
+    """Bytes that are neither UTF-8 nor JSON are one error (invalid_utf8), not one per fault found;
+    a megabyte of binary is at most one error per line it holds."""
+    t = base()
+    garbage = b"\xff\xfe garbage\n"  # printf '\xff\xfe garbage\n'
+    assert parse_line(garbage, 0).errors == ["invalid_utf8"]
+    check_line_case(tmp_path, t, insert(t, 2, garbage), Counter(invalid_utf8=1))
+    blob = random.Random(27).randbytes(1 << 20)
+    n_lines = len([x for x in blob.split(b"\n") if x.strip()])
+    _, p = spans_of_file(str(tmp_path), insert(t, 2, blob + b"\n"))
+    assert 0 < sum(p.stats.errors.values()) <= n_lines, p.stats.errors
 
 
 def test_nul_bytes(tmp_path):
@@ -756,7 +770,7 @@ def test_out_of_range_numbers_and_dates_still_make_exportable_spans(tmp_path):
             if kv.value.HasField("int_value") and kv.value.int_value != s.attributes[kv.key]:
                 problems.append((s.name, kv.key, s.attributes[kv.key]))
     assert not problems
-    assert p.stats.errors == Counter(bad_field=2, bad_timestamp=2)
+    assert p.stats.errors == Counter(bad_field=1, bad_timestamp=2)  # the usage line: one line, one error
     assert_same_spans(got, spans_of_file(str(tmp_path), dump(t.lines))[0], extra)
 
 
@@ -989,7 +1003,7 @@ def test_each_reason_is_logged_once_and_counted_each_time(tmp_path, caplog):
     p = Pipeline(Options(roots=(root,)), emit=lambda s: None, metrics=metrics)
     with caplog.at_level(logging.WARNING, logger="ccotel.pipeline"):
         p.backfill(close_all=True)
-    assert p.stats.errors == Counter(malformed_json=3, invalid_utf8=1, not_an_object=2)
+    assert p.stats.errors == Counter(malformed_json=2, invalid_utf8=1, not_an_object=2)  # \xff: its first reason
     for reason, n in p.stats.errors.items():
         assert metrics.value("ccotel_parse_errors", reason) == n
         assert sum(reason in r.getMessage() for r in caplog.records) == 1, reason
