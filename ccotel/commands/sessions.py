@@ -25,13 +25,13 @@ from datetime import datetime, timezone
 from typing import Any
 
 import orjson
-from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from ccotel.assemble.closing import Timeouts
 from ccotel.commands.check import _SESSION_ID, CheckError, Health, check_session
 from ccotel.commands.report.usage import session_usage
+from ccotel.commands.terminal import PipeConsole
 from ccotel.read.discover import default_roots
 from ccotel.read.shard import Group
 from ccotel.records import FileKind, SpanRecord, StatusCode, TranscriptFile
@@ -353,7 +353,7 @@ def run(args: argparse.Namespace) -> int:
         doc = {"sessions": [s.as_dict() for s in found]}
         sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
         return 0
-    console = Console(width=args.width, highlight=False) if args.width else Console(highlight=False)
+    console = PipeConsole(width=args.width, highlight=False) if args.width else PipeConsole(highlight=False)
     console.print(render_sessions(found, now, console.width))
     return 0
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import sys
 import time
 from collections.abc import Callable
@@ -101,6 +100,7 @@ def wire(options: Options, exporter: str, state_dir: str | None, metrics: Metric
                         on_failure=(lambda: events.export_failed(metrics)) if metrics else None)
     if stopper is not None:
         stopper.wakers.append(queue.drop_unsent)
+        queue.on_closed = stopper.stdout_closed  # the console's pipe closed (`| head`): stop, quietly
     pipeline = Pipeline(options, emit=_emitter(queue, keep_reading), state=state, metrics=metrics, ledger=ledger)
     queue.on_ack = pipeline.acknowledge
     return Wired(pipeline, queue, state, ledger)
@@ -268,7 +268,7 @@ def follow(wired: Wired, watcher: Watcher, stopper: Stopper, metrics: Metrics, s
             sys.stderr.flush()
     # Stopped: what the backend takes within the first part of the grace period is checkpointed;
     # the rest is not sent (its lines are read again after a restart). A second signal ends it at once.
-    log.info("%s: stopping", signal.Signals(stopper.signum).name)
+    log.log(logging.DEBUG if stopper.closed else logging.INFO, "%s: stopping", stopper.why())
     watcher.stop()
     if status:
         sys.stderr.write("\n")
