@@ -91,6 +91,10 @@ class _Progress:
 def _lock(args: argparse.Namespace) -> StateLock | None:
     """The state for this process alone: the dir, or this host id in PostgreSQL (raises
     StateLocked / StateUnavailable)."""
+    if _preview(args):
+        log.info("a console preview marks nothing as sent: no checkpoint, ledger row or counter total is written "
+                 "(the state is not opened), so a later backfill or run to a trace backend sends this history")
+        return None
     location = _state_dir(args)
     if location is None:
         log.warning("--state none: no checkpoints; every start reads, sends and counts the whole history again")
@@ -120,8 +124,19 @@ def _catch_up_in_parallel(args: argparse.Namespace, progress: _Progress, close_a
     return done
 
 
+def _preview(args: argparse.Namespace) -> bool:
+    """--traces-exporter console: spans to look at, not delivered anywhere. Moving checkpoints (or
+    recording the ledger) for them would mark the history as sent, and a later export to a trace
+    backend would send none of it. (`none` does move them: it is the metrics-and-ledger mode,
+    docs/run.md.)"""
+    return bool(args.traces_exporter == "console")
+
+
 def _state_dir(args: argparse.Namespace) -> str | None:
-    """--state, --state-dir, $CCOTEL_STATE or the default dir; None for 'none'."""
+    """--state, --state-dir, $CCOTEL_STATE or the default dir; None for 'none', and for a console
+    preview, which reads the whole history and leaves the state as it is."""
+    if _preview(args):
+        return None
     return resolve_state(getattr(args, "state", None), args.state_dir)
 
 
