@@ -11,7 +11,16 @@ from collections.abc import Callable
 
 from ccotel import __version__
 from ccotel.commands.options import add_common, add_durable, add_tracing
-from ccotel.run.stopping import EXIT_ERROR, EXIT_LOCKED, STOP_GRACE_S, Interrupted, Stopper, die
+from ccotel.run.stopping import (
+    EXIT_ERROR,
+    EXIT_LOCKED,
+    STOP_GRACE_S,
+    Interrupted,
+    StdoutClosed,
+    Stopper,
+    die,
+    end_quietly,
+)
 
 __all__ = ["main", "build_parser", "Stopper", "Interrupted", "EXIT_ERROR", "EXIT_LOCKED",
            "STOP_GRACE_S"]
@@ -135,6 +144,13 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser(_command_of(argv)).parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s ccotel %(levelname)s %(message)s", stream=sys.stderr)
+    try:
+        return _command(args)
+    except BrokenPipeError:  # stdout's reader went away (`ccotel report | head`): done, as `yes | head` is
+        return end_quietly()
+
+
+def _command(args: argparse.Namespace) -> int:
     if args.command in ("backfill", "run"):
         from ccotel.commands.run import cmd_backfill, cmd_run  # the pipeline: only for these two commands
         from ccotel.store.state import StateError, StateLocked
@@ -142,6 +158,8 @@ def main(argv: list[str] | None = None) -> int:
         stopper = Stopper().install()  # first: a stop is honoured from the start
         try:
             return cmd_backfill(args, stopper) if args.command == "backfill" else cmd_run(args, stopper)
+        except StdoutClosed:  # the console exporter's reader went away: stopped, quietly
+            return end_quietly()
         except Interrupted as stop:
             log.warning("%s before %s was done: stopped; checkpoints hold what the backend acknowledged, a "
                         "restart goes on from there", stop, "the catch-up" if args.command == "run" else "the backfill")

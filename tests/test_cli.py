@@ -15,6 +15,7 @@ import orjson
 from tests.harness.fixtures import load_fixture
 from tests.support.otlp import OtlpReceiver
 from tests.transcript import Transcript, text, tool_use
+from tests.whole.test_faults import history
 
 SID = "cccccccc-1111-4222-8333-444444444444"
 
@@ -173,3 +174,53 @@ def test_a_named_command_parses_as_with_every_command_built():
         only = build_parser(_command_of(argv))
         assert list(only._subparsers._group_actions[0].choices) == [argv[0]]  # noqa: SLF001 - what was built
         assert vars(only.parse_args(argv)) == vars(build_parser().parse_args(argv))
+
+
+# -- a closed stdout (`ccotel ... | head`) ends the command quietly, status 0 ---------------------
+
+def closed_early(*args: str, read: int, timeout: float = 30) -> tuple[int, str]:
+    """Run ccotel with its stdout a pipe whose reader reads ``read`` bytes (0: none) and closes
+    it, as `| head -c N` does; the exit status and stderr, or a failure if it does not end in time."""
+    proc = ccotel(*args)
+    assert proc.stdout is not None
+    if read:
+        assert proc.stdout.read(read)
+    proc.stdout.close()
+    proc.stdout = None  # communicate reads stderr alone
+    try:
+        _, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _, err = proc.communicate()
+        raise AssertionError(f"still running {timeout} s after its stdout was closed: {err[-2000:]}") from None
+    return proc.returncode, err
+
+
+def _quiet(status: int, err: str) -> None:
+    assert status == 0, err
+    assert "Traceback" not in err and "BrokenPipe" not in err and "Broken pipe" not in err, err
+    assert "waiting for the trace backend" not in err and "sent again" not in err, err
+
+
+def test_console_backfill_into_a_closed_pipe_ends_quietly(tmp_path):
+    history(tmp_path / "claude", sessions=12, turns=20)  # spans that far outgrow a pipe's buffer
+    _quiet(*closed_early("backfill", "--root", str(tmp_path / "claude"), "--traces-exporter", "console",
+                         "--state-dir", str(tmp_path / "st"), read=100))
+
+
+def test_console_run_into_a_closed_pipe_ends_quietly(tmp_path):
+    history(tmp_path / "claude", sessions=12, turns=20)  # spans that far outgrow a pipe's buffer
+    _quiet(*closed_early("run", "--root", str(tmp_path / "claude"), "--traces-exporter", "console",
+                         "--state-dir", str(tmp_path / "st"), "--metrics-addr", "none", read=100))
+
+
+def test_reading_commands_into_a_closed_pipe_end_quietly(tmp_path):
+    """Their output is small: the pipe is closed before they write, so their first write finds it closed."""
+    root = tmp_path / "claude"
+    sid = history(root, sessions=2)[0].stem
+    for args in (["report", "--state", "none"], ["report", "session", "--json", "--state", "none"],
+                 ["sessions"], ["trace", sid[:8]], ["check", sid], ["check", sid, "--json"],
+                 ["doctor", "--state", "none", "--traces-exporter", "none", "--metrics-addr", "none"]):
+        status, err = closed_early(args[0], "--root", str(root), *args[1:], read=0)
+        assert status in (0, 1) if args[0] == "doctor" else status == 0, (args, err)  # doctor: 1 if a check fails
+        assert "Traceback" not in err and "BrokenPipe" not in err and "Broken pipe" not in err, (args, err)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -26,6 +25,7 @@ from ccotel.assemble.assembler import Assembler
 from ccotel.assemble.closing import Timeouts
 from ccotel.read import evidence
 from ccotel.read.discover import classify, default_roots, within_root
+from ccotel.read.layout import SessionIdError, UnknownSession, resolve_session_id
 from ccotel.read.parse import parse_line
 from ccotel.read.procs import pid_alive, read_session_pids
 from ccotel.read.tail import Tailer
@@ -35,7 +35,6 @@ from ccotel.rules.transcript import Finding, FindingCode
 
 __all__ = ["Health", "CheckError", "PROBES_S", "add_arguments", "check_session", "find_transcript", "render", "run"]
 
-_SESSION_ID = re.compile(r"^[0-9A-Za-z][0-9A-Za-z_-]{7,63}$")
 # When the file has no assistant record yet, look again: the CLI writes its first answer a moment
 # after the prompt line, and an orchestrator asks right after its process exits (the flush race).
 PROBES_S = (0.0, 0.05, 0.15)
@@ -91,13 +90,17 @@ def find_transcript(arg: str, roots: tuple[str, ...]) -> str:
                 if tf is not None and tf.kind is FileKind.MAIN and os.path.isfile(path):
                     return path
         raise CheckError(f"{arg}: not a main session transcript under {', '.join(roots)}")
-    if not _SESSION_ID.match(arg):
-        raise CheckError(f"{arg!r} is not a session id")
+    try:
+        session_id = resolve_session_id(arg, roots)  # the whole id, or a unique prefix of 8 characters or more
+    except UnknownSession as exc:
+        raise _NotFound(str(exc)) from None  # the evidence may still know a whole id (check_session)
+    except SessionIdError as exc:  # malformed, or ambiguous: which session was meant is not ours to guess
+        raise CheckError(str(exc)) from None
     for root in roots:
-        for path in evidence.transcripts_of((root,), arg):
+        for path in evidence.transcripts_of((root,), session_id):
             if within_root(root, path):
                 return path
-    raise _NotFound(f"no transcript for session {arg} under {', '.join(roots)}")
+    raise _NotFound(f"no transcript for session {session_id} under {', '.join(roots)}")
 
 
 @dataclass
@@ -307,7 +310,8 @@ def render(h: Health) -> str:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("session", help="a session id, or the path of its transcript (under a root)")
+    parser.add_argument("session", help="a session id, a unique prefix of one (at least 8 characters), or the path "
+                        "of its transcript (under a root)")
     parser.add_argument("--json", action="store_true", help="print the health and findings as JSON")
     parser.add_argument("--stall-timeout", type=float, default=180.0)
 

@@ -21,6 +21,7 @@ from ccotel.read.shard import default_workers
 from ccotel.read.watch import Watcher
 from ccotel.run.pipeline import Options
 from ccotel.run.runner import describe, fill_ledger, follow, read_history, wait_for_backend, wire
+from ccotel.run.status import StatusLine
 from ccotel.run.stopping import EXIT_ERROR, Stopper, settle_state
 from ccotel.sources.orchestrator import DEFAULT_PATTERNS, load_patterns, parse_log_arg
 from ccotel.spans.build import Conventions
@@ -62,11 +63,12 @@ def options_of(args: argparse.Namespace) -> Options:
 
 
 class _Progress:
-    """A one-line progress bar on stderr while catching up (only on a terminal). Called between
-    files: where a stop is honoured (the stopper is soft from the first call on)."""
+    """A one-line progress bar on the terminal's status line while catching up (None: not on a
+    terminal). Called between files: where a stop is honoured (the stopper is soft from the first
+    call on)."""
 
-    def __init__(self, stopper: Stopper | None = None) -> None:
-        self.enabled = sys.stderr.isatty()
+    def __init__(self, stopper: Stopper | None = None, line: StatusLine | None = None) -> None:
+        self.line = line
         self.last = 0.0
         self.stopper = stopper
 
@@ -75,22 +77,30 @@ class _Progress:
             self.stopper.hard = False
             self.stopper.check()
         now = time.monotonic()
-        if not self.enabled or (now - self.last < 0.2 and done < total):
+        if self.line is None or (now - self.last < 0.2 and done < total):
             return
         self.last = now
         frac = done / total if total else 1.0
         bar = "#" * int(frac * 30)
-        sys.stderr.write(f"\rcatching up [{bar:<30}] {frac:6.1%} {done / 1e6:,.1f}/{total / 1e6:,.1f} MB")
-        sys.stderr.flush()
+        self.line.show(f"catching up [{bar:<30}] {frac:6.1%} {done / 1e6:,.1f}/{total / 1e6:,.1f} MB")
 
     def end(self) -> None:
-        if self.enabled:
-            sys.stderr.write("\n")
+        if self.line is not None:
+            self.line.done()
+
+
+def _status_line() -> StatusLine | None:
+    """The terminal's status line, log records above it; None when stderr is not a terminal."""
+    return StatusLine(sys.stderr).attach() if sys.stderr.isatty() else None
 
 
 def _lock(args: argparse.Namespace) -> StateLock | None:
     """The state for this process alone: the dir, or this host id in PostgreSQL (raises
     StateLocked / StateUnavailable)."""
+    if _preview(args):
+        log.info("a console preview marks nothing as sent: no checkpoint, ledger row or counter total is written "
+                 "(the state is not opened), so a later backfill or run to a trace backend sends this history")
+        return None
     location = _state_dir(args)
     if location is None:
         log.warning("--state none: no checkpoints; every start reads, sends and counts the whole history again")
@@ -120,8 +130,19 @@ def _catch_up_in_parallel(args: argparse.Namespace, progress: _Progress, close_a
     return done
 
 
+def _preview(args: argparse.Namespace) -> bool:
+    """--traces-exporter console: spans to look at, not delivered anywhere. Moving checkpoints (or
+    recording the ledger) for them would mark the history as sent, and a later export to a trace
+    backend would send none of it. (`none` does move them: it is the metrics-and-ledger mode,
+    docs/run.md.)"""
+    return bool(args.traces_exporter == "console")
+
+
 def _state_dir(args: argparse.Namespace) -> str | None:
-    """--state, --state-dir, $CCOTEL_STATE or the default dir; None for 'none'."""
+    """--state, --state-dir, $CCOTEL_STATE or the default dir; None for 'none', and for a console
+    preview, which reads the whole history and leaves the state as it is."""
+    if _preview(args):
+        return None
     return resolve_state(getattr(args, "state", None), args.state_dir)
 
 
@@ -129,7 +150,8 @@ def cmd_backfill(args: argparse.Namespace, stopper: Stopper | None = None) -> in
     stopper = stopper or Stopper()
     lock = _lock(args)  # noqa: F841  (held until the process ends)
     fill_ledger(options_of(args), _state_dir(args), stopper)
-    progress = _Progress(stopper)
+    line = _status_line()
+    progress = _Progress(stopper, line)
     parallel = _catch_up_in_parallel(args, progress, close_all=args.close_all, stopper=stopper)
     stopper.hard = True
     wired = wire(options_of(args), args.traces_exporter, _state_dir(args), stopper=stopper, host=args.host_id)
@@ -137,6 +159,8 @@ def cmd_backfill(args: argparse.Namespace, stopper: Stopper | None = None) -> in
     pipeline, queue = wired.pipeline, wired.queue
     kept = read_history(wired, progress, stopper, close_all=args.close_all)
     progress.end()
+    if line is not None:
+        line.detach()
     pipeline.forget_gone()
     wait_for_backend(queue, stopper)
     queue.close(timeout_s=None)
@@ -181,7 +205,8 @@ def cmd_run(args: argparse.Namespace, stopper: Stopper | None = None) -> int:
     watcher = Watcher(options_of(args).roots, force_polling=args.poll)
     watcher.start()  # before the catch-up, so nothing written meanwhile is missed
     fill_ledger(options_of(args), state_dir, stopper)
-    progress = _Progress(stopper)
+    line = _status_line()
+    progress = _Progress(stopper, line)
     parallel = _catch_up_in_parallel(args, progress, metrics=True, stopper=stopper)
     stopper.hard = True
     wired = wire(options_of(args), args.traces_exporter, state_dir, metrics, stopper, keep_reading=True,
@@ -195,7 +220,9 @@ def cmd_run(args: argparse.Namespace, stopper: Stopper | None = None) -> int:
     pipeline.forget_gone()
     log.info("caught up: %d files, %d spans; following live (%s)", pipeline.stats.files,
              pipeline.stats.spans, watcher.mode)
-    status = follow(wired, watcher, stopper, metrics, sys.stderr.isatty() and not args.no_status)
+    status = follow(wired, watcher, stopper, metrics, None if args.no_status else line)
+    if line is not None:
+        line.detach()
     wired.close()
     if genai is not None:
         genai.shutdown(timeout_s=max(stopper.deadline(0.95) - time.monotonic(), 0.05))

@@ -25,14 +25,15 @@ from datetime import datetime, timezone
 from typing import Any
 
 import orjson
-from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from ccotel.assemble.closing import Timeouts
-from ccotel.commands.check import _SESSION_ID, CheckError, Health, check_session
+from ccotel.commands.check import CheckError, Health, check_session
 from ccotel.commands.report.usage import session_usage
+from ccotel.commands.terminal import PipeConsole
 from ccotel.read.discover import default_roots
+from ccotel.read.layout import SessionIdError, resolve_session_id
 from ccotel.read.shard import Group
 from ccotel.records import FileKind, SpanRecord, StatusCode, TranscriptFile
 from ccotel.run.pipeline import Options, Pipeline, discover, session_groups
@@ -165,19 +166,17 @@ def session_refs(roots: Sequence[str], since_ns: int | None = None) -> list[Sess
 
 
 def find_session(arg: str, roots: Sequence[str]) -> SessionRef:
-    """A session id, or a unique prefix of one (at least 8 characters), -> its files under the roots.
-    Path-like and malformed arguments are refused before anything is read."""
-    if os.sep in arg or "/" in arg or arg.endswith(".jsonl") or not _SESSION_ID.match(arg):
-        raise SessionError(f"{arg!r} is not a session id (give the id, or at least its first 8 characters)")
-    refs = session_refs(roots)
-    exact = [r for r in refs if r.session_id == arg]
-    found = exact or [r for r in refs if r.session_id.startswith(arg)]
-    if not found:
-        raise SessionError(f"no session {arg} under {', '.join(roots)}")
-    if len(found) > 1:
-        names = ", ".join(sorted(r.session_id for r in found)[:10])
-        raise SessionError(f"{arg} names {len(found)} sessions: {names}; give more of the id")
-    return found[0]
+    """A session id, or a unique prefix of one (at least 8 characters), -> its files under the roots
+    (layout.resolve_session_id: the rule of every command). Path-like and malformed arguments are
+    refused before anything is read."""
+    try:
+        session_id = resolve_session_id(arg, roots)
+    except SessionIdError as exc:
+        raise SessionError(str(exc)) from None
+    for ref in session_refs(roots):
+        if ref.session_id == session_id:
+            return ref
+    raise SessionError(f"unknown session {arg} under {', '.join(roots)}")
 
 
 # -- the spans of a session, built by the real pipeline -------------------------------------------
@@ -353,7 +352,7 @@ def run(args: argparse.Namespace) -> int:
         doc = {"sessions": [s.as_dict() for s in found]}
         sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
         return 0
-    console = Console(width=args.width, highlight=False) if args.width else Console(highlight=False)
+    console = PipeConsole(width=args.width, highlight=False) if args.width else PipeConsole(highlight=False)
     console.print(render_sessions(found, now, console.width))
     return 0
 

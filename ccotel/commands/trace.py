@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from rich.console import Console, Group, RenderableType
+from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
@@ -33,6 +33,7 @@ from ccotel.commands.sessions import (
     is_error,
     options_from_args,
 )
+from ccotel.commands.terminal import PipeConsole
 from ccotel.records import SpanRecord
 from ccotel.spans.attributes import (
     CLAUDE_CODE_ADVISOR,
@@ -494,7 +495,7 @@ def run(args: argparse.Namespace) -> int:
         doc = turns_json(turns, ss) if turn is None else turn_json(turn, ss, len(turns))
         sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode() + "\n")
         return 0
-    console = Console(width=args.width, highlight=False) if args.width else Console(highlight=False)
+    console = PipeConsole(width=args.width, highlight=False) if args.width else PipeConsole(highlight=False)
     if turn is None:
         console.print(render_turns(turns, ss))
     else:

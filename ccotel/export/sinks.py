@@ -29,6 +29,7 @@ from typing import Protocol, TextIO
 import orjson
 
 from ccotel import __version__
+from ccotel.export.closed import OutputClosed, discard
 from ccotel.export.memory_sink import MemorySink
 from ccotel.export.otlp import encode_request, encode_span
 from ccotel.export.result import (
@@ -59,6 +60,7 @@ __all__ = [
     "NoneSink",
     "OtlpSink",
     "Outcome",
+    "OutputClosed",
     "SpanSink",
     "make_sink",
     "otlp_settings",
@@ -109,9 +111,13 @@ class ConsoleSink:
         self.out = out or sys.stdout
 
     def export(self, spans: Sequence[SpanRecord]) -> ExportResult:
-        for s in spans:
-            self.out.write(orjson.dumps(span_to_dict(s)).decode() + "\n")
-        self.out.flush()
+        try:
+            for s in spans:
+                self.out.write(orjson.dumps(span_to_dict(s)).decode() + "\n")
+            self.out.flush()
+        except BrokenPipeError as exc:  # `| head` has what it wanted: not an outage, nothing to retry
+            discard(self.out)
+            raise OutputClosed(str(exc)) from exc
         return OK
 
     def describe(self) -> str:
@@ -265,6 +271,10 @@ class ExportQueue:
       logged once per reason.
 
     ``on_failure`` is called for every attempt that was not OK; ``on_result`` with every result.
+
+    A sink whose output was closed (``OutputClosed``: `| head` went away) ends the queue: nothing
+    is retried or acknowledged, ``submit`` and ``flush`` no longer wait, and ``on_closed`` is
+    called once (the command then ends quietly).
     """
 
     def __init__(self, sink: SpanSink, max_pending: int = 20_000, batch_size: int = 512,
@@ -272,7 +282,8 @@ class ExportQueue:
                  max_backoff_s: float = 30.0, notify: Callable[[str], None] | None = None,
                  on_failure: Callable[[], None] | None = None, *, min_backoff_s: float = 0.5,
                  max_retry_after_s: float = 300.0,
-                 on_result: Callable[[ExportResult], None] | None = None) -> None:
+                 on_result: Callable[[ExportResult], None] | None = None,
+                 on_closed: Callable[[], None] | None = None) -> None:
         self.sink = sink
         self.max_pending = max_pending
         self.batch_size = batch_size
@@ -283,6 +294,8 @@ class ExportQueue:
         self.notify = notify or (lambda msg: log.warning("%s", msg))
         self.on_failure = on_failure
         self.on_result = on_result
+        self.on_closed = on_closed
+        self.closed = False  # the sink's output went away: nothing more is sent
         self._q: deque[SpanRecord] = deque()
         self._inflight = 0
         self._cv = threading.Condition()
@@ -299,8 +312,8 @@ class ExportQueue:
 
     def submit(self, spans: Sequence[SpanRecord], block_s: float | None = None) -> bool:
         """Queue spans; blocks while the queue is full (backpressure). False if block_s ran out."""
-        if not spans:
-            return True
+        if not spans or self.closed:
+            return True  # closed: the spans go nowhere, and nothing may wait for them
         deadline = None if block_s is None else time.monotonic() + block_s
         with self._cv:
             while len(self._q) >= self.max_pending and not self._stop:
@@ -319,7 +332,7 @@ class ExportQueue:
     def flush(self, timeout_s: float | None = None) -> bool:
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         with self._cv:
-            while self._q or self._inflight:
+            while (self._q or self._inflight) and not self.closed:
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     return False
@@ -371,7 +384,11 @@ class ExportQueue:
                 batch = [self._q.popleft() for _ in range(min(self._cap, len(self._q)))]
                 self._inflight = len(batch)
             while True:
-                result = self._attempt(batch)
+                try:
+                    result = self._attempt(batch)
+                except OutputClosed:
+                    self._close_output()
+                    return
                 if result.outcome is not Outcome.RETRY:
                     backoff = self.min_backoff_s
                     break
@@ -398,6 +415,8 @@ class ExportQueue:
     def _attempt(self, batch: list[SpanRecord]) -> ExportResult:
         try:
             result = self.sink.export(batch)
+        except OutputClosed:
+            raise
         except Exception as exc:  # a sink's bug must not end the export thread
             log.debug("sink %s raised", self.sink.describe(), exc_info=True)
             result = ExportResult.retry(REASON_ERROR, f"{type(exc).__name__}: {exc}")
@@ -408,6 +427,19 @@ class ExportQueue:
             if self.on_failure is not None:
                 self.on_failure()
         return result
+
+    def _close_output(self) -> None:
+        """The sink's output went away: drop what is queued and the batch (never acknowledged:
+        nothing of it was read), stop, and wake whatever waits on the queue."""
+        log.debug("the output of %s was closed: export ends", self.sink.describe())
+        with self._cv:
+            self.closed = True
+            self._q.clear()
+            self._inflight = 0
+            self._stop = True
+            self._cv.notify_all()
+        if self.on_closed is not None:
+            self.on_closed()
 
     def _delay(self, result: ExportResult, backoff: float) -> float:
         if result.retry_after is not None:

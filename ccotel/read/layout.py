@@ -14,16 +14,22 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
-__all__ = ["AGENT_PREFIX", "META_SUFFIX", "SUBAGENTS", "agent_meta", "agent_transcript", "main_transcripts",
-           "project_dir_of", "projects_dir", "subagents_dir"]
+__all__ = ["AGENT_PREFIX", "META_SUFFIX", "SESSION_ID", "SUBAGENTS", "AmbiguousSession", "SessionIdError",
+           "UnknownSession", "agent_meta", "agent_transcript", "main_transcripts", "match_session_id",
+           "project_dir_of", "projects_dir", "resolve_session_id", "session_ids", "subagents_dir"]
 
 PROJECTS = "projects"
 SUBAGENTS = "subagents"
 AGENT_PREFIX = "agent-"
 META_SUFFIX = ".meta.json"
 _NOT_ALNUM = re.compile(r"[^A-Za-z0-9]")
+#: A session id as a command takes it, or a prefix of one: at least 8 characters (what `ccotel
+#: sessions` prints), nothing that could name a path (no separator, no dot).
+SESSION_ID = re.compile(r"^[0-9A-Za-z][0-9A-Za-z_-]{7,63}$")
+_MIN_PREFIX = 8
+_CANDIDATES_SHOWN = 10
 
 
 def projects_dir(root: str) -> str:
@@ -44,6 +50,71 @@ def main_transcripts(roots: Sequence[str], session_id: str) -> Iterator[tuple[st
             path = os.path.join(projects, d, f"{session_id}.jsonl")
             if os.path.isfile(path):
                 yield root, path
+
+
+class SessionIdError(ValueError):
+    """A session argument refused: path-like or malformed (nothing was read for it)."""
+
+
+class UnknownSession(SessionIdError):
+    """A well-formed id or prefix that no main transcript under the roots has."""
+
+
+class AmbiguousSession(SessionIdError):
+    """A prefix that several sessions under the roots share."""
+
+
+def session_ids(roots: Sequence[str]) -> set[str]:
+    """The id of every ``projects/<dir>/<id>.jsonl`` under the roots (names only: nothing is read)."""
+    ids: set[str] = set()
+    for root in roots:
+        projects = projects_dir(root)
+        try:
+            dirs = os.listdir(projects)
+        except OSError:
+            continue
+        for d in dirs:
+            try:
+                names = os.listdir(os.path.join(projects, d))
+            except OSError:  # a file, or unreadable
+                continue
+            ids.update(n[: -len(".jsonl")] for n in names
+                       if n.endswith(".jsonl") and not n.startswith(AGENT_PREFIX))
+    return ids
+
+
+def match_session_id(arg: str, ids: Iterable[str]) -> str:
+    """The one id of ``ids`` that is ``arg`` or starts with it. Raises SessionIdError when ``arg``
+    is not a session id or a prefix of at least 8 characters, UnknownSession when no id matches,
+    AmbiguousSession (naming the candidates) when several do."""
+    _refuse_malformed(arg)
+    found = sorted({i for i in ids if i.startswith(arg)})
+    if arg in found:
+        return arg  # a whole id is never ambiguous, even when it is also a prefix of another
+    if not found:
+        raise UnknownSession(f"unknown session {arg}")
+    if len(found) > 1:
+        more = ", ..." if len(found) > _CANDIDATES_SHOWN else ""
+        raise AmbiguousSession(f"ambiguous: {arg} matches {', '.join(found[:_CANDIDATES_SHOWN])}{more}")
+    return found[0]
+
+
+def _refuse_malformed(arg: str) -> None:
+    if not SESSION_ID.match(arg):
+        raise SessionIdError(f"{arg!r} is not a session id (give the id, or at least its first {_MIN_PREFIX} "
+                             "characters)")
+
+
+def resolve_session_id(arg: str, roots: Sequence[str]) -> str:
+    """A session id, or a unique prefix of one (at least 8 characters), -> the whole id of a main
+    transcript under the roots: the rule of every command that takes a session id (check, trace).
+    The argument is checked before anything is listed, so a path-like or malformed one never
+    reaches the filesystem."""
+    _refuse_malformed(arg)
+    try:
+        return match_session_id(arg, session_ids(roots))
+    except UnknownSession as exc:
+        raise UnknownSession(f"{exc} under {', '.join(roots)}") from None
 
 
 def subagents_dir(main_transcript: str) -> str:

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,7 +31,8 @@ from ccotel.store.sqlite import SqliteState
 from ccotel.store.state import State, host_id, is_url
 
 if TYPE_CHECKING:
-    from ccotel.read.watch import Watcher  # watchdog: not loaded by catch-up workers, which never watch
+    from ccotel.read.watch import Watcher
+    from ccotel.run.status import StatusLine  # watchdog: not loaded by catch-up workers, which never watch
 
 __all__ = ["Wired", "wire", "fill_ledger", "read_history", "wait_for_backend", "catch_up_traces", "follow", "Stopper",
            "Interrupted", "die", "settle_state", "EXIT_ERROR", "EXIT_LOCKED", "STOP_GRACE_S"]
@@ -101,6 +100,7 @@ def wire(options: Options, exporter: str, state_dir: str | None, metrics: Metric
                         on_failure=(lambda: events.export_failed(metrics)) if metrics else None)
     if stopper is not None:
         stopper.wakers.append(queue.drop_unsent)
+        queue.on_closed = stopper.stdout_closed  # the console's pipe closed (`| head`): stop, quietly
     pipeline = Pipeline(options, emit=_emitter(queue, keep_reading), state=state, metrics=metrics, ledger=ledger)
     queue.on_ack = pipeline.acknowledge
     return Wired(pipeline, queue, state, ledger)
@@ -222,9 +222,10 @@ def _gather(watcher: Watcher, dirty: set[str], last_poll: float, gap_s: float) -
     return time.monotonic()
 
 
-def follow(wired: Wired, watcher: Watcher, stopper: Stopper, metrics: Metrics, status: bool) -> int:
+def follow(wired: Wired, watcher: Watcher, stopper: Stopper, metrics: Metrics, status: StatusLine | None) -> int:
     """Follow the files live until a signal; then let the batch on the wire be acknowledged,
-    checkpoint, and return the exit status."""
+    checkpoint, and return the exit status. ``status``: the terminal's status line the live
+    counts are drawn on every second (None: none)."""
     pipeline, queue, state = wired.pipeline, wired.queue, wired.state
     current = [pipeline]  # replaced when the traces catch up
     metrics.gauges = lambda: {**current[0].gauges(), "ccotel_export_queue_spans": float(queue.pending()),
@@ -261,19 +262,18 @@ def follow(wired: Wired, watcher: Watcher, stopper: Stopper, metrics: Metrics, s
             last_rescan = now
             watcher.ensure_roots()
             pipeline.rescan()
-        if status and now - last_status > 1:
+        if status is not None and now - last_status > 1:
             last_status = now
             st = pipeline.stats
-            down = " backend DOWN, holding" if queue.down_since else ""
-            sys.stderr.write(f"\rlive: {st.files} files, {st.lines} lines, {queue.exported} spans sent,"
-                             f" {queue.pending()} pending{down}   ")
-            sys.stderr.flush()
+            down = ", backend DOWN, holding" if queue.down_since else ""
+            status.show(f"live: {st.files} files, {st.lines} lines, {queue.exported} spans sent,"
+                        f" {queue.pending()} pending{down}")
     # Stopped: what the backend takes within the first part of the grace period is checkpointed;
     # the rest is not sent (its lines are read again after a restart). A second signal ends it at once.
-    log.info("%s: stopping", signal.Signals(stopper.signum).name)
+    log.log(logging.DEBUG if stopper.closed else logging.INFO, "%s: stopping", stopper.why())
     watcher.stop()
-    if status:
-        sys.stderr.write("\n")
+    if status is not None:
+        status.done()
     queue.flush(timeout_s=max(stopper.deadline(0.45) - time.monotonic(), 0.0))
     queue.abandon(stopper.deadline(0.7))
     pipeline.process_acks()

@@ -9,15 +9,19 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from ccotel.export.closed import discard
+
 if TYPE_CHECKING:
     from ccotel.store.state import State
 
-__all__ = ["Stopper", "Interrupted", "die", "settle_state", "EXIT_ERROR", "EXIT_LOCKED", "STOP_GRACE_S"]
+__all__ = ["Stopper", "Interrupted", "StdoutClosed", "end_quietly", "die", "settle_state", "EXIT_ERROR", "EXIT_LOCKED",
+           "STOP_GRACE_S"]
 
 log = logging.getLogger("ccotel")
 
@@ -36,6 +40,22 @@ class Interrupted(Exception):
     def __init__(self, signum: int) -> None:
         super().__init__(signal.Signals(signum).name)
         self.signum = signum
+
+
+class StdoutClosed(Interrupted):
+    """stdout was closed by its reader (`ccotel ... | head`): the command stops as for a signal
+    (nothing more is checkpointed) but ends quietly with status 0 (``end_quietly``)."""
+
+    def __init__(self) -> None:
+        Exception.__init__(self, "stdout closed")
+        self.signum = 0
+
+
+def end_quietly() -> int:
+    """The exit of a command whose stdout was closed: status 0 as `yes | head` gives, no
+    traceback; what is still buffered for stdout goes to /dev/null."""
+    discard(sys.stdout)
+    return 0
 
 
 class Stopper:
@@ -57,6 +77,24 @@ class Stopper:
         self.at = 0.0  # monotonic time of the first signal
         self.hard = True
         self.wakers: list[Callable[[], None]] = []
+        self.closed = False  # stopped because stdout was closed, not by a signal
+
+    def stdout_closed(self) -> None:
+        """From any thread: stdout's reader went away (the console exporter found its pipe
+        closed). The command stops at its next ``check()``, which raises StdoutClosed; the
+        wakers run so nothing blocks on the export queue; a watchdog ends the process with
+        status 0 ``grace_s`` later if it has not ended by then."""
+        if self.event.is_set():
+            return
+        self.closed, self.at = True, time.monotonic()
+        self.event.set()
+        threading.Thread(target=self._watchdog, name="ccotel-stop", daemon=True).start()
+        for wake in self.wakers:
+            wake()
+
+    def why(self) -> str:
+        """What stopped the command: the signal's name, or "stdout closed"."""
+        return "stdout closed" if self.closed else signal.Signals(self.signum).name
 
     def install(self) -> Stopper:
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -72,7 +110,7 @@ class Stopper:
 
     def check(self) -> None:
         if self.event.is_set():
-            raise Interrupted(self.signum)
+            raise StdoutClosed() if self.closed else Interrupted(self.signum)
 
     def _handle(self, signum: int, _frame: object) -> None:
         if self.event.is_set():
@@ -87,6 +125,8 @@ class Stopper:
 
     def _watchdog(self) -> None:
         time.sleep(max(self.deadline() - time.monotonic(), 0.0))
+        if self.closed and not self.signum:
+            os._exit(end_quietly())  # no signal to end by: the status `| head` expects
         die(self.signum, f"still stopping {self.grace_s:.2f} s after {signal.Signals(self.signum).name}: exiting "
             "now; checkpoints are as last written (a restart reads again what they do not cover)")
 

@@ -400,3 +400,22 @@ def test_cli_json_keeps_the_old_fields_and_adds_findings(tmp_path):
     f = doc["findings"][0]
     assert f["code"] == "trailing_orphaned_tool_use" and f["severity"] == "blocks_resume" and f["blocks_resume"]
     assert doc["problems"] == [f["message"]]
+
+
+def test_the_8_character_id_sessions_prints_is_taken_and_unknown_or_ambiguous_are_said(tmp_path):
+    """`ccotel check a1d982a6` (the id `ccotel sessions` prints): the same prefix rule as `ccotel trace`."""
+    fx = load_fixture("s01_bash_tool")
+    root = tmp_path / "claude"
+    shutil.copytree(fx.config_dir, root)
+    sid = fx.session_ids[0]
+    whole = check_session(sid, (str(root),))
+    short = check_session(sid[:8], (str(root),))
+    assert short.session_id == whole.session_id == sid and short.path == whole.path
+    assert run_check(sid[:8], "--root", str(root)).returncode in (0, 1)  # a verdict, not a refusal
+    unknown = run_check("0123abcd", "--root", str(root))
+    assert unknown.returncode == 2 and "unknown session 0123abcd" in unknown.stderr
+    main = next(root.glob(f"projects/*/{sid}.jsonl"))
+    twin = sid[:9] + "ffff" + sid[13:]
+    shutil.copy(main, main.with_name(f"{twin}.jsonl"))
+    amb = run_check(sid[:8], "--root", str(root))
+    assert amb.returncode == 2 and f"ambiguous: {sid[:8]} matches {', '.join(sorted([sid, twin]))}" in amb.stderr

@@ -237,9 +237,10 @@ def test_unknown_ambiguous_and_out_of_range(tmp_path: Path, capsys: pytest.Captu
     main = next(root.glob(f"projects/*/{sid}.jsonl"))
     twin = sid[:9] + "ffff" + sid[13:]  # same first 9 characters, another session
     shutil.copy(main, main.with_name(f"{twin}.jsonl"))
-    assert trace(capsys, "00000000", "--root", str(root))[0] == 2
+    rc, out, err = trace(capsys, "00000000", "--root", str(root))
+    assert rc == 2 and "unknown session 00000000" in err and out == ""
     rc, out, err = trace(capsys, sid[:9], "--root", str(root))
-    assert rc == 2 and "names 2 sessions" in err and out == ""
+    assert rc == 2 and f"ambiguous: {sid[:9]} matches {', '.join(sorted([sid, twin]))}" in err and out == ""
     rc, out, _ = trace(capsys, sid[:10], "--root", str(root), "--list", "--json")  # unique again
     assert rc == 0 and json.loads(out)["sessionId"] == sid and len(json.loads(out)["turns"]) == 2
     for n in ("3", "-3", "0"):

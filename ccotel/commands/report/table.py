@@ -159,7 +159,7 @@ def _zone_name(tz: tzinfo | None) -> str:
 
 def stdout_console() -> Console:
     """stdout; colour only on a terminal and without NO_COLOR (rich checks both); wide in a pipe."""
-    from rich.console import Console
+    from ccotel.commands.terminal import PipeConsole
 
     wide = None if sys.stdout.isatty() else int(os.environ.get("COLUMNS", "200") or 200)
-    return Console(width=wide, highlight=False)
+    return PipeConsole(width=wide, highlight=False)
