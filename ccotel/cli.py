@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Callable
 
 from ccotel import __version__
 from ccotel.commands.options import add_common, add_durable, add_tracing
 from ccotel.run.stopping import EXIT_ERROR, EXIT_LOCKED, STOP_GRACE_S, Interrupted, Stopper, die
+
+EXIT_USAGE = 2  # bad configuration (as argparse exits for a bad option): said before any work
 
 __all__ = ["main", "build_parser", "Stopper", "Interrupted", "EXIT_ERROR", "EXIT_LOCKED",
            "STOP_GRACE_S"]
@@ -130,11 +133,31 @@ def _command_of(argv: list[str]) -> str | None:
     return None
 
 
+def _config_error(args: argparse.Namespace) -> str | None:
+    """What in the configuration would fail once the command is under way, said before any work
+    (exit 2) instead of a traceback or an endless retry later. Each check is its layer's own;
+    nothing is loaded for a command the check does not apply to."""
+    if args.command in ("run", "backfill", "report"):
+        # resolve_state's order; a PostgreSQL URL needs the fleet extra (doctor reports it as a finding)
+        location = args.state or args.state_dir or os.environ.get("CCOTEL_STATE")
+        if location and location.startswith(("postgresql://", "postgres://")):
+            from ccotel.store.backends import backend_missing
+
+            missing = backend_missing(location)
+            if missing is not None:
+                return missing
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser(_command_of(argv)).parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s ccotel %(levelname)s %(message)s", stream=sys.stderr)
+    problem = _config_error(args)
+    if problem is not None:
+        log.error("%s", problem)
+        return EXIT_USAGE
     if args.command in ("backfill", "run"):
         from ccotel.commands.run import cmd_backfill, cmd_run  # the pipeline: only for these two commands
         from ccotel.store.state import StateError, StateLocked

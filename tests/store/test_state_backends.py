@@ -289,3 +289,27 @@ def _closed_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+# A `python -c` wrapper around ccotel.cli.main in which psycopg cannot be imported (the fleet extra
+# not installed), as `ccotel` itself would run.
+_WITHOUT_PSYCOPG = ("import sys; sys.modules['psycopg'] = None; from ccotel.cli import main; "
+                    "sys.exit(main(sys.argv[1:]))")
+
+
+@pytest.mark.parametrize("command", ["run", "backfill", "report"])
+def test_postgres_state_without_the_fleet_extra_says_what_to_install(command: str, tmp_path: Path) -> None:
+    root = tmp_path / "claude"
+    (root / "projects").mkdir(parents=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PG", "OTEL_", "CCOTEL_"))}
+    env["XDG_STATE_HOME"] = str(tmp_path / "xdg")
+    extra = {"run": ["--metrics-addr", "none", "--traces-exporter", "none"],
+             "backfill": ["--traces-exporter", "none"], "report": ["--json"]}[command]
+    for how in (["--state", "postgresql://u:pw@127.0.0.1:1/db"], []):  # the option, or $CCOTEL_STATE
+        done = subprocess.run([sys.executable, "-c", _WITHOUT_PSYCOPG, command, "--root", str(root), *how, *extra],
+                              env=env if how else {**env, "CCOTEL_STATE": "postgres://u:pw@127.0.0.1:1/db"},
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2, done.stderr
+        assert "pip install 'ccotel[fleet]'" in done.stderr
+        assert "Traceback" not in done.stderr and "pw@" not in done.stderr
+        assert not (tmp_path / "xdg").exists()  # before any work: no state dir made
