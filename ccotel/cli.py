@@ -146,6 +146,13 @@ def _config_error(args: argparse.Namespace) -> str | None:
             missing = backend_missing(location)
             if missing is not None:
                 return missing
+    if getattr(args, "prices", None):  # every command that takes --prices (spans/pricing.py checks the file)
+        from ccotel.spans.pricing import PriceFileError, load_overrides
+
+        try:
+            load_overrides(args.prices)
+        except PriceFileError as exc:
+            return str(exc)
     return None
 
 
