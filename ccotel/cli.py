@@ -153,6 +153,10 @@ def _config_error(args: argparse.Namespace) -> str | None:
             load_overrides(args.prices)
         except PriceFileError as exc:
             return str(exc)
+    if args.command in ("run", "backfill", "relay") and args.traces_exporter == "otlp":
+        from ccotel.export.sinks import otlp_config_error
+
+        return otlp_config_error()
     return None
 
 

@@ -109,8 +109,10 @@ def _telemetry_findings(cfg: DoctorConfig, root: str, merged: Mapping[str, tuple
                            f"(OTEL_METRICS_EXPORTER=prometheus from {where})", "", {"port": port}))
     traces = [t.strip() for t in env.get("OTEL_TRACES_EXPORTER", "").split(",")]
     if "otlp" in traces and cfg.traces_exporter == "otlp":
-        theirs = otlp_settings(supported_protocol(env)[0])
-        ours = otlp_settings(supported_protocol(cfg.env)[0])
+        # only the endpoints are compared: headers either side cannot parse are left out (the
+        # traces check reports ccotel's own), never shown
+        theirs = otlp_settings(_without_headers(supported_protocol(env)[0]))
+        ours = otlp_settings(_without_headers(supported_protocol(cfg.env)[0]))
         if _same_backend(theirs, ours):
             out.append(Finding("telemetry", Level.WARN, ours.endpoint, "Claude Code sends its own traces to the "
                                f"backend ccotel sends to (OTEL_TRACES_EXPORTER=otlp from "
@@ -119,6 +121,11 @@ def _telemetry_findings(cfg: DoctorConfig, root: str, merged: Mapping[str, tuple
                                "keep one: unset OTEL_TRACES_EXPORTER for Claude Code, or tell them apart by "
                                "service.name (ccotel's is \"ccotel\")", {"claude_code": theirs.endpoint}))
     return out
+
+
+def _without_headers(env: Mapping[str, str]) -> dict[str, str]:
+    headers = ("OTEL_EXPORTER_OTLP_HEADERS", "OTEL_EXPORTER_OTLP_TRACES_HEADERS")
+    return {k: v for k, v in env.items() if k not in headers}
 
 
 def _same_backend(a: OtlpSettings, b: OtlpSettings) -> bool:
