@@ -18,6 +18,7 @@ from ccotel.commands.doctor.metrics import CLAUDE_CODE_PROMETHEUS_PORT, is_loopb
 from ccotel.commands.doctor.traces import endpoint_address, supported_protocol
 from ccotel.commands.doctor.wording import why
 from ccotel.export.sinks import OtlpSettings, otlp_settings
+from ccotel.read.discover import PATH_OUTSIDE_ROOT, within_root
 
 __all__ = ["check_claude_code_telemetry", "TELEMETRY_KEYS"]
 
@@ -47,7 +48,7 @@ def check_claude_code_telemetry(cfg: DoctorConfig) -> tuple[list[Finding], dict[
     for root in cfg.roots:
         sources = [environment]
         for name in ("settings.json", "settings.local.json"):
-            found, bad = _settings_env(os.path.join(root, name))
+            found, bad = _settings_env(os.path.join(root, name), root)
             findings += bad
             sources += found
         sources += managed
@@ -70,7 +71,13 @@ def check_claude_code_telemetry(cfg: DoctorConfig) -> tuple[list[Finding], dict[
     return findings, {port: sorted(set(where)) for port, where in ports.items()}
 
 
-def _settings_env(path: str) -> tuple[list[_EnvSource], list[Finding]]:
+def _settings_env(path: str, root: str | None = None) -> tuple[list[_EnvSource], list[Finding]]:
+    """The telemetry keys of a settings file's ``env``; a root's own file only if it resolves
+    inside the root (a symlink out of it is not read, as ccotel reads nothing outside its roots)."""
+    if root is not None and not within_root(root, path):
+        return [], [Finding("telemetry", Level.WARN, path, f"{PATH_OUTSIDE_ROOT}: resolves outside the root {root}, "
+                            "so it is not read: Claude Code's telemetry settings there are not known to doctor",
+                            "make it a file inside the root")]
     try:
         with open(path, "rb") as f:
             doc = orjson.loads(f.read())
