@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Callable
 
@@ -21,6 +22,8 @@ from ccotel.run.stopping import (
     die,
     end_quietly,
 )
+
+EXIT_USAGE = 2  # bad configuration (as argparse exits for a bad option): said before any work
 
 __all__ = ["main", "build_parser", "Stopper", "Interrupted", "EXIT_ERROR", "EXIT_LOCKED",
            "STOP_GRACE_S"]
@@ -139,11 +142,42 @@ def _command_of(argv: list[str]) -> str | None:
     return None
 
 
+def _config_error(args: argparse.Namespace) -> str | None:
+    """What in the configuration would fail once the command is under way, said before any work
+    (exit 2) instead of a traceback or an endless retry later. Each check is its layer's own;
+    nothing is loaded for a command the check does not apply to."""
+    if args.command in ("run", "backfill", "report"):
+        # resolve_state's order; a PostgreSQL URL needs the fleet extra (doctor reports it as a finding)
+        location = args.state or args.state_dir or os.environ.get("CCOTEL_STATE")
+        if location and location.startswith(("postgresql://", "postgres://")):
+            from ccotel.store.backends import backend_missing
+
+            missing = backend_missing(location)
+            if missing is not None:
+                return missing
+    if getattr(args, "prices", None):  # every command that takes --prices (spans/pricing.py checks the file)
+        from ccotel.spans.pricing import PriceFileError, load_overrides
+
+        try:
+            load_overrides(args.prices)
+        except PriceFileError as exc:
+            return str(exc)
+    if args.command in ("run", "backfill", "relay") and args.traces_exporter == "otlp":
+        from ccotel.export.sinks import otlp_config_error
+
+        return otlp_config_error()
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser(_command_of(argv)).parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s ccotel %(levelname)s %(message)s", stream=sys.stderr)
+    problem = _config_error(args)
+    if problem is not None:
+        log.error("%s", problem)
+        return EXIT_USAGE
     try:
         return _command(args)
     except BrokenPipeError:  # stdout's reader went away (`ccotel report | head`): done, as `yes | head` is

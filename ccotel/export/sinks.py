@@ -45,6 +45,7 @@ from ccotel.export.result import (
 )
 from ccotel.export.transport import (
     GrpcTransport,
+    HeaderError,
     HttpTransport,
     Transport,
     TransportConfig,
@@ -63,6 +64,7 @@ __all__ = [
     "OutputClosed",
     "SpanSink",
     "make_sink",
+    "otlp_config_error",
     "otlp_settings",
 ]
 
@@ -143,6 +145,23 @@ def _env(env: dict[str, str], name: str) -> str | None:
     return value.strip() if value and value.strip() else None
 
 
+def _headers(env: dict[str, str]) -> tuple[tuple[str, str], ...]:
+    """The OTLP headers (raises HeaderError, naming the variable and the header, never a value)."""
+    name = "OTEL_EXPORTER_OTLP_TRACES_HEADERS" if env.get("OTEL_EXPORTER_OTLP_TRACES_HEADERS") else \
+        "OTEL_EXPORTER_OTLP_HEADERS"
+    return parse_headers(_env(env, "HEADERS") or "", name)
+
+
+def otlp_config_error(env: dict[str, str] | None = None) -> str | None:
+    """Why the OTLP exporter's configuration cannot work (a header no request can carry), or None:
+    checked before a command that exports does any work, since no retry could ever send it."""
+    try:
+        _headers(dict(os.environ) if env is None else env)
+    except HeaderError as exc:
+        return str(exc)
+    return None
+
+
 def otlp_settings(env: dict[str, str] | None = None) -> OtlpSettings:
     """What the standard OTEL_EXPORTER_OTLP_* variables select; http/protobuf by default."""
     env = dict(os.environ) if env is None else env
@@ -168,7 +187,7 @@ def otlp_settings(env: dict[str, str] | None = None) -> OtlpSettings:
     insecure = _env(env, "INSECURE")
     return OtlpSettings(protocol, TransportConfig(
         endpoint=endpoint,
-        headers=parse_headers(_env(env, "HEADERS") or ""),
+        headers=_headers(env),
         timeout_s=timeout_s,
         compression="gzip" if compression == "gzip" else None,
         insecure=None if insecure is None else insecure.lower() == "true",

@@ -55,6 +55,7 @@ __all__ = [
     "classify_grpc",
     "classify_http",
     "parse_headers",
+    "HeaderError",
     "parse_retry_after",
 ]
 
@@ -84,13 +85,33 @@ class Transport:
         raise NotImplementedError
 
 
-def parse_headers(raw: str) -> tuple[tuple[str, str], ...]:
-    """OTEL_EXPORTER_OTLP_HEADERS: k=v,k2=v2 with percent-encoded values."""
+class HeaderError(ValueError):
+    """An OTLP header that cannot be sent: a configuration error (the message names the header,
+    never its value, which is often a credential)."""
+
+
+# A header name is an HTTP token (RFC 9110), as gRPC metadata keys are too; a value holds no
+# control character (a CR or LF in it would add headers or end the request's head).
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+
+
+def parse_headers(raw: str, source: str = "OTEL_EXPORTER_OTLP_HEADERS") -> tuple[tuple[str, str], ...]:
+    """OTEL_EXPORTER_OTLP_HEADERS: k=v,k2=v2 with percent-encoded values. A header no request can
+    carry raises HeaderError (``source``: the variable it came from), so the configuration is
+    refused at start instead of every export failing, and retried, for ever."""
     out = []
     for item in raw.split(","):
         key, sep, value = item.partition("=")
         if sep and key.strip():
-            out.append((key.strip().lower(), urllib.parse.unquote(value.strip())))
+            name, text = key.strip().lower(), urllib.parse.unquote(value.strip())
+            if not _TOKEN.fullmatch(name):
+                raise HeaderError(f"{source}: invalid header name {_clean(name)!r} (letters, digits and "
+                                  "!#$%&'*+-.^_`|~ only)")
+            if _CONTROL.search(text):
+                raise HeaderError(f"{source}: the value of header {name!r} holds a line break or another control "
+                                  "character (its value is not shown)")
+            out.append((name, text))
     return tuple(out)
 
 
@@ -358,7 +379,7 @@ class HttpTransport(Transport):
                  f"Content-Length: {len(body)}"]
         for name, value in headers.items():
             if not _LEGAL_NAME.fullmatch(name) or _ILLEGAL_VALUE.search(value):
-                raise ValueError(f"invalid header {name!r}: {value!r}")
+                raise HeaderError(f"invalid header {name!r} (its value is not shown)")
             lines.append(f"{name}: {value}")
         return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
 

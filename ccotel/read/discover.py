@@ -10,9 +10,11 @@ Nothing outside a root is ever read: symlinks are resolved and checked.
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import stat
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
@@ -23,7 +25,9 @@ from ccotel.read.tail import FileIdentity
 from ccotel.records import FileKind, TranscriptFile
 
 __all__ = ["default_roots", "classify", "scan", "ScanCache", "within_root", "find", "unread_bytes", "session_groups",
-           "Checkpoint", "size_of", "mtime_ns"]
+           "Checkpoint", "size_of", "mtime_ns", "readable_under", "outside_root", "PATH_OUTSIDE_ROOT"]
+
+log = logging.getLogger("ccotel.read")
 
 Checkpoint = tuple[FileIdentity | None, int, int]  # a file's checkpoint (state.files()): identity, offset, read_to
 
@@ -43,6 +47,24 @@ def within_root(root: str, path: str) -> bool:
     real_root = _real_root(root)
     real = _realpath(path)
     return real == real_root or real.startswith(real_root.rstrip(os.sep) + os.sep)
+
+
+PATH_OUTSIDE_ROOT = "path_outside_root"  # the reason a file under a root that leads out of it is not read
+_said_outside: set[str] = set()
+outside_root: Counter[str] = Counter()  # PATH_OUTSIDE_ROOT -> files not read, in this process
+
+
+def readable_under(root: str, path: str) -> bool:
+    """May ``path`` (a file ccotel reads under ``root``: history.jsonl, sessions/<pid>.json,
+    settings.json) be read? Not when it resolves outside the root (a symlink to elsewhere):
+    then it is counted and said once, and the caller reads nothing of it."""
+    if within_root(root, path):
+        return True
+    outside_root[PATH_OUTSIDE_ROOT] += 1
+    if path not in _said_outside and len(_said_outside) < 1024:  # said once per path, bounded
+        _said_outside.add(path)
+        log.warning("%s: %s resolves outside the root %s: not read", PATH_OUTSIDE_ROOT, path, root)
+    return False
 
 
 def _realpath(path: str) -> str:

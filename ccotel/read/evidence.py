@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 import orjson
 
+from ccotel.read.discover import readable_under
 from ccotel.read.layout import main_transcripts, projects_dir
 from ccotel.rules import transcript as rules
 
@@ -46,7 +47,9 @@ class Evidence:
             self.last_seen_s = when_s
 
 
-def _load(path: str) -> object:
+def _load(root: str, path: str) -> object:
+    if not readable_under(root, path):  # a symlink out of the root: not read (counted, said)
+        return None
     try:
         with open(path, "rb") as f:
             return orjson.loads(f.read(_MAX_JSON))
@@ -56,7 +59,7 @@ def _load(path: str) -> object:
 
 def retention_of(root: str) -> int:
     """cleanupPeriodDays of ``<root>/settings.json`` (Claude Code's default 30)."""
-    doc = _load(os.path.join(root, "settings.json"))
+    doc = _load(root, os.path.join(root, "settings.json"))
     return rules.retention_days(doc if isinstance(doc, dict) else None)
 
 
@@ -68,12 +71,15 @@ def transcripts_of(roots: tuple[str, ...], session_id: str) -> list[str]:
 class HistoryIndex:
     """``history.jsonl`` read incrementally (it only grows): session id -> newest prompt time (s)."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, root: str | None = None) -> None:
         self.path = path
+        self.root = root if root is not None else os.path.dirname(path)  # the root it must resolve inside
         self.offset = 0
         self.last: dict[str, float] = {}
 
     def update(self) -> dict[str, float]:
+        if not readable_under(self.root, self.path):  # checked at each read: the link may come later
+            return self.last
         try:
             size = os.path.getsize(self.path)
             if size < self.offset:  # rewritten: read again
@@ -109,7 +115,7 @@ def known_sessions(roots: tuple[str, ...], histories: dict[str, HistoryIndex] | 
         sessions = os.path.join(root, "sessions")
         for name in _listdir(sessions):
             path = os.path.join(sessions, name)
-            doc = _load(path) if name.endswith(".json") else None
+            doc = _load(root, path) if name.endswith(".json") else None
             if not isinstance(doc, dict) or not isinstance(doc.get("pid"), int):
                 continue
             if isinstance(sid := doc.get("sessionId"), str):
@@ -120,7 +126,7 @@ def known_sessions(roots: tuple[str, ...], histories: dict[str, HistoryIndex] | 
                 e.pids.append((doc["pid"], str(start) if start is not None else None))
                 e.cwd = doc.get("cwd") if isinstance(doc.get("cwd"), str) else e.cwd
         hist_path = os.path.join(root, "history.jsonl")
-        index = (histories or {}).get(root) or HistoryIndex(hist_path)
+        index = (histories or {}).get(root) or HistoryIndex(hist_path, root)
         if histories is not None:
             histories[root] = index
         for sid, when in index.update().items():

@@ -15,6 +15,8 @@ from typing import Any
 
 import orjson
 
+from ccotel.read.discover import readable_under
+
 __all__ = ["PROC_LOCKS", "Proc", "any_alive", "below", "cmdline", "flock_holders", "peak_rss_kb", "pid_alive",
            "proc_start", "read_session_pids", "session_files", "start_wall_ns"]
 
@@ -33,10 +35,11 @@ def session_files(roots: tuple[str, ...]) -> list[tuple[str, dict[str, Any]]]:
         except OSError:
             continue
         for name in sorted(names):
-            if not name.endswith(".json"):
+            path = os.path.join(d, name)
+            if not name.endswith(".json") or not readable_under(root, path):  # a symlink out of the root: not read
                 continue
             try:
-                with open(os.path.join(d, name), "rb") as f:
+                with open(path, "rb") as f:
                     doc = orjson.loads(f.read(1 << 16))
             except (OSError, orjson.JSONDecodeError):
                 continue

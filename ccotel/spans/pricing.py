@@ -24,7 +24,9 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import math
 import os
+import stat
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from decimal import Decimal
@@ -34,7 +36,8 @@ import orjson
 
 from ccotel.records import Usage
 
-__all__ = ["Price", "Pricing", "PriceCache", "DEFAULT_PRICING", "default_cache_path", "load_overrides"]
+__all__ = ["Price", "Pricing", "PriceCache", "PriceFileError", "DEFAULT_PRICING", "default_cache_path",
+           "load_overrides", "MAX_PRICE", "MAX_PRICE_FILE"]
 
 _DAY_NS = 86_400 * 1_000_000_000
 
@@ -227,21 +230,78 @@ def _from_genai_prices(model: str, at_ns: int | None) -> Price | None:
     return Price(inp, out, w5, _rate(mp.cache_write_1h_mtok, w5) or w5, _rate(mp.cache_read_mtok, inp) or inp)
 
 
+class PriceFileError(ValueError):
+    """A ``--prices`` file that cannot be used; the message names the file and what is wrong."""
+
+
+MAX_PRICE_FILE = 1 << 20  # bytes: a table of model prices is a few KB
+# USD per million tokens: far above any model's list price, and low enough that no usage a
+# transcript can hold makes a cost overflow (1e308 made inf, inf - inf made NaN in the counters).
+MAX_PRICE = 1_000_000.0
+_PRICE_KEYS = ("input", "output", "cache_read", "cache_write_5m", "cache_write_1h")
+
+
+def _read_price_file(path: str) -> bytes:
+    """The file's bytes, refused unless it is a regular file of at most MAX_PRICE_FILE bytes.
+    Opened without blocking and checked before reading: a FIFO would wait for a writer forever,
+    /dev/zero never ends."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as exc:
+        raise PriceFileError(f"--prices {path}: cannot be opened ({exc.strerror or exc})") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise PriceFileError(f"--prices {path}: not a regular file")
+        if st.st_size > MAX_PRICE_FILE:
+            raise PriceFileError(f"--prices {path}: {st.st_size} bytes, more than a prices file has "
+                                 f"(at most {MAX_PRICE_FILE})")
+        with os.fdopen(os.dup(fd), "rb") as f:
+            data = f.read(MAX_PRICE_FILE + 1)
+    except OSError as exc:
+        raise PriceFileError(f"--prices {path}: cannot be read ({exc.strerror or exc})") from None
+    finally:
+        os.close(fd)
+    if len(data) > MAX_PRICE_FILE:  # grew after the check
+        raise PriceFileError(f"--prices {path}: more than {MAX_PRICE_FILE} bytes")
+    return data
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a price")  # json's NaN / Infinity / -Infinity
+
+
+def _checked_price(path: str, model: str, p: dict[str, Any], key: str) -> float:
+    v = p[key]
+    # bool is an int to Python; a price written as true is a mistake, not 1 USD
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not 0 <= v <= MAX_PRICE:
+        raise PriceFileError(f"--prices {path}: {model!r} {key} must be a number of USD per million tokens from 0 "
+                             f"to {MAX_PRICE:,.0f}, not {v!r}")
+    return float(v)
+
+
 def load_overrides(path: str) -> dict[str, Price]:
     """``{"model-id-or-prefix": {"input": 5, "output": 25, "cache_read": 0.5, "cache_write_5m": 6.25,
-    "cache_write_1h": 10}}`` in USD per million tokens; the longest matching prefix wins."""
-    with open(path, "rb") as f:
-        raw = json.load(f)
+    "cache_write_1h": 10}}`` in USD per million tokens; the longest matching prefix wins. Every
+    price is checked here, where the file is loaded (``PriceFileError``): finite, not negative,
+    at most MAX_PRICE; a cost made of them is then always a finite number."""
+    try:
+        raw = json.loads(_read_price_file(path), parse_constant=_no_constant)
+    except ValueError as exc:
+        if isinstance(exc, PriceFileError):
+            raise
+        raise PriceFileError(f"--prices {path}: not JSON ({exc})") from None
     if not isinstance(raw, dict):
-        raise ValueError(f"{path}: expected an object of model -> prices")
+        raise PriceFileError(f"--prices {path}: expected an object of model -> prices")
     out = {}
     for model, p in raw.items():
-        if not isinstance(p, dict) or not all(isinstance(p.get(k), (int, float)) for k in ("input", "output")):
-            raise ValueError(f"{path}: {model!r} needs numeric input and output prices")
-        inp, outp = Rate(float(p["input"])), Rate(float(p["output"]))
-        w5 = Rate(float(p.get("cache_write_5m", p["input"] * 1.25)))
-        out[str(model)] = Price(inp, outp, w5, Rate(float(p.get("cache_write_1h", p["input"] * 2))),
-                                Rate(float(p.get("cache_read", p["input"] * 0.1))), source=f"file:{path}")
+        if not isinstance(p, dict) or "input" not in p or "output" not in p:
+            raise PriceFileError(f"--prices {path}: {model!r} needs numeric input and output prices")
+        prices = {k: _checked_price(path, model, p, k) for k in _PRICE_KEYS if k in p}
+        inp = prices["input"]
+        out[str(model)] = Price(Rate(inp), Rate(prices["output"]), Rate(prices.get("cache_write_5m", inp * 1.25)),
+                                Rate(prices.get("cache_write_1h", inp * 2)), Rate(prices.get("cache_read", inp * 0.1)),
+                                source=f"file:{path}")
     return out
 
 

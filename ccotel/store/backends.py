@@ -6,7 +6,23 @@ from __future__ import annotations
 from ccotel.store.sqlite import SqliteState, lock_state_dir
 from ccotel.store.state import State, StateLock, host_id, is_url
 
-__all__ = ["open_state", "lock_state"]
+__all__ = ["open_state", "lock_state", "backend_missing", "FLEET_EXTRA"]
+
+FLEET_EXTRA = "pip install 'ccotel[fleet]'"  # what brings psycopg (pyproject.toml's extra)
+
+
+def backend_missing(location: str | None) -> str | None:
+    """Why the backend ``location`` names cannot be loaded (a PostgreSQL URL without psycopg
+    installed), for the operator, or None. Checked before any work: an ImportError deep in the
+    first state access would be a traceback instead of what to install. The URL is not quoted
+    (it may hold a password)."""
+    if not is_url(location):
+        return None
+    try:
+        import psycopg  # noqa: F401
+    except ImportError:
+        return f"--state postgresql://...: a PostgreSQL state needs psycopg, which is not installed: {FLEET_EXTRA}"
+    return None
 
 
 def open_state(location: str, host: str | None = None, verify: bool = True) -> State:

@@ -35,6 +35,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -123,18 +124,38 @@ def masked(url: str) -> str:
     return f"postgresql://{user}{d.get('host') or ''}{port}/{d.get('dbname') or ''}"
 
 
-def _secret(url: str) -> str | None:
+def _secrets(url: str) -> list[str]:
+    """Every form the URL's password can take in a message, longest first: as libpq parsed it,
+    and, found by hand (libpq refuses a URL with a space or a bad escape such as %ZZ or %00 and
+    quotes the token as written), as written in the user info or a ``password=`` parameter and
+    percent-decoded."""
+    found: set[str] = set()
     try:
         pw = conninfo_to_dict(url).get("password")
+        if pw:
+            found.add(str(pw))
     except psycopg.ProgrammingError:
-        return None
-    return str(pw) if pw else None
+        pass
+    rest = url.partition("://")[2]
+    authority, _sep, query = rest.partition("?")
+    userinfo, at, _host = authority.rpartition("@")  # the last @: an unescaped one may be in the password
+    if at and ":" in userinfo:
+        found.add(userinfo.partition(":")[2])
+    for param in query.split("&"):
+        key, eq, value = param.partition("=")
+        if eq and urllib.parse.unquote(key) == "password":
+            found.add(value)
+    for raw in list(found):
+        found.add(urllib.parse.unquote(raw))
+        found.add(urllib.parse.unquote(raw.replace("+", " ")))
+    return sorted((f for f in found if f), key=len, reverse=True)
 
 
 def scrub(text: str, url: str) -> str:
-    """An error text without the URL's password (libpq does not print it; this makes sure)."""
-    secret = _secret(url)
-    return text.replace(secret, "***") if secret else text
+    """An error text without the URL's password, in any form it takes (``_secrets``)."""
+    for secret in _secrets(url):
+        text = text.replace(secret, "***")
+    return text
 
 
 def connect(url: str) -> psycopg.Connection[Any]:

@@ -670,3 +670,36 @@ def test_doctor_reads_only_tails(tmp_path: Path, realdata_root: Path, monkeypatc
     doctor.diagnose(config(tmp_path, (realdata_root,)))
     assert size > 50e6 and len(read) >= 120
     assert sum(read) < size * 0.1, (sum(read), size)
+
+
+def test_doctor_reports_on_the_state_the_other_commands_use(tmp_path: Path) -> None:
+    """--state, then --state-dir, then $CCOTEL_STATE, then the default (state.resolve_state)."""
+    from ccotel.cli import build_parser
+
+    env = {"XDG_STATE_HOME": str(tmp_path / "xdg"), "CCOTEL_STATE": str(tmp_path / "from-env")}
+
+    def cfg_of(*argv: str, environ: Mapping[str, str] = env) -> DoctorConfig:
+        args = build_parser("doctor").parse_args(["doctor", "--root", str(tmp_path), *argv])
+        return doctor.config_from_args(args, environ)
+
+    assert cfg_of("--state", str(tmp_path / "given")).state_dir == str(tmp_path / "given")
+    assert cfg_of("--state-dir", str(tmp_path / "alias")).state_dir == str(tmp_path / "alias")
+    assert cfg_of().state_dir == str(tmp_path / "from-env")
+    assert cfg_of(environ={"XDG_STATE_HOME": str(tmp_path / "xdg")}).state_dir == str(tmp_path / "xdg" / "ccotel")
+    assert cfg_of("--state", "none").state_dir is None
+    (tmp_path / "given").mkdir(mode=0o700)
+    state = doctor_state_findings(cfg_of("--state", str(tmp_path / "given")))
+    assert state[0].subject == str(tmp_path / "given")
+    # a PostgreSQL state is not a dir to look for; its password is never shown
+    url = f"postgresql://u:Pw-leak@127.0.0.1:{free_port()}/db"
+    for cfg in (cfg_of("--state", url), cfg_of(environ={**env, "CCOTEL_STATE": url})):
+        found = doctor_state_findings(cfg)
+        assert [f.level for f in found] == [Level.FAIL]
+        assert found[0].subject == "postgresql://u@127.0.0.1:" + url.rsplit(":", 1)[1]
+        assert "leak" not in json.dumps([f.as_dict() for f in found])
+
+
+def doctor_state_findings(cfg: DoctorConfig) -> list[Finding]:
+    from ccotel.commands.doctor.state import check_state
+
+    return check_state(cfg)

@@ -7,6 +7,9 @@ writes included; a model without a price is None (flagged), never $0; a --prices
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from datetime import datetime, timezone
 
 import pytest
@@ -16,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ccotel.records import Usage
-from ccotel.spans.pricing import Price, Pricing, Rate, load_overrides
+from ccotel.spans.pricing import Price, PriceFileError, Pricing, Rate, load_overrides
 
 MODELS = ["claude-opus-5", "claude-sonnet-5", "claude-fable-5", "claude-opus-5-5", "claude-opus-4-6",
           "claude-opus-4-8", "claude-haiku-4-5-20251001", "claude-sonnet-4-5-20250929",
@@ -125,3 +128,63 @@ def test_a_call_below_every_tier_is_priced_as_rate_at_prices_it(rates, counts):
     plain = (fresh * rates[0].at(total) + out * rates[1].at(total) + (write - w1_billed) * rates[2].at(total)
              + w1_billed * rates[3].at(total) + read * rates[4].at(total)) / 1e6
     assert price.cost_of(fresh, out, read, write, w5, w1) == plain
+
+
+# -- a --prices file is checked when it is loaded (issue 27) -----------------------------------
+
+
+@pytest.mark.parametrize("text", [
+    '{"m": {"input": 1e308, "output": 1}}',  # finite, but any cost of it overflows to inf
+    '{"m": {"input": NaN, "output": 1}}',
+    '{"m": {"input": 1, "output": Infinity}}',
+    '{"m": {"input": 1, "output": -Infinity}}',
+    '{"m": {"input": -1, "output": 1}}',
+    '{"m": {"input": 1, "output": 1, "cache_read": -0.5}}',
+    '{"m": {"input": 1, "output": 1, "cache_write_1h": 1e300}}',
+    '{"m": {"input": 1, "output": 1, "cache_write_5m": "7"}}',
+    '{"m": {"input": true, "output": 1}}',
+])
+def test_a_prices_file_with_a_price_no_cost_can_be_made_of_is_refused(tmp_path, text):
+    path = tmp_path / "prices.json"
+    path.write_text(text)
+    with pytest.raises(PriceFileError) as refused:
+        load_overrides(str(path))
+    assert str(path) in str(refused.value)
+    assert "'m'" in str(refused.value) or "NaN is not" in str(refused.value) or "Infinity is not" in str(refused.value)
+
+
+def test_a_prices_file_that_is_no_small_regular_file_is_refused_without_reading_it(tmp_path):
+    big = tmp_path / "big.json"
+    big.write_text('{"m": {"input": 1, "output": 1}, "pad": "' + "x" * (2 << 20) + '"}')
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)  # opened for reading, it would wait for a writer forever
+    for path in ("/dev/zero", str(fifo), str(big), str(tmp_path)):
+        with pytest.raises(PriceFileError) as refused:
+            load_overrides(path)
+        assert path in str(refused.value)
+    zero = Pricing(load_overrides(_write(tmp_path, '{"m": {"input": 0, "output": 0}}')))
+    assert zero.cost("m", Usage(10, 10), AT_NS) == 0.0  # free is a price
+
+
+def _write(tmp_path, text):
+    path = tmp_path / "ok.json"
+    path.write_text(text)
+    return str(path)
+
+
+@pytest.mark.parametrize("command", ["run", "backfill", "report", "trace", "sessions"])
+@pytest.mark.parametrize("text", ['{"m": {"input": 1e308, "output": 1}}', '{"m": {"input": NaN, "output": 1}}',
+                                  '{"m": {"input": -1, "output": 1}}', None])
+def test_every_command_that_takes_prices_refuses_a_bad_file_before_any_work(tmp_path, command, text):
+    root = tmp_path / "claude"
+    (root / "projects").mkdir(parents=True)
+    prices = "/dev/zero" if text is None else _write(tmp_path, text)
+    extra = {"run": ["--metrics-addr", "none", "--traces-exporter", "none"], "backfill": ["--traces-exporter", "none"],
+             "report": ["--json"], "trace": ["0123456789abcdef"], "sessions": []}[command]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "CCOTEL_"))}
+    env["XDG_STATE_HOME"] = str(tmp_path / "xdg")
+    done = subprocess.run([sys.executable, "-m", "ccotel", command, "--root", str(root), "--prices", prices, *extra],
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert f"--prices {prices}" in done.stderr and "Traceback" not in done.stderr, done.stderr
+    assert not (tmp_path / "xdg").exists()  # refused before the state was made

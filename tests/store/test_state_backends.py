@@ -22,7 +22,7 @@ import pytest
 
 from ccotel.read.tail import FileIdentity
 from ccotel.store.backends import lock_state, open_state
-from ccotel.store.postgres import SCHEMA_VERSION, PgState, lock_host, masked
+from ccotel.store.postgres import SCHEMA_VERSION, PgState, lock_host, masked, scrub
 from ccotel.store.state import (
     PERMANENT,
     Commit,
@@ -289,3 +289,60 @@ def _closed_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+# A `python -c` wrapper around ccotel.cli.main in which psycopg cannot be imported (the fleet extra
+# not installed), as `ccotel` itself would run.
+_WITHOUT_PSYCOPG = ("import sys; sys.modules['psycopg'] = None; from ccotel.cli import main; "
+                    "sys.exit(main(sys.argv[1:]))")
+
+
+@pytest.mark.parametrize("command", ["run", "backfill", "report"])
+def test_postgres_state_without_the_fleet_extra_says_what_to_install(command: str, tmp_path: Path) -> None:
+    root = tmp_path / "claude"
+    (root / "projects").mkdir(parents=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PG", "OTEL_", "CCOTEL_"))}
+    env["XDG_STATE_HOME"] = str(tmp_path / "xdg")
+    extra = {"run": ["--metrics-addr", "none", "--traces-exporter", "none"],
+             "backfill": ["--traces-exporter", "none"], "report": ["--json"]}[command]
+    for how in (["--state", "postgresql://u:pw@127.0.0.1:1/db"], []):  # the option, or $CCOTEL_STATE
+        done = subprocess.run([sys.executable, "-c", _WITHOUT_PSYCOPG, command, "--root", str(root), *how, *extra],
+                              env=env if how else {**env, "CCOTEL_STATE": "postgres://u:pw@127.0.0.1:1/db"},
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2, done.stderr
+        assert "pip install 'ccotel[fleet]'" in done.stderr
+        assert "Traceback" not in done.stderr and "pw@" not in done.stderr
+        assert not (tmp_path / "xdg").exists()  # before any work: no state dir made
+
+
+# A password libpq cannot parse is quoted by its message as written: raw, with bad escapes
+# (%ZZ, %00), or percent-decoded.
+_BAD_URLS = ["postgresql://u:Pw leak@127.0.0.1:1/db", "postgresql://u:Pw%ZZleak@127.0.0.1:1/db",
+             "postgresql://u:Pw%00leak@127.0.0.1:1/db", "postgresql://u:Pw%20leak@127.0.0.1:1/db",
+             "postgres://u:Pw leak@127.0.0.1:1/db?sslmode=disable", "postgresql://127.0.0.1:1/db?password=Pw%ZZleak"]
+
+
+def test_scrub_removes_every_form_of_the_password() -> None:
+    quoted = [['unexpected spaces found in "Pw leak", use percent-encoded spaces (%20) instead'],
+              ['invalid percent-encoded token: "Pw%ZZleak"'],
+              ['forbidden value %00 in percent-encoded value: "Pw%00leak"', "Pw\x00leak"],
+              ["password authentication failed: Pw leak", "Pw%20leak"],
+              ['unexpected spaces found in "Pw leak"'],
+              ['invalid percent-encoded token: "Pw%ZZleak"']]
+    for url, texts in zip(_BAD_URLS, quoted, strict=True):
+        for text in [*texts, url]:
+            assert "leak" not in scrub(text, url), (url, text)
+
+
+@pytest.mark.parametrize("command", ["run", "backfill", "report"])
+def test_a_password_libpq_quotes_never_reaches_the_output(command: str, tmp_path: Path) -> None:
+    root = tmp_path / "claude"
+    (root / "projects").mkdir(parents=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PG", "OTEL_", "CCOTEL_"))}
+    extra = {"run": ["--metrics-addr", "none", "--traces-exporter", "none"],
+             "backfill": ["--traces-exporter", "none"], "report": ["--json"]}[command]
+    for url in _BAD_URLS[:3]:
+        done = subprocess.run([sys.executable, "-m", "ccotel", command, "-v", "--root", str(root), "--state", url,
+                               *extra], env=env, capture_output=True, text=True, timeout=60)
+        assert "leak" not in done.stdout + done.stderr, done.stderr
+        assert "Traceback" not in done.stderr

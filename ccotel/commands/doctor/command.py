@@ -20,7 +20,7 @@ from ccotel.commands.doctor.telemetry import check_claude_code_telemetry
 from ccotel.commands.doctor.traces import check_traces
 from ccotel.commands.doctor.versions import check_format, check_versions
 from ccotel.read.discover import default_roots
-from ccotel.store.state import default_state_dir
+from ccotel.store.state import resolve_state
 
 __all__ = ["add_arguments", "config_from_args", "diagnose", "run", "DEFAULT_METRICS_ADDR"]
 
@@ -39,13 +39,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def config_from_args(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> DoctorConfig:
-    """The roots and state dir resolved as the other commands do (cli.py ``_options``, ``_state``)."""
+    """The roots and the state resolved as the other commands do (``default_roots``, ``resolve_state``)."""
     env = dict(os.environ) if env is None else env
-    state_dir = getattr(args, "state_dir", None)
     metrics_addr = getattr(args, "metrics_addr", DEFAULT_METRICS_ADDR)
     return DoctorConfig(
         roots=tuple(getattr(args, "root", None) or default_roots(dict(env))),
-        state_dir=None if state_dir == "none" else (state_dir or default_state_dir(dict(env))),
+        # --state, --state-dir, $CCOTEL_STATE, the default: where run and backfill keep it
+        state_dir=resolve_state(getattr(args, "state", None), getattr(args, "state_dir", None), dict(env)),
         metrics_addr=None if metrics_addr == "none" else metrics_addr,
         traces_exporter=getattr(args, "traces_exporter", "otlp"),
         env=env,

@@ -18,7 +18,7 @@ MANAGED_SETTINGS = "/etc/claude-code/managed-settings.json"
 @dataclass(frozen=True)
 class DoctorConfig:
     roots: tuple[str, ...]
-    state_dir: str | None  # None: --state-dir none
+    state_dir: str | None  # a dir or a postgresql:// URL; None: --state none
     metrics_addr: str | None  # None: --metrics-addr none
     traces_exporter: str  # otlp | console | none
     env: Mapping[str, str]

@@ -17,8 +17,9 @@ from ccotel.commands.doctor.finding import Finding, Level
 from ccotel.commands.doctor.lock import probe_lock
 from ccotel.commands.doctor.wording import user_name
 from ccotel.read.procs import cmdline
+from ccotel.store.backends import backend_missing
 from ccotel.store.sqlite import LOCK_NAME, SCHEMA_VERSION
-from ccotel.store.state import default_state_dir
+from ccotel.store.state import default_state_dir, is_url
 
 __all__ = ["check_state"]
 
@@ -29,12 +30,35 @@ def check_state(cfg: DoctorConfig) -> list[Finding]:
         return [Finding("state", Level.WARN, "--state-dir none", "no checkpoints: every start reads, sends and "
                         "counts the whole history again", "give ccotel a state dir (the default is "
                         f"{default_state_dir(dict(cfg.env))}) unless that is what you want")]
+    if is_url(d):
+        return [_postgres_state(d)]
     if not os.path.lexists(d):
         return [_state_to_create(d)]
     if not os.path.isdir(d):
         return [Finding("state", Level.FAIL, d, "is not a directory: ccotel run and backfill refuse to start (exit 1)",
                         "remove it or give another --state-dir")]
     return [_state_dir_access(d), *_state_db(d), _state_lock(d, cfg.proc_locks)]
+
+
+def _postgres_state(url: str) -> Finding:
+    """A PostgreSQL state: can ccotel reach it (a connection opened and closed, nothing written)?
+    The URL is shown without its password, and any error text is scrubbed of it."""
+    missing = backend_missing(url)
+    if missing is not None:
+        return Finding("state", Level.FAIL, "postgresql://...", missing,
+                       "install the fleet extra, or give a --state dir")
+    import psycopg
+
+    from ccotel.store.postgres import connect, masked, scrub  # psycopg: only for a PostgreSQL state
+
+    where = masked(url)
+    try:
+        connect(url).close()
+    except psycopg.Error as exc:
+        return Finding("state", Level.FAIL, where, f"cannot be reached ({scrub(str(exc).strip(), url)}): ccotel run "
+                       "and backfill refuse to start (exit 1)", "check the server, the URL and the password "
+                       "(PGPASSWORD, ~/.pgpass)")
+    return Finding("state", Level.OK, where, "a PostgreSQL state: the server accepts ccotel's connection")
 
 
 def _state_to_create(d: str) -> Finding:

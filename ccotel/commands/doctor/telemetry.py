@@ -18,6 +18,7 @@ from ccotel.commands.doctor.metrics import CLAUDE_CODE_PROMETHEUS_PORT, is_loopb
 from ccotel.commands.doctor.traces import endpoint_address, supported_protocol
 from ccotel.commands.doctor.wording import why
 from ccotel.export.sinks import OtlpSettings, otlp_settings
+from ccotel.read.discover import PATH_OUTSIDE_ROOT, within_root
 
 __all__ = ["check_claude_code_telemetry", "TELEMETRY_KEYS"]
 
@@ -47,7 +48,7 @@ def check_claude_code_telemetry(cfg: DoctorConfig) -> tuple[list[Finding], dict[
     for root in cfg.roots:
         sources = [environment]
         for name in ("settings.json", "settings.local.json"):
-            found, bad = _settings_env(os.path.join(root, name))
+            found, bad = _settings_env(os.path.join(root, name), root)
             findings += bad
             sources += found
         sources += managed
@@ -70,7 +71,13 @@ def check_claude_code_telemetry(cfg: DoctorConfig) -> tuple[list[Finding], dict[
     return findings, {port: sorted(set(where)) for port, where in ports.items()}
 
 
-def _settings_env(path: str) -> tuple[list[_EnvSource], list[Finding]]:
+def _settings_env(path: str, root: str | None = None) -> tuple[list[_EnvSource], list[Finding]]:
+    """The telemetry keys of a settings file's ``env``; a root's own file only if it resolves
+    inside the root (a symlink out of it is not read, as ccotel reads nothing outside its roots)."""
+    if root is not None and not within_root(root, path):
+        return [], [Finding("telemetry", Level.WARN, path, f"{PATH_OUTSIDE_ROOT}: resolves outside the root {root}, "
+                            "so it is not read: Claude Code's telemetry settings there are not known to doctor",
+                            "make it a file inside the root")]
     try:
         with open(path, "rb") as f:
             doc = orjson.loads(f.read())
@@ -109,8 +116,10 @@ def _telemetry_findings(cfg: DoctorConfig, root: str, merged: Mapping[str, tuple
                            f"(OTEL_METRICS_EXPORTER=prometheus from {where})", "", {"port": port}))
     traces = [t.strip() for t in env.get("OTEL_TRACES_EXPORTER", "").split(",")]
     if "otlp" in traces and cfg.traces_exporter == "otlp":
-        theirs = otlp_settings(supported_protocol(env)[0])
-        ours = otlp_settings(supported_protocol(cfg.env)[0])
+        # only the endpoints are compared: headers either side cannot parse are left out (the
+        # traces check reports ccotel's own), never shown
+        theirs = otlp_settings(_without_headers(supported_protocol(env)[0]))
+        ours = otlp_settings(_without_headers(supported_protocol(cfg.env)[0]))
         if _same_backend(theirs, ours):
             out.append(Finding("telemetry", Level.WARN, ours.endpoint, "Claude Code sends its own traces to the "
                                f"backend ccotel sends to (OTEL_TRACES_EXPORTER=otlp from "
@@ -119,6 +128,11 @@ def _telemetry_findings(cfg: DoctorConfig, root: str, merged: Mapping[str, tuple
                                "keep one: unset OTEL_TRACES_EXPORTER for Claude Code, or tell them apart by "
                                "service.name (ccotel's is \"ccotel\")", {"claude_code": theirs.endpoint}))
     return out
+
+
+def _without_headers(env: Mapping[str, str]) -> dict[str, str]:
+    headers = ("OTEL_EXPORTER_OTLP_HEADERS", "OTEL_EXPORTER_OTLP_TRACES_HEADERS")
+    return {k: v for k, v in env.items() if k not in headers}
 
 
 def _same_backend(a: OtlpSettings, b: OtlpSettings) -> bool:

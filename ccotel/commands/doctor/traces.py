@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from ccotel.commands.doctor.config import DoctorConfig
 from ccotel.commands.doctor.finding import Finding, Level
 from ccotel.export.result import REASON_THROTTLED, ExportResult, Outcome
-from ccotel.export.sinks import OtlpSettings, otlp_settings
+from ccotel.export.sinks import OtlpSettings, otlp_config_error, otlp_settings
 from ccotel.export.transport import HttpTransport
 
 __all__ = ["check_traces", "supported_protocol", "endpoint_address"]
@@ -29,6 +29,11 @@ def check_traces(cfg: DoctorConfig) -> list[Finding]:
         return [Finding("traces", Level.OK, f"--traces-exporter {cfg.traces_exporter}",
                         "spans go to no backend" if cfg.traces_exporter == "none" else "spans are printed on stdout")]
     env, out = supported_protocol(cfg.env)
+    problem = otlp_config_error(env)
+    if problem is not None:  # ccotel run, backfill and relay refuse to start (the message names no value)
+        return [*out, Finding("traces", Level.FAIL, "OTLP headers", f"{problem}: ccotel run, backfill and relay "
+                              "refuse to start (exit 2)", "percent-encode the value (a space is %20); a header "
+                              "value cannot hold a line break")]
     settings = otlp_settings(env)
     subject = f"{settings.endpoint} ({settings.protocol})"
     try:
