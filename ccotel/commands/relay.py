@@ -34,6 +34,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from types import FrameType
 
+from ccotel.commands.options import add_label_cap
 from ccotel.export.sinks import ConsoleSink, ExportQueue, make_sink
 from ccotel.metrics import events
 from ccotel.metrics.counters import Metrics
@@ -391,6 +392,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="where spans go; otlp uses the standard OTEL_EXPORTER_OTLP_* variables")
     parser.add_argument("--metrics-addr", default="none",
                         help="host:port to serve Prometheus /metrics while relaying ('none': off, the default)")
+    add_label_cap(parser)
     parser.add_argument("--flush-timeout", type=float, default=5.0,
                         help="seconds to wait at the end for the trace backend to take the spans")
     # not "command": cli.py's subparsers keep the subcommand's name there
@@ -404,7 +406,7 @@ def run(args: argparse.Namespace, metrics: Metrics | None = None) -> int:
     command = list(args.relay_command or [])
     if command and command[0] == "--":
         command = command[1:]
-    metrics = metrics if metrics is not None else Metrics()
+    metrics = metrics if metrics is not None else Metrics(max_label_values=args.max_label_values)
     _metrics_server(args, metrics)
     roots = tuple(getattr(args, "root", None) or default_roots())
     # stdout carries the stream: the console exporter writes its spans to stderr instead
