@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable
 
 from ccotel import __version__
-from ccotel.commands.options import add_common, add_durable, add_tracing
+from ccotel.commands.options import add_common, add_durable, add_label_cap, add_tracing
 from ccotel.run.stopping import (
     EXIT_ERROR,
     EXIT_LOCKED,
@@ -53,6 +53,7 @@ def _run_options(sp: argparse.ArgumentParser) -> None:
                     help="JSON list of extra patterns: [{\"metric\", \"regex\", \"reason\"}]")
     sp.add_argument("--metrics-addr", default="127.0.0.1:9477",
                     help="host:port for Prometheus /metrics (loopback by default); 'none' to disable")
+    add_label_cap(sp)
     sp.add_argument("--poll", action="store_true", help="poll instead of inotify")
     sp.add_argument("--no-status", action="store_true", help="no live status line")
     from ccotel.sources.registry import follower as registry

@@ -84,7 +84,8 @@ DETAILS: dict[str, str] = {
         "`sum(ccotel_cost_usd_total) - sum(ccotel_reported_cost_usd_total)` is the drift.",
     "ccotel_spans_dropped_total":
         "`reason`: `bad_request`, `http_<code>`, `grpc_<code>`, `partial_success`, `too_large`, `unencodable`; "
-        "final, so the checkpoint moves past them.",
+        "final, so the checkpoint moves past them. `ccotel relay`: `queue_full` (the stream never waits for "
+        "the backend).",
     "ccotel_ingest_lag_seconds": "Only bytes written since ccotel started count.",
     "ccotel_relay_lines_total": "Only `ccotel relay --metrics-addr` counts the `ccotel_relay_*` families; "
                                 "`ccotel run` serves them without samples or at 0.",

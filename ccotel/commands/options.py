@@ -58,6 +58,15 @@ def add_tracing(sp: argparse.ArgumentParser) -> None:
                     help="seconds a tool call may go without a result before it counts as orphaned")
 
 
+def add_label_cap(sp: argparse.ArgumentParser) -> None:
+    """The cap on label values from transcripts and streams (metrics/counters.py, LabelCap)."""
+    from ccotel.metrics.counters import DEFAULT_MAX_LABEL_VALUES
+
+    sp.add_argument("--max-label-values", type=int, default=DEFAULT_MAX_LABEL_VALUES, metavar="N",
+                    help="distinct values of a metric's label (tool, model, ...) with series of their own; "
+                         "later ones are counted as \"other\"")
+
+
 def add_durable(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("--state", default=None, metavar="DIR|URL",
                     help="checkpoints, counter totals and the usage ledger: a dir (SQLite, one host; default "

@@ -15,7 +15,7 @@ from collections import Counter
 from typing import TYPE_CHECKING
 
 from ccotel.assemble.closing import Timeouts
-from ccotel.metrics.counters import Metrics, serve
+from ccotel.metrics.counters import DEFAULT_MAX_LABEL_VALUES, Metrics, serve
 from ccotel.read.discover import default_roots
 from ccotel.read.shard import default_workers
 from ccotel.read.watch import Watcher
@@ -59,6 +59,7 @@ def options_of(args: argparse.Namespace) -> Options:
         pricing=Pricing(load_overrides(args.prices)) if getattr(args, "prices", None) else DEFAULT_PRICING,
         registries=tuple(os.path.abspath(d) for d in getattr(args, "registry", [])),
         registry_kill_grace_ns=int(getattr(args, "registry_kill_grace", 5.0) * 1e9),
+        max_label_values=getattr(args, "max_label_values", DEFAULT_MAX_LABEL_VALUES),
     )
 
 
@@ -193,7 +194,7 @@ def cmd_run(args: argparse.Namespace, stopper: Stopper | None = None) -> int:
     from ccotel.metrics.genai import GenAIMetrics  # the OpenTelemetry metrics SDK: only for run
 
     genai = GenAIMetrics.from_env()  # None unless an OTLP metrics endpoint is configured
-    metrics = Metrics(genai=genai)
+    metrics = Metrics(genai=genai, max_label_values=args.max_label_values)
     if genai is not None:
         log.info("GenAI metrics go to %s every %.0f s", genai.describe(), genai.settings.interval_ms / 1000)
     state_dir = _state_dir(args)

@@ -48,7 +48,7 @@ if TYPE_CHECKING:  # prometheus_client is loaded when metrics are served: catch-
 
     from ccotel.metrics.genai import GenAIMetrics
 
-__all__ = ["Metrics", "METRICS", "DURATION_BUCKETS", "serve"]
+__all__ = ["Metrics", "METRICS", "DURATION_BUCKETS", "DEFAULT_MAX_LABEL_VALUES", "OTHER", "serve"]
 
 DURATION_BUCKETS = (0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0)
 
@@ -134,6 +134,11 @@ METRICS: dict[str, Spec] = {
     "ccotel_registry_bad_input": Spec("counter", "Registry files read mid-write or not understood, by reason "
                                       "(malformed_json, partial_front_matter, no_front_matter, bad_entry, bad_pid, "
                                       "unknown_status, ...).", ("reason",)),
+    # the cap on label values (LabelCap): what it folded
+    "ccotel_label_values_folded": Spec("counter", "Increments whose label value was folded into \"other\" because "
+                                       "that label of that metric had --max-label-values distinct values already "
+                                       "(a histogram: once per observation), by metric and label.",
+                                       ("metric", "label")),
 }
 _TOKEN_ATTRS = (("input", CLAUDE_CODE_USAGE_INPUT_TOKENS), ("output", GEN_AI_USAGE_OUTPUT_TOKENS),
                 ("cache_read", GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS),
@@ -165,6 +170,84 @@ def decode_key(text: str) -> Key:
     return (name, *(_ESCAPED.sub(lambda m: "\\" if m.group(1) == "\\" else "\x1f", f) for f in rest.split("\x1f")))
 
 
+OTHER = "other"  # the label value later distinct values fold into
+DEFAULT_MAX_LABEL_VALUES = 100
+_FOLDED = "ccotel_label_values_folded"
+
+
+def _capped_series() -> dict[str, tuple[str, tuple[str, ...], bool]]:
+    """Series name -> (the metric it belongs to, its label names capped, whether a fold is
+    counted on it). A histogram's _bucket, _sum and _count series fold a tool alike (its "le"
+    label is ccotel's own) and a fold is counted once per observation, on _count. The folded
+    counter's own labels are metric and label names: never capped."""
+    out: dict[str, tuple[str, tuple[str, ...], bool]] = {}
+    for name, spec in METRICS.items():
+        if name == _FOLDED or not spec.labels:
+            continue
+        if spec.kind == "histogram":
+            for suffix in ("_bucket", "_sum", "_count"):
+                out[name + suffix] = (name, spec.labels, suffix == "_count")
+        else:
+            out[name] = (name, spec.labels, True)
+    return out
+
+
+_CAPPED = _capped_series()
+
+
+class LabelCap:
+    """The first ``limit`` distinct values of each label of each metric keep their own series;
+    later ones become ``OTHER``. Label values come from transcripts, streams and registries (tool
+    names, models, agent types, error types...): without a cap each new one is a series for good,
+    in memory, in every scrape and in the checkpointed totals. The kept values are the label values
+    of the checkpointed totals (``keep`` on restore), so a restart folds the same way. Not
+    thread-safe: Metrics calls it under its lock."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._kept: dict[tuple[str, int], set[str]] = {}  # (metric, label position) -> values kept
+        self._admitted: set[Key] = set()  # series already checked whole: the usual case, one lookup
+
+    def keep(self, k: Key) -> None:
+        """A series that exists (restored): its values stay, whatever the limit."""
+        cap = _CAPPED.get(k[0])
+        if cap is not None:
+            metric, labels, _ = cap
+            for i in range(min(len(labels), len(k) - 1)):
+                self._kept.setdefault((metric, i), set()).add(k[1 + i])
+            self._admitted.add(k)
+
+    def fold(self, incs: Iterable[tuple[Key, float]]) -> list[tuple[Key, float]]:
+        """``incs`` with the values past the limit folded, and an increment of the folded counter
+        for each increment folded (so it goes to the same channel: checkpointed with them)."""
+        out: list[tuple[Key, float]] = []
+        for k, v in incs:
+            if k in self._admitted or k[0] not in _CAPPED:
+                out.append((k, v))
+                continue
+            metric, labels, counted = _CAPPED[k[0]]
+            folded: list[str] = []
+            values = list(k)
+            for i, label in enumerate(labels):
+                value = k[1 + i]
+                kept = self._kept.setdefault((metric, i), set())
+                if value == OTHER or value in kept:
+                    continue
+                if len(kept) < self.limit:
+                    kept.add(value)
+                    continue
+                values[1 + i] = OTHER
+                folded.append(label)
+            if not folded:
+                self._admitted.add(k)
+                out.append((k, v))
+                continue
+            out.append((tuple(values), v))
+            if counted:
+                out.extend(((_FOLDED, metric, label), 1.0) for label in folded)
+        return out
+
+
 class Metrics:
     """Counter values keyed by name and label values; thread-safe.
 
@@ -175,8 +258,9 @@ class Metrics:
     """
 
     def __init__(self, gauges: Callable[[], dict[str, float]] | None = None,
-                 genai: GenAIMetrics | None = None) -> None:
+                 genai: GenAIMetrics | None = None, max_label_values: int = DEFAULT_MAX_LABEL_VALUES) -> None:
         self._lock = threading.Lock()
+        self.cap = LabelCap(max_label_values)
         self.genai = genai  # GenAI semantic-convention metrics over OTLP, counted with these
         # "pending": counted from spans not final yet (exposed, never checkpointed)
         self._channels: dict[str, dict[Key, float]] = {"read": {}, "delivered": {}, "pending": {}}
@@ -192,9 +276,7 @@ class Metrics:
         spec = METRICS[name]
         assert len(labels) == len(spec.labels), (name, labels)
         with self._lock:
-            values = self._channels[channel]
-            k = _key(name, labels)
-            values[k] = values.get(k, 0.0) + value
+            _add(self._channels[channel], self.cap.fold(((_key(name, labels), value),)))
 
     def observe_span(self, s: SpanRecord, span_key: int | None = None) -> None:
         """Count what a span says happened, when it is built: metrics never wait for the trace
@@ -205,6 +287,7 @@ class Metrics:
         series when it settles, not added to "pending" and taken out of it again."""
         incs = _span_increments(s, self._buckets)
         with self._lock:
+            incs = self.cap.fold(incs)
             if span_key is None:
                 _add(self._channels["delivered"], incs)
             else:
@@ -263,7 +346,9 @@ class Metrics:
             for k, v in values.items():
                 channel, _, key = k.partition(":")
                 if channel in self._channels:
-                    self._channels[channel][decode_key(key)] = v
+                    series = decode_key(key)
+                    self._channels[channel][series] = v
+                    self.cap.keep(series)
 
     def series(self) -> dict[Key, float]:
         """Every series, all channels added."""
@@ -379,6 +464,8 @@ def _add(values: dict[Key, float], incs: Iterable[tuple[Key, float]]) -> None:
 class _BucketKeys:
     """A tool's histogram bucket increments, made once per tool (one series per tool either way)."""
 
+    _MAX_TOOLS = 1024  # tools past this are built each time, not kept: tool names come from transcripts
+
     def __init__(self) -> None:
         self._by_tool: dict[str, tuple[tuple[Key, float], ...]] = {}
 
@@ -386,8 +473,9 @@ class _BucketKeys:
         """The increments of every bucket ``seconds`` falls in (``seconds <= le``)."""
         keys = self._by_tool.get(tool)
         if keys is None:
-            keys = self._by_tool[tool] = tuple((("ccotel_tool_duration_seconds_bucket", tool, label), 1.0)
-                                               for label in _BUCKET_LABELS)
+            keys = tuple((("ccotel_tool_duration_seconds_bucket", tool, label), 1.0) for label in _BUCKET_LABELS)
+            if len(self._by_tool) < self._MAX_TOOLS:
+                self._by_tool[tool] = keys
         return keys[bisect.bisect_left(DURATION_BUCKETS, seconds):]
 
 

@@ -199,7 +199,8 @@ def _worker(options: Options, state_dir: str, exporter: str, groups: list[Group]
     heap.map_large_blocks()
     trimmed = [0]
     t0 = time.monotonic()
-    wired = wire(options, exporter, state_dir, Metrics() if count else None, stopper, verify=False)
+    metrics = Metrics(max_label_values=options.max_label_values) if count else None
+    wired = wire(options, exporter, state_dir, metrics, stopper, verify=False)
     pipeline, queue, state = wired.pipeline, wired.queue, wired.state
     assert state is not None
     last = [0]

@@ -33,7 +33,7 @@ from ccotel.assemble.closing import Timeouts
 from ccotel.assemble.model import AgentRun, Finished, Owner, Turn
 from ccotel.export.result import ExportResult
 from ccotel.metrics import events
-from ccotel.metrics.counters import Metrics
+from ccotel.metrics.counters import DEFAULT_MAX_LABEL_VALUES, Metrics
 from ccotel.read.discover import Checkpoint, ScanCache, find, scan, session_groups, unread_bytes
 from ccotel.read.shard import Group
 from ccotel.records import FileKind, SpanRecord, TranscriptFile
@@ -76,6 +76,8 @@ class Options:
     # again what was acknowledged since (each commit has a fixed cost: once per session was a sizeable
     # share of a large backfill).
     backfill_commit_every_s: float = 1.0
+    # Distinct values of each metric label with series of their own (catch-up workers count with it).
+    max_label_values: int = DEFAULT_MAX_LABEL_VALUES
 
 
 class Pipeline:

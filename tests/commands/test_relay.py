@@ -487,3 +487,176 @@ def test_arguments_beside_cli_subcommands() -> None:
     args = parser.parse_args(["relay", "--traces-exporter", "none", "--", "claude", "-p", "hi", "--verbose"])
     assert args.command == "relay" and args.relay_command == ["--", "claude", "-p", "hi", "--verbose"]
     assert parser.parse_args(["relay"]).relay_command == []
+
+
+# -- bounds: memory, a closed stdout, signals in every phase (issue 27) --------------------------
+
+_FLOOD = 'yes \'{"type":"x"}\''  # a producer that never stops
+_AS_LIMIT = 2 << 30  # the relay's address space in these tests: a leak fails the test, not the machine
+
+
+def _limited() -> None:
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (_AS_LIMIT, _AS_LIMIT))
+
+
+def _vm_hwm_kb(pid: int) -> int:
+    try:
+        text_ = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return 0
+    m = re.search(r"VmHWM:\s+(\d+) kB", text_)
+    return int(m.group(1)) if m else 0
+
+
+def _descendants(pid: int) -> set[int]:
+    out: set[int] = set()
+    todo = [pid]
+    while todo:
+        for children in Path(f"/proc/{todo.pop()}/task").glob("*/children"):
+            try:
+                found = {int(x) for x in children.read_text().split()}
+            except OSError:
+                continue
+            todo.extend(found - out)
+            out |= found
+    return out
+
+
+def _running(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def _catches(pid: int, sig: int) -> bool:
+    """Whether ``pid`` has a handler for ``sig`` (SigCgt in /proc/<pid>/status)."""
+    try:
+        m = re.search(r"SigCgt:\s+([0-9a-f]+)", Path(f"/proc/{pid}/status").read_text())
+    except OSError:
+        return False
+    return m is not None and bool(int(m.group(1), 16) >> (sig - 1) & 1)
+
+
+def _wait_exit(proc: subprocess.Popen[bytes], limit_s: float) -> tuple[float, int]:
+    """(seconds until ``proc`` exited, at most ``limit_s``; its peak RSS in kB meanwhile)."""
+    t0 = time.monotonic()
+    hwm = 0
+    while proc.poll() is None and time.monotonic() - t0 < limit_s:
+        hwm = max(hwm, _vm_hwm_kb(proc.pid))
+        time.sleep(0.05)
+    return time.monotonic() - t0, hwm
+
+
+def _kill_all(proc: subprocess.Popen[bytes], pids: set[int]) -> None:
+    for pid in (proc.pid, *pids):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    proc.wait(timeout=10)
+
+
+def _gone(pids: set[int], within_s: float = 3.0) -> bool:
+    deadline = time.monotonic() + within_s
+    while any(_running(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not any(_running(p) for p in pids)
+
+
+def test_stdout_closing_ends_the_relay_and_its_command_with_bounded_memory(tmp_path: Path) -> None:
+    """``ccotel relay -- sh -c 'yes ...' | head -2``: once head is gone the relay stops reading,
+    ends the command and exits, its memory bounded (was: read on, 9.5 GB, never exited)."""
+    from ccotel.commands.relay import KILL_GRACE_S, STOP_FLUSH_S
+
+    with open(tmp_path / "err", "wb") as err:
+        proc = subprocess.Popen(_relay_cmd("--", "sh", "-c", _FLOOD), cwd=REPO, stdout=subprocess.PIPE, stderr=err,
+                                preexec_fn=_limited)
+    pids: set[int] = set()
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == proc.stdout.readline() == b'{"type":"x"}\n'
+        deadline = time.monotonic() + 5
+        while len(pids) < 2 and time.monotonic() < deadline:  # sh, and yes (unless sh ran it in its place)
+            pids |= _descendants(proc.pid)
+            time.sleep(0.05)
+        assert pids
+        time.sleep(1.0)  # a backlog builds up meanwhile
+        proc.stdout.close()  # head -2 exits
+        took, hwm = _wait_exit(proc, 10.0)
+        assert proc.poll() is not None, f"still running {took:.1f} s after its stdout closed, VmHWM {hwm} kB"
+        assert took < KILL_GRACE_S + STOP_FLUSH_S + 0.5
+        assert 0 < hwm < 300 * 1024, hwm
+        assert _gone(pids), [p for p in pids if _running(p)]
+    finally:
+        _kill_all(proc, pids)
+
+
+def test_sigterm_ends_a_flooding_command_that_ignores_it_within_the_grace(tmp_path: Path) -> None:
+    """SIGTERM is passed on; a command that ignores it is killed after the grace, and the relay
+    exits (was: the relay read on for good, the producer left running)."""
+    from ccotel.commands.relay import KILL_GRACE_S, STOP_FLUSH_S
+
+
+    with open(tmp_path / "err", "wb") as err:
+        proc = subprocess.Popen(_relay_cmd("--", "sh", "-c", f"trap '' TERM INT; {_FLOOD}"), cwd=REPO,
+                                stdout=subprocess.PIPE, stderr=err, preexec_fn=_limited)
+    pids: set[int] = set()
+    drained = threading.Event()
+
+    def drain() -> None:  # a reader that keeps up: the relay is never held up by its stdout
+        assert proc.stdout is not None
+        while os.read(proc.stdout.fileno(), 1 << 16):
+            pass
+        drained.set()
+
+    try:
+        threading.Thread(target=drain, daemon=True).start()
+        deadline = time.monotonic() + 5
+        while len(pids) < 2 and time.monotonic() < deadline:
+            pids |= _descendants(proc.pid)
+            time.sleep(0.05)
+        assert pids
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGTERM)
+        took, hwm = _wait_exit(proc, 15.0)
+        assert proc.poll() is not None, f"still running {took:.1f} s after SIGTERM"
+        assert took < KILL_GRACE_S + 2 * STOP_FLUSH_S + 0.5
+        assert hwm < 300 * 1024, hwm
+        assert _gone(pids), [p for p in pids if _running(p)]
+    finally:
+        _kill_all(proc, pids)
+
+
+def test_sigterm_during_a_large_saved_stream_ends_the_relay_at_once(tmp_path: Path) -> None:
+    """stdin mode, a saved stream far larger than the relay may hold: SIGTERM ends it within the
+    stop grace, in whatever phase (was: 26 s building a backlog, then "not all built")."""
+    from ccotel.commands.relay import STOP_FLUSH_S
+
+    fx = load_fixture("2.1.330-s03_parallel_subagents")
+    (_, data), = list(_streams(fx))
+    saved = tmp_path / "stream.jsonl"
+    with open(saved, "wb") as f:
+        for _ in range(max(1, (150 << 20) // len(data))):
+            f.write(data)
+    with open(saved, "rb") as stdin, open(tmp_path / "err", "wb") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "ccotel", "relay", "--traces-exporter", "none", "--root",
+                                 str(fx.config_dir)], cwd=REPO, stdin=stdin, stdout=subprocess.DEVNULL, stderr=err,
+                                preexec_fn=_limited)
+    try:
+        deadline = time.monotonic() + 30
+        while not _catches(proc.pid, signal.SIGTERM) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert _catches(proc.pid, signal.SIGTERM)  # relaying: its handlers are set
+        time.sleep(0.5)  # the stream is read far faster than it is parsed (stdout is /dev/null)
+        assert proc.poll() is None
+        proc.send_signal(signal.SIGTERM)
+        took, hwm = _wait_exit(proc, 30.0)
+        assert proc.poll() is not None and took < 2 * STOP_FLUSH_S + 0.5, (took, hwm)
+        assert proc.returncode == 128 + signal.SIGTERM
+        assert hwm < 300 * 1024, hwm
+    finally:
+        _kill_all(proc, set())
+    saved.unlink()
