@@ -572,6 +572,12 @@ def health() -> dict[str, Any]:
                       table=True)], width=8),
         timeseries("Files watched", "Transcript files followed.",
                    Target(sel("ccotel_files_watched"), "{{instance}}")),
+        timeseries("Label values folded into other (last hour)",
+                   "Increments whose label value (a tool, model or agent type from the transcripts) came after the "
+                   "--max-label-values distinct values a label keeps: they count under `other`. A real value "
+                   "that keeps folding means the cap is too low.",
+                   Target(events("ccotel_label_values_folded_total", ["metric", "label"], "1h"),
+                          "{{metric}} {{label}}")),
         row("Export"),
         timeseries("Export queue", "Spans waiting for the trace backend (at most 20,000; then ccotel lets "
                    "spans go and reads them again later).",

@@ -176,7 +176,8 @@ def test_a_report_from_the_ledger_imports_only_what_it_needs(tmp_path):
     assert out.stdout.split("\n")[0] == str([
         "ccotel", "ccotel.cli", "ccotel.commands", "ccotel.commands.options", "ccotel.commands.report",
         "ccotel.commands.report.command", "ccotel.commands.report.from_ledger", "ccotel.commands.report.json_doc",
-        "ccotel.commands.report.rows", "ccotel.commands.report.summary", "ccotel.read", "ccotel.read.layout",
+        "ccotel.commands.report.rows", "ccotel.commands.report.summary", "ccotel.export", "ccotel.export.closed",
+        "ccotel.read", "ccotel.read.layout",
         "ccotel.rules", "ccotel.rules.model_name", "ccotel.run", "ccotel.run.stopping", "ccotel.store",
         "ccotel.store.ledger"]), out.stdout
 
