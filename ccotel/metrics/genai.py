@@ -43,7 +43,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -205,6 +205,26 @@ def _exporter(s: MetricsSettings) -> MetricExporter:
                         certificate_file=s.certificate, preferred_temporality=temporality)
 
 
+# (name, unit, help, buckets) of each histogram, in the order GenAIMetrics keeps them.
+_Histogram = tuple[str, str, str, Sequence[float]]
+_HISTOGRAMS: tuple[_Histogram, ...] = (
+    ("gen_ai.client.inference.operation.input_tokens", "{token}", "Input tokens per inference call.", TOKEN_BUCKETS),
+    ("gen_ai.client.inference.operation.output_tokens", "{token}", "Output tokens per inference call.",
+     TOKEN_BUCKETS),
+    ("gen_ai.client.inference.duration", "s", "GenAI client inference operation duration.", DURATION_BUCKETS),
+    ("gen_ai.client.inference.time_to_first_chunk", "s",
+     "Time from sending the request to the first chunk of the streamed response.", DURATION_BUCKETS),
+    ("gen_ai.execute_tool.duration", "s", "The duration of a single tool execution.", DURATION_BUCKETS),
+    ("gen_ai.invocation.duration", "s", "End-to-end duration of a turn or subagent invocation.", INVOCATION_BUCKETS),
+)
+# The names the conventions replaced, sent too unless OTEL_SEMCONV_STABILITY_OPT_IN has gen_ai_latest_experimental.
+_REPLACED_HISTOGRAMS: tuple[_Histogram, ...] = (
+    ("gen_ai.client.token.usage", "{token}", "Number of input and output tokens used.", TOKEN_BUCKETS),
+    ("gen_ai.client.operation.duration", "s", "GenAI operation duration.", DURATION_BUCKETS),
+    ("gen_ai.invoke_agent.duration", "s", "End-to-end duration of a single agent invocation.", INVOCATION_BUCKETS),
+)
+
+
 class GenAIMetrics:
     """The GenAI metrics of the spans ccotel builds, exported by a MeterProvider of its own."""
 
@@ -224,39 +244,20 @@ class GenAIMetrics:
         self._provider = MeterProvider(metric_readers=[reader], resource=Resource(dict(resource)),
                                        shutdown_on_exit=False)
         meter = self._provider.get_meter("ccotel", __version__, schema_url=None)
-        tokens, seconds = "{token}", "s"
+        tokens = "{token}"
         self._usage: list[tuple[Counter, str]] = [
             (meter.create_counter(name, tokens, help_), attr) for name, attr, help_ in _USAGE_COUNTERS]
-        self._op_input = meter.create_histogram(
-            "gen_ai.client.inference.operation.input_tokens", tokens, "Input tokens per inference call.",
-            explicit_bucket_boundaries_advisory=TOKEN_BUCKETS)
-        self._op_output = meter.create_histogram(
-            "gen_ai.client.inference.operation.output_tokens", tokens, "Output tokens per inference call.",
-            explicit_bucket_boundaries_advisory=TOKEN_BUCKETS)
-        self._inference = meter.create_histogram(
-            "gen_ai.client.inference.duration", seconds, "GenAI client inference operation duration.",
-            explicit_bucket_boundaries_advisory=DURATION_BUCKETS)
-        self._first_chunk = meter.create_histogram(
-            "gen_ai.client.inference.time_to_first_chunk", seconds,
-            "Time from sending the request to the first chunk of the streamed response.",
-            explicit_bucket_boundaries_advisory=DURATION_BUCKETS)
-        self._tool = meter.create_histogram(
-            "gen_ai.execute_tool.duration", seconds, "The duration of a single tool execution.",
-            explicit_bucket_boundaries_advisory=DURATION_BUCKETS)
-        self._invocation = meter.create_histogram(
-            "gen_ai.invocation.duration", seconds, "End-to-end duration of a turn or subagent invocation.",
-            explicit_bucket_boundaries_advisory=INVOCATION_BUCKETS)
+
+        def histogram(spec: _Histogram) -> Histogram:
+            name, unit, help_, buckets = spec
+            return meter.create_histogram(name, unit, help_, explicit_bucket_boundaries_advisory=buckets)
+
+        (self._op_input, self._op_output, self._inference, self._first_chunk, self._tool,
+         self._invocation) = (histogram(spec) for spec in _HISTOGRAMS)
         self._legacy: tuple[Histogram, Histogram, Histogram] | None = None
         if not settings.latest:
-            self._legacy = (
-                meter.create_histogram("gen_ai.client.token.usage", tokens, "Number of input and output tokens used.",
-                                       explicit_bucket_boundaries_advisory=TOKEN_BUCKETS),
-                meter.create_histogram("gen_ai.client.operation.duration", seconds, "GenAI operation duration.",
-                                       explicit_bucket_boundaries_advisory=DURATION_BUCKETS),
-                meter.create_histogram("gen_ai.invoke_agent.duration", seconds,
-                                       "End-to-end duration of a single agent invocation.",
-                                       explicit_bucket_boundaries_advisory=INVOCATION_BUCKETS),
-            )
+            token_usage, operation, invoke_agent = (histogram(spec) for spec in _REPLACED_HISTOGRAMS)
+            self._legacy = (token_usage, operation, invoke_agent)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> GenAIMetrics | None:
