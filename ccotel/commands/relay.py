@@ -26,10 +26,8 @@ yet: it is gone within ``KILL_GRACE_S`` and ``STOP_FLUSH_S``.
 from __future__ import annotations
 
 import argparse
-import glob
 import logging
 import os
-import re
 import select
 import signal
 import subprocess
@@ -37,22 +35,19 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from types import FrameType
 
 from ccotel.commands.options import add_label_cap
 from ccotel.export.sinks import ConsoleSink, ExportQueue, make_sink
 from ccotel.metrics import events
 from ccotel.metrics.counters import Metrics
-from ccotel.read.discover import default_roots, within_root
-from ccotel.read.layout import projects_dir
-from ccotel.read.parse import parse_line
-from ccotel.read.tail import Tailer
+from ccotel.read.discover import default_roots
 from ccotel.records import SpanRecord
-from ccotel.rules import transcript as rules
 from ccotel.sources.stream.assembler import StreamAssembler
-from ccotel.sources.stream.lines import Counter, parse_record
+from ccotel.sources.stream.lines import MAX_LINE_BYTES, Counter, parse_record
+from ccotel.sources.stream.prompts import TranscriptPrompts
 
 __all__ = [
     "KILL_GRACE_S",
@@ -68,9 +63,7 @@ __all__ = [
 
 log = logging.getLogger("ccotel.relay")
 
-MAX_LINE_BYTES = 64 << 20
 _READ_SIZE = 1 << 16
-_SESSION_ID = re.compile(r"[0-9A-Za-z][0-9A-Za-z_-]{0,127}")
 # After the wrapped command exited, how long its stdout may stay open (a grandchild holding it).
 _CHILD_EOF_GRACE_S = 2.0
 # After SIGTERM (passed on, or sent when stdout closed), how long the command has before SIGKILL.
@@ -81,108 +74,6 @@ STOP_FLUSH_S = 1.0
 # waits for the parsing thread, so a producer faster than it cannot fill the memory.
 MAX_QUEUED_BYTES = 16 << 20
 _LINE_OVERHEAD = 128  # what a queued line costs besides its bytes (a flood of short lines)
-
-
-_END = "turn-end"  # an _Index kind: a line after which the turn owes nothing (rules.ends_turn)
-_RUNNING = frozenset(("assistant", "prompt", "command", "notification"))  # above them, a turn owes an answer
-
-
-# -- the prompt of a turn, from the transcript ------------------------------------------------
-
-
-@dataclass
-class _Index:
-    """uuid -> (parent uuid, what the line is) of one transcript, read incrementally."""
-
-    tailer: Tailer
-    nodes: dict[str, tuple[str | None, str]] = field(default_factory=dict)
-
-    def read(self) -> None:
-        res = self.tailer.read(accept_unterminated=True)
-        if res.reset:
-            self.nodes.clear()
-        for raw in res.lines:
-            for e in parse_line(raw.data, raw.offset).entries:
-                if e.uuid is None or e.is_sidechain:
-                    continue
-                kind = rules.classify_user(e) if e.type == "user" else _END if rules.ends_turn(e) else e.type
-                self.nodes[e.uuid] = (e.parent_uuid or e.logical_parent_uuid, kind)
-
-    def prompt_of(self, uuid: str) -> str | None:
-        """The line above ``uuid`` the transcript path starts its turn at (rules.starts_turn): the
-        nearest prompt or command, or a notification written after the turn before it ended.
-        Meta lines, tool results and notifications during a turn continue it."""
-        current: str | None = uuid
-        for _ in range(100_000):
-            if current is None:
-                return None
-            node = self.nodes.get(current)
-            if node is None:
-                return None  # not written yet, or not in this file
-            if rules.starts_turn(node[1], turn_running=not self._after_end(node[0])):
-                return current
-            current = node[0]
-        return None
-
-    def _after_end(self, uuid: str | None) -> bool:
-        """Whether the turn above a line has ended: the nearest turn-ending line (rules.ends_turn) up
-        the tree comes before any other answer or turn-starting line. Tool results, meta lines,
-        attachments and other system lines in between change nothing (as for the assembler, where
-        only a new API call makes a turn owe an answer again)."""
-        for _ in range(100_000):
-            node = self.nodes.get(uuid) if uuid is not None else None
-            if node is None:
-                return True  # the start of the file: no turn running
-            if node[1] == _END:
-                return True
-            if node[1] in _RUNNING:
-                return False
-            uuid = node[0]
-        return False
-
-
-class TranscriptPrompts:
-    """``resolve_prompt`` for sources/stream/: finds ``<root>/projects/*/<session>.jsonl`` and walks the
-    parentUuid tree up from a stream record's uuid. Retried at ``delays`` (seconds, cumulative
-    waits) for the flush race; a session whose transcript never appeared is not looked for again."""
-
-    def __init__(self, roots: Sequence[str], delays: Sequence[float] = (0.0, 0.05, 0.1, 0.35, 0.5),
-                 sleep: Callable[[float], None] = time.sleep) -> None:
-        self.roots = tuple(roots)
-        self.delays = tuple(delays)
-        self.sleep = sleep
-        self._indexes: dict[str, _Index] = {}
-        self._absent: set[str] = set()
-
-    def __call__(self, session_id: str, uuid: str) -> str | None:
-        if session_id in self._absent or not _SESSION_ID.fullmatch(session_id):
-            return None
-        for delay in self.delays:
-            if delay:
-                self.sleep(delay)
-            index = self._index(session_id)
-            if index is None:
-                continue
-            index.read()
-            found = index.prompt_of(uuid)
-            if found is not None:
-                return found
-        if session_id not in self._indexes:
-            self._absent.add(session_id)
-            log.info("no transcript of session %s under %s: its spans get ids of their own", session_id,
-                     ", ".join(self.roots))
-        return None
-
-    def _index(self, session_id: str) -> _Index | None:
-        index = self._indexes.get(session_id)
-        if index is not None:
-            return index
-        for root in self.roots:
-            for path in sorted(glob.glob(os.path.join(glob.escape(projects_dir(root)), "*", f"{session_id}.jsonl"))):
-                if within_root(root, path):
-                    index = self._indexes[session_id] = _Index(Tailer(path, max_line_bytes=MAX_LINE_BYTES))
-                    return index
-        return None
 
 
 # -- the relay ---------------------------------------------------------------------------------

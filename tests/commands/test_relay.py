@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from ccotel.assemble import ids
-from ccotel.commands.relay import TranscriptPrompts, counter_for, relay
+from ccotel.commands.relay import counter_for, relay
 from ccotel.export.memory_sink import MemorySink
 from ccotel.export.sinks import ExportQueue
 from ccotel.metrics import counters as metrics
@@ -33,6 +33,7 @@ from ccotel.records import SpanRecord, StatusCode
 from ccotel.run.pipeline import Options, Pipeline
 from ccotel.sources.stream.assembler import StreamAssembler
 from ccotel.sources.stream.lines import BlockDedupe, fingerprint
+from ccotel.sources.stream.prompts import TranscriptPrompts
 from tests.harness.fixtures import Fixture, list_fixtures, load_fixture
 
 REPO = Path(__file__).resolve().parents[2]

@@ -1,12 +1,13 @@
 """The stream-json source: what ``claude -p --output-format stream-json --verbose`` prints -> SpanRecords.
 
-Pure: no I/O and no clocks (callers pass each line's arrival time); commands/relay.py reads the
-stream, passes it on and exports what this package builds. Its modules, in the order a line
+Pure but for ``prompts``: no I/O and no clocks (callers pass each line's arrival time);
+commands/relay.py reads the stream, passes it on and exports what this package builds. Its modules, in the order a line
 goes through them: ``lines`` (a line -> a record; the new blocks of cumulative content arrays),
 ``assembler`` (records -> the turns, calls, tool calls and subagents of ``state``, with the
 transcript path's ids), ``spans`` (those -> SpanRecords, by the transcript path's span builder,
 ccotel/spans/build.py) and ``results`` (what only the stream has: its ``result`` and
-``api_retry`` records, as attributes).
+``api_retry`` records, as attributes); ``prompts`` finds a turn's prompt in the session's
+transcript, the one I/O here.
 
 What the stream carries (Claude Code 2.1.197 and 2.1.330, tests/fixtures/**/runs/*/stdout.jsonl):
 ``system/init`` (session_id, cwd, model, claude_code_version), one ``assistant`` record per content
@@ -17,7 +18,7 @@ record of a subagent (the Agent/Task tool_use that spawned it), ``system/task_st
 = the agentId, ``tool_use_id``, ``subagent_type``), ``task_notification`` (the agent finished),
 ``system/api_retry`` and one ``result`` per turn (two when a background agent's notification
 starts another round). It does not carry the prompt's uuid, which the transcript path derives a
-turn's trace id from: ``resolve_prompt`` (relay.py reads it from the transcript) supplies it.
+turn's trace id from: ``resolve_prompt`` (``prompts.TranscriptPrompts``, reading the transcript) supplies it.
 
 Ids (ccotel/assemble/ids.py, as spans/build.py and assemble/ derive them): turn
 ``span_id("turn", session, prompt uuid)`` in trace ``trace_id(session, prompt uuid)``; chat

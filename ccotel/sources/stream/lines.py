@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 
-__all__ = [
+__all__ = ["MAX_LINE_BYTES",
     "BAD_LINE_REASONS",
     "BlockDedupe",
     "Counter",
@@ -26,6 +26,9 @@ __all__ = [
     "fingerprint",
     "parse_record",
 ]
+
+# A stream line longer than this is skipped and counted (a tool result can hold megabytes).
+MAX_LINE_BYTES = 64 << 20
 
 # Why a line was passed through without being understood (ccotel_relay_bad_lines_total{reason}).
 BAD_LINE_REASONS = ("malformed_json", "invalid_utf8", "not_an_object", "truncated", "line_too_long")
