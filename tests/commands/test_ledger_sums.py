@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import subprocess
 import sys
 from datetime import date
@@ -140,13 +141,21 @@ def test_written_since_sees_every_transcript_and_only_them(tmp_path):
     assert not written_since([str(tmp_path / "missing")], 0)
 
 
+def _aged_copy(tmp_path: Path) -> Path:
+    """s06's config dir copied, its files older than any ledger: the repository's fixture is not touched
+    (other tests and tests.support.golden read its mtimes)."""
+    root = tmp_path / "claude"
+    shutil.copytree(load_fixture("s06_kill_orphan_resume").config_dir, root)
+    for p in root.rglob("*"):
+        os.utime(p, ns=(10**9, 10**9))
+    return root
+
+
 def test_a_report_from_the_ledger_loads_nothing_heavy(tmp_path):
     """rich, genai-prices/pydantic, the pipeline, prometheus_client, OpenTelemetry: not imported when the
     ledger answers alone (start-up is most of such a report)."""
-    root = load_fixture("s06_kill_orphan_resume").config_dir
+    root = _aged_copy(tmp_path)
     build_ledger(root, tmp_path / "state" / LEDGER_FILE).close()
-    for p in root.rglob("*"):
-        os.utime(p, ns=(10**9, 10**9))  # older than the ledger
     code = ("import sys, io, contextlib\nfrom ccotel.cli import main\n"
             "with contextlib.redirect_stdout(io.StringIO()) as out:\n"
             f"    main(['report', '--json', '--root', {str(root)!r}, '--state-dir', {str(tmp_path / 'state')!r}])\n"
@@ -162,10 +171,8 @@ def test_a_report_from_the_ledger_loads_nothing_heavy(tmp_path):
 def test_a_report_from_the_ledger_imports_only_what_it_needs(tmp_path):
     """The ledger path loads neither the transcript side (records, rules, parse, tail, msgspec) nor
     state.py (given --state-dir) nor zoneinfo (no --timezone): a start of ~0.1 s, most of the report."""
-    root = load_fixture("s06_kill_orphan_resume").config_dir
+    root = _aged_copy(tmp_path)
     build_ledger(root, tmp_path / "state" / LEDGER_FILE).close()
-    for p in root.rglob("*"):
-        os.utime(p, ns=(10**9, 10**9))  # older than the ledger
     state = str(tmp_path / "state")
     code = ("import sys, io, contextlib\nfrom ccotel.cli import main\n"
             "with contextlib.redirect_stdout(io.StringIO()) as out:\n"
