@@ -179,6 +179,7 @@ def from_spans_since(options: Options) -> dict[str, SessionUsage]:
 
 import argparse  # noqa: E402
 import io  # noqa: E402
+import re  # noqa: E402
 from contextlib import redirect_stdout  # noqa: E402
 from datetime import date  # noqa: E402
 from zoneinfo import ZoneInfo  # noqa: E402
@@ -317,3 +318,20 @@ def test_since_takes_a_duration_as_the_other_commands_do():
     assert parse_day("7d") == (datetime.now().astimezone() - timedelta(days=7)).date()
     assert parse_day("2w") == (datetime.now().astimezone() - timedelta(days=14)).date()
     assert str(parse_day("20260105")) == "2026-01-05" == str(parse_day("2026-01-05"))
+
+
+@pytest.mark.parametrize("columns", [80, 90, 100, 120, 200])
+@pytest.mark.parametrize("view", ["daily", "session", "project"])
+def test_a_table_never_cuts_a_number_and_keeps_cost(view, columns, tmp_path, monkeypatch, realdata_config_dir):  # noqa: F811
+    """At any width every cost in the table is the whole number --json gives (issue 28: 26.55 shown as
+    `26` at 100 columns, Cost gone at 80); the columns that do not fit are named under the table."""
+    monkeypatch.setenv("COLUMNS", str(columns))
+    root = str(realdata_config_dir)
+    common = ("--root", root, "--state-dir", str(tmp_path / "none"), "--no-ledger", "--timezone", "UTC")
+    doc = orjson.loads(_run(view, *common, "--json"))
+    rows = doc[{"daily": "daily", "session": "sessions", "project": "projects"}[view]]
+    table = _run(view, *common)
+    assert "Cost" in table, table[:2000]
+    for want in [f"{r['totalCost']:,.2f}" for r in rows] + [f"{doc['totals']['totalCost']:,.2f}"]:
+        assert re.search(rf"(?<![\d.,]){re.escape(want)}\*?(?![\d.,])", table), (want, columns, table[:3000])
+    assert max(len(line) for line in table.splitlines()) <= columns

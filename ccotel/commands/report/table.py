@@ -26,7 +26,7 @@ class _Column:
     cell: Callable[[Row], str]
     model_cell: Callable[[ModelTotals], str] | None = None  # its --breakdown line
     number: bool = True
-    drop: int = 0  # 0: always shown; else dropped first when the terminal is too narrow (higher first)
+    drop: int = 0  # 0: always shown (cost); else given up when the terminal is too narrow, highest first
 
 
 def _columns(report: Report, known: bool, breakdown: bool) -> list[_Column]:
@@ -37,29 +37,35 @@ def _columns(report: Report, known: bool, breakdown: bool) -> list[_Column]:
 
     return [
         _Column("Models", "", lambda r: "\n".join(_short(m) for m in sorted(r.models)), number=False,
-                drop=0 if breakdown else 3),  # the breakdown's lines are named in it
-        _Column("Input", f"{t.input:,}", lambda r: f"{r.input:,}", lambda m: f"{m.input:,}"),
-        _Column("Output", f"{t.output:,}", lambda r: f"{r.output:,}", lambda m: f"{m.output:,}"),
-        _Column("Cache\nwrite", f"{t.cache_write:,}", lambda r: f"{r.cache_write:,}", lambda m: f"{m.cache_write:,}"),
-        _Column("Cache\nread", f"{t.cache_read:,}", lambda r: f"{r.cache_read:,}", lambda m: f"{m.cache_read:,}"),
+                drop=0 if breakdown else 7),  # the breakdown's lines are named in it
+        _Column("Input", f"{t.input:,}", lambda r: f"{r.input:,}", lambda m: f"{m.input:,}", drop=2),
+        _Column("Output", f"{t.output:,}", lambda r: f"{r.output:,}", lambda m: f"{m.output:,}", drop=1),
+        _Column("Cache\nwrite", f"{t.cache_write:,}", lambda r: f"{r.cache_write:,}", lambda m: f"{m.cache_write:,}",
+                drop=3),
+        _Column("Cache\nread", f"{t.cache_read:,}", lambda r: f"{r.cache_read:,}", lambda m: f"{m.cache_read:,}",
+                drop=4),
         _Column("Total\ntokens", f"{t.total_tokens:,}", lambda r: f"{r.total_tokens:,}",
-                lambda m: f"{m.input + m.output + m.cache_write + m.cache_read:,}", drop=7),
+                lambda m: f"{m.input + m.output + m.cache_write + m.cache_read:,}", drop=11),
         _Column("Cost $", _cost(t), _cost, lambda m: f"{m.cost:,.2f}"),
-        _Column("Calls", f"{t.api_calls:,}", lambda r: f"{r.api_calls:,}", lambda m: f"{m.calls:,}", drop=2),
-        _Column("Tools", dash(f"{t.tool_calls:,}"), lambda r: dash(f"{r.tool_calls:,}"), drop=5),
-        _Column("Tool\nerrors", dash(f"{t.tool_errors:,}"), lambda r: dash(f"{r.tool_errors:,}"), drop=4),
-        _Column("Sub-\nagents", dash(f"{t.subagents:,}"), lambda r: dash(f"{r.subagents:,}"), drop=6),
-        _Column("Health", _health(t, known), lambda r: _health(r, known), number=False, drop=1),
+        _Column("Calls", f"{t.api_calls:,}", lambda r: f"{r.api_calls:,}", lambda m: f"{m.calls:,}", drop=6),
+        _Column("Tools", dash(f"{t.tool_calls:,}"), lambda r: dash(f"{r.tool_calls:,}"), drop=9),
+        _Column("Tool\nerrors", dash(f"{t.tool_errors:,}"), lambda r: dash(f"{r.tool_errors:,}"), drop=8),
+        _Column("Sub-\nagents", dash(f"{t.subagents:,}"), lambda r: dash(f"{r.subagents:,}"), drop=10),
+        _Column("Health", _health(t, known), lambda r: _health(r, known), number=False, drop=5),
     ]
 
 
+def _widest(c: _Column, rows: list[Row]) -> int:
+    """The width a column's cells take whole: its header, its total and every row's cell."""
+    cells = [c.footer, *c.head.split("\n"), *(c.cell(r) for r in rows)]
+    return max(len(line) for cell in cells for line in cell.split("\n"))
+
+
 def _fit(columns: list[_Column], rows: list[Row], lead: int, width: int) -> list[_Column]:
-    """The columns that fit ``width`` (``lead``: the label columns' width): numbers are never cut,
-    so the least needed columns give way, highest ``drop`` first."""
+    """The columns that fit ``width`` (``lead``: the label columns' width). A number is never cut, so
+    columns give way instead, highest ``drop`` first: the token columns last, the cost never."""
     def need(c: _Column) -> int:
-        cells = [c.footer, *c.head.split("\n"), *(c.cell(r) for r in rows[:200])]
-        widest = max(len(line) for cell in cells for line in cell.split("\n"))
-        return (min(widest, 16) if not c.number else widest) + 3
+        return (min(_widest(c, rows[:200]), 16) if not c.number else _widest(c, rows)) + 3
 
     kept = list(columns)
     for c in sorted((c for c in columns if c.drop), key=lambda c: -c.drop):
@@ -88,10 +94,13 @@ def render(report: Report, console: Console, q: Query, breakdown: bool = False) 
         table.add_column("Session", no_wrap=True)
         lead_width += 15 + 11
     columns = _columns(report, report.knows_tools, breakdown)
-    shown = _fit(columns, report.rows, lead_width, console.width)
+    # a project's path folds onto more lines (down to its min_width): it gives way before a number does
+    fit_lead = min(lead_width, 40 + 3) if report.view == "project" else lead_width
+    shown = _fit(columns, report.rows, fit_lead, console.width)
     for c in shown:
         if c.number:
-            table.add_column(c.head, justify="right", footer=c.footer, no_wrap=True, min_width=len(c.footer))
+            table.add_column(c.head, justify="right", footer=c.footer, no_wrap=True,
+                             min_width=_widest(c, report.rows))  # whole: rich narrows the labels instead
         else:
             table.add_column(c.head, footer=c.footer, overflow="fold", min_width=10)
     for r, label in zip(report.rows, labels, strict=True):
