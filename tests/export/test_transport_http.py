@@ -56,7 +56,10 @@ class Scripted:
                                   if h.lower().startswith(b"content-length:"))
                     self.requests.append((head, rfile.read(length)))
                     answer, close = self.answers.pop(0)
-                    conn.sendall(answer)
+                    try:
+                        conn.sendall(answer)
+                    except OSError:  # the client closed before reading all of it (as it may): next connection
+                        break
                     if close:
                         break
 
