@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable
 
 from ccotel import __version__
-from ccotel.commands.options import add_common, add_durable, add_label_cap, add_tracing
+from ccotel.commands.options import add_common, add_durable, add_label_cap, add_tracing, price_file
 from ccotel.run.stopping import (
     EXIT_ERROR,
     EXIT_LOCKED,
@@ -91,7 +91,7 @@ def _report_options(sp: argparse.ArgumentParser) -> None:
 
 def _trace_options(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("--root", action="append", default=None)
-    sp.add_argument("--prices", default=None, metavar="FILE")
+    sp.add_argument("--prices", type=price_file, default=None, metavar="FILE")
     sp.add_argument("-v", "--verbose", action="store_true")
     from ccotel.commands import trace as waterfall
 
@@ -156,13 +156,6 @@ def _config_error(args: argparse.Namespace) -> str | None:
             missing = backend_missing(location)
             if missing is not None:
                 return missing
-    if getattr(args, "prices", None):  # every command that takes --prices (spans/pricing.py checks the file)
-        from ccotel.spans.pricing import PriceFileError, load_overrides
-
-        try:
-            load_overrides(args.prices)
-        except PriceFileError as exc:
-            return str(exc)
     if args.command in ("run", "backfill", "relay") and args.traces_exporter == "otlp":
         from ccotel.export.sinks import otlp_config_error
 

@@ -8,8 +8,12 @@ import argparse
 import re
 import time
 from datetime import datetime, timezone
+from typing import TYPE_CHECKING
 
-__all__ = ["add_common", "add_durable", "add_reading", "add_tracing", "parse_since"]
+if TYPE_CHECKING:
+    from ccotel.spans.pricing import Price
+
+__all__ = ["add_common", "add_durable", "add_reading", "add_tracing", "parse_since", "price_file"]
 
 
 def parse_since(value: str, now: float | None = None) -> int:
@@ -27,13 +31,24 @@ def parse_since(value: str, now: float | None = None) -> int:
     return int(dt.timestamp() * 1e9)
 
 
+def price_file(path: str) -> dict[str, Price]:
+    """``--prices FILE`` read and checked while the arguments are parsed: a bad file is a usage error
+    (exit 2 before any work), and the commands take the prices, not the path, so it is read once."""
+    from ccotel.spans.pricing import PriceFileError, load_overrides  # only when --prices is given
+
+    try:
+        return load_overrides(path)
+    except PriceFileError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def add_reading(sp: argparse.ArgumentParser, parallel_min_mb: float) -> None:
     """How a large history is read: worker processes, the size from which they are used, prices."""
     sp.add_argument("--workers", type=int, default=None,
                     help="processes that read a large history in parallel (default: the cores, at most 4)")
     sp.add_argument("--parallel-min-mb", type=float, default=parallel_min_mb,
                     help="a history smaller than this (MB to read) is read by one process")
-    sp.add_argument("--prices", default=None, metavar="FILE",
+    sp.add_argument("--prices", type=price_file, default=None, metavar="FILE",
                     help="JSON of model -> USD per million tokens, overriding genai-prices' table")
     sp.add_argument("-v", "--verbose", action="store_true")
 

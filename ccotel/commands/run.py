@@ -26,7 +26,7 @@ from ccotel.run.stopping import EXIT_ERROR, Stopper, settle_state
 from ccotel.sources.orchestrator import DEFAULT_PATTERNS, load_patterns, parse_log_arg
 from ccotel.spans.build import Conventions
 from ccotel.spans.content import DEFAULT_REDACTIONS, ContentPolicy
-from ccotel.spans.pricing import DEFAULT_PRICING, Pricing, load_overrides
+from ccotel.spans.pricing import DEFAULT_PRICING, Pricing
 from ccotel.store.backends import lock_state, open_state
 from ccotel.store.state import StateLock, is_url, resolve_state
 
@@ -56,7 +56,7 @@ def options_of(args: argparse.Namespace) -> Options:
         timeouts=Timeouts(stall_ns=stall),
         content=content,
         conventions=Conventions.from_env(),
-        pricing=Pricing(load_overrides(args.prices)) if getattr(args, "prices", None) else DEFAULT_PRICING,
+        pricing=Pricing(args.prices) if getattr(args, "prices", None) else DEFAULT_PRICING,
         registries=tuple(os.path.abspath(d) for d in getattr(args, "registry", [])),
         registry_kill_grace_ns=int(getattr(args, "registry_kill_grace", 5.0) * 1e9),
         max_label_values=getattr(args, "max_label_values", DEFAULT_MAX_LABEL_VALUES),

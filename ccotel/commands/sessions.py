@@ -47,7 +47,7 @@ from ccotel.spans.attributes import (
     SESSION_ID,
 )
 from ccotel.spans.build import Conventions
-from ccotel.spans.pricing import DEFAULT_PRICING, Pricing, load_overrides
+from ccotel.spans.pricing import DEFAULT_PRICING, Pricing
 
 __all__ = [
     "SessionError",
@@ -189,7 +189,7 @@ def options_from_args(args: argparse.Namespace) -> Options:
         roots=tuple(getattr(args, "root", None) or default_roots()),
         timeouts=Timeouts(stall_ns=int(getattr(args, "stall_timeout", 180.0) * 1e9)),
         conventions=Conventions.from_env(),
-        pricing=Pricing(load_overrides(prices)) if prices else DEFAULT_PRICING,
+        pricing=Pricing(prices) if prices else DEFAULT_PRICING,
     )
 
 

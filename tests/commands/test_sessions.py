@@ -20,7 +20,7 @@ import pytest
 
 from ccotel.commands import sessions
 from ccotel.commands.check import check_session
-from ccotel.commands.options import parse_since
+from ccotel.commands.options import parse_since, price_file
 from ccotel.commands.report.transcripts import build_report
 from ccotel.run.pipeline import Options
 from tests.commands.test_waterfall import exported, live_copy
@@ -35,7 +35,7 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="ccotel sessions")
     p.add_argument("--root", action="append", default=None)
     p.add_argument("--since", type=parse_since, default=None)
-    p.add_argument("--prices", default=None)
+    p.add_argument("--prices", type=price_file, default=None)
     p.add_argument("-v", "--verbose", action="store_true")
     sessions.add_arguments(p)
     return p

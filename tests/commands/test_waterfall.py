@@ -21,6 +21,7 @@ import orjson
 import pytest
 
 from ccotel.commands import trace as waterfall
+from ccotel.commands.options import price_file
 from ccotel.records import SpanRecord, StatusCode
 from ccotel.run.pipeline import Options, Pipeline
 from tests.harness.fixtures import load_fixture
@@ -35,7 +36,7 @@ def parser() -> argparse.ArgumentParser:
     """The parser cli.py builds for ``ccotel trace`` (the wiring given to the lead)."""
     p = argparse.ArgumentParser(prog="ccotel trace")
     p.add_argument("--root", action="append", default=None)
-    p.add_argument("--prices", default=None)
+    p.add_argument("--prices", type=price_file, default=None)
     p.add_argument("-v", "--verbose", action="store_true")
     waterfall.add_arguments(p)
     return p

@@ -75,7 +75,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """``ccotel report``: print the view (a table, or JSON with --json). Exit 0."""
     roots = tuple(args.root or _default_roots())
-    overrides = _load_overrides(args.prices) if args.prices else None  # a bad file fails either way
+    overrides: dict[str, Price] | None = args.prices  # read and checked by --prices' type (options.price_file)
     state_dir = _state_location(getattr(args, "state", None), args.state_dir)
     ledger = None if args.no_ledger else open_ledger(state_dir, roots, getattr(args, "host_id", None))
     q = Query(view=args.view, tz=args.timezone, since=args.since, until=args.until,
@@ -116,12 +116,6 @@ def _state_location(state: str | None, state_dir: str | None) -> str | None:
 
         return resolve_state(None, None)
     return None if location == "none" else location
-
-
-def _load_overrides(path: str) -> dict[str, Price]:
-    from ccotel.spans.pricing import load_overrides
-
-    return load_overrides(path)
 
 
 def _default_roots() -> list[str]:
