@@ -113,6 +113,12 @@ def _doctor_options(sp: argparse.ArgumentParser) -> None:
     doctor.add_arguments(sp)
 
 
+def _hook_options(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument("--state", "--state-dir", dest="state", default=None, metavar="DIR",
+                    help="the state dir whose hooks/ spool the event goes to (default: as run's)")
+    sp.add_argument("-v", "--verbose", action="store_true")
+
+
 def _relay_options(sp: argparse.ArgumentParser) -> None:
     add_common(sp)
     from ccotel.commands import relay
@@ -129,6 +135,7 @@ _COMMAND_OPTIONS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]
     "sessions": ("recent sessions: tokens, cost and state (live, idle, ghost, killed, ...)", _sessions_options),
     "doctor": ("check roots, versions, state, trace backend, metrics port: exit 1 if any fail", _doctor_options),
     "relay": ("pass `claude -p --output-format stream-json` through and export it live", _relay_options),
+    "hook": ("Claude Code's hook handler: spool the event on stdin for `ccotel run`, exit 0", _hook_options),
 }
 _COMMANDS = tuple(_COMMAND_OPTIONS)
 
@@ -216,4 +223,7 @@ def _command(args: argparse.Namespace) -> int:
     if args.command == "relay":
         from ccotel.commands.relay import run as cmd_relay
         return cmd_relay(args)
+    if args.command == "hook":
+        from ccotel.commands.hook import run as cmd_hook
+        return cmd_hook(args)
     return 2

@@ -23,11 +23,13 @@ from ccotel.run.pipeline import Options
 from ccotel.run.runner import describe, fill_ledger, follow, read_history, wait_for_backend, wire
 from ccotel.run.status import StatusLine
 from ccotel.run.stopping import EXIT_ERROR, Stopper, settle_state
+from ccotel.sources.hooks.spool import spool_dir
 from ccotel.sources.orchestrator import DEFAULT_PATTERNS, load_patterns, parse_log_arg
 from ccotel.spans.build import Conventions
 from ccotel.spans.content import DEFAULT_REDACTIONS, ContentPolicy
 from ccotel.spans.pricing import DEFAULT_PRICING, Pricing
 from ccotel.store.backends import lock_state, open_state
+from ccotel.store.location import local_state_dir
 from ccotel.store.state import StateLock, is_url, resolve_state
 
 if TYPE_CHECKING:
@@ -59,8 +61,17 @@ def options_of(args: argparse.Namespace) -> Options:
         pricing=Pricing(args.prices) if getattr(args, "prices", None) else DEFAULT_PRICING,
         registries=tuple(os.path.abspath(d) for d in getattr(args, "registry", [])),
         registry_kill_grace_ns=int(getattr(args, "registry_kill_grace", 5.0) * 1e9),
+        hooks_spool=_hooks_spool(args),
         max_label_values=getattr(args, "max_label_values", DEFAULT_MAX_LABEL_VALUES),
     )
+
+
+def _hooks_spool(args: argparse.Namespace) -> str | None:
+    """The spool ``ccotel hook`` writes beside the state (sources/hooks/); none without a state."""
+    location = resolve_state(getattr(args, "state", None), getattr(args, "state_dir", None))
+    if location is None or _preview(args):
+        return None
+    return spool_dir(local_state_dir(location))
 
 
 class _Progress:

@@ -25,6 +25,7 @@ from ccotel.spans.attributes import (
     CLAUDE_CODE_COMPACTION_TRIGGER,
     CLAUDE_CODE_COST_UNPRICED,
     CLAUDE_CODE_COST_USD,
+    CLAUDE_CODE_TOOL_PERMISSION_WAIT_S,
     CLAUDE_CODE_TOOL_REPAIRED,
     CLAUDE_CODE_TURN_LOST_TOOLS,
     CLAUDE_CODE_TURN_OUTCOME,
@@ -48,7 +49,8 @@ if TYPE_CHECKING:  # prometheus_client is loaded when metrics are served: catch-
 
     from ccotel.metrics.genai import GenAIMetrics
 
-__all__ = ["Metrics", "METRICS", "DURATION_BUCKETS", "DEFAULT_MAX_LABEL_VALUES", "OTHER", "serve"]
+__all__ = ["Metrics", "METRICS", "DURATION_BUCKETS", "DEFAULT_MAX_LABEL_VALUES", "OTHER", "serve",
+           "histogram_increments"]
 
 DURATION_BUCKETS = (0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0)
 
@@ -134,6 +136,14 @@ METRICS: dict[str, Spec] = {
     "ccotel_registry_bad_input": Spec("counter", "Registry files read mid-write or not understood, by reason "
                                       "(malformed_json, partial_front_matter, no_front_matter, bad_entry, bad_pid, "
                                       "unknown_status, ...).", ("reason",)),
+    # Claude Code's hooks (sources/hooks/, `ccotel hook`): what the transcripts cannot say
+    "ccotel_sessions_ended": Spec("counter", "Sessions that ended, by SessionEnd's reason (clear, logout, "
+                                  "prompt_input_exit, other, ...).", ("reason",)),
+    "ccotel_permission_wait_seconds": Spec("histogram", "Time tool calls waited on the user's permission "
+                                           "(PermissionRequest to the answer), by tool.", ("tool",)),
+    "ccotel_hook_events": Spec("counter", "Hook events read from the spool, by event and kind (a Notification's "
+                               "type, a PreCompact's trigger, a SessionStart's source, a SessionEnd's reason).",
+                               ("event", "kind")),
     # the cap on label values (LabelCap): what it folded
     "ccotel_label_values_folded": Spec("counter", "Increments whose label value was folded into \"other\" because "
                                        "that label of that metric had --max-label-values distinct values already "
@@ -277,6 +287,11 @@ class Metrics:
         assert len(labels) == len(spec.labels), (name, labels)
         with self._lock:
             _add(self._channels[channel], self.cap.fold(((_key(name, labels), value),)))
+
+    def inc_many(self, incs: Iterable[tuple[Key, float]], channel: str = "read") -> None:
+        """Several increments at once (a histogram's observation: histogram_increments)."""
+        with self._lock:
+            _add(self._channels[channel], self.cap.fold(incs))
 
     def observe_span(self, s: SpanRecord, span_key: int | None = None) -> None:
         """Count what a span says happened, when it is built: metrics never wait for the trace
@@ -456,6 +471,15 @@ def serve(metrics: Metrics, addr: str = "127.0.0.1", port: int = 9477) -> tuple[
 _BUCKET_LABELS = tuple(repr(le) for le in DURATION_BUCKETS)  # the "le" label of each bucket
 
 
+def histogram_increments(name: str, label: str, seconds: float) -> list[tuple[Key, float]]:
+    """One observation of a histogram of METRICS with one label (its buckets are DURATION_BUCKETS)."""
+    out: list[tuple[Key, float]] = [((name + "_bucket", label, le), 1.0) for le in
+                                    _BUCKET_LABELS[bisect.bisect_left(DURATION_BUCKETS, seconds):]]
+    out.append(((name + "_sum", label), seconds))
+    out.append(((name + "_count", label), 1.0))
+    return out
+
+
 def _add(values: dict[Key, float], incs: Iterable[tuple[Key, float]]) -> None:
     for k, v in incs:
         values[k] = values.get(k, 0.0) + v
@@ -509,6 +533,9 @@ def _span_increments(s: SpanRecord, buckets: _BucketKeys | None = None) -> list[
         out.append((("ccotel_tool_duration_seconds_count", tool), 1.0))
         if outcome == "orphaned" or a.get(CLAUDE_CODE_TOOL_REPAIRED):
             out.append((("ccotel_orphaned_tool_uses", tool), 1.0))  # once: seen live, or only from the repair
+        wait = a.get(CLAUDE_CODE_TOOL_PERMISSION_WAIT_S)
+        if isinstance(wait, (int, float)):
+            out += histogram_increments("ccotel_permission_wait_seconds", tool, float(wait))
     elif op == "invoke_agent":
         _agent_increments(s, a, out)
     return out

@@ -101,7 +101,8 @@ def catch_up_in_parallel(options: Options, state_dir: str, exporter: str, worker
     bins = balance(plan_shards(groups, weights), weights, workers)
     if len(bins) < 2:
         return None
-    worker_options = dataclasses.replace(options, orchestrator_logs=(), registries=())  # the caller follows those
+    # the caller follows those
+    worker_options = dataclasses.replace(options, orchestrator_logs=(), registries=(), hooks_spool=None)
     ctx = process_context()
     done = ctx.Value("q", 0)
     procs: list[tuple[Any, Any]] = []

@@ -40,6 +40,7 @@ from ccotel.records import FileKind, SpanRecord, TranscriptFile
 from ccotel.run.delivery import Delivery
 from ccotel.run.detectors import Detectors
 from ccotel.run.reader import FileState, Reader, ReadStats
+from ccotel.sources.hooks.follower import HookSpool
 from ccotel.sources.orchestrator import DEFAULT_PATTERNS, Pattern
 from ccotel.sources.registry.follower import Registry
 from ccotel.spans.build import DEFAULT_CONVENTIONS, Conventions, build_spans
@@ -72,6 +73,7 @@ class Options:
     pricing: Pricing = DEFAULT_PRICING
     registries: tuple[str, ...] = ()  # orchestrator agent registries followed live (sources/registry/)
     registry_kill_grace_ns: int = 5_000_000_000
+    hooks_spool: str | None = None  # the spool `ccotel hook` appends to, followed (sources/hooks/)
     # How often a backfill commits what the backend acknowledged: a process killed mid-way sends
     # again what was acknowledged since (each commit has a fixed cost: once per session was a sizeable
     # share of a large backfill).
@@ -109,6 +111,7 @@ class Pipeline:
         self.reader = Reader(options.roots, self.assembler, clock, metrics, self.detectors.counting,
                              self.checkpoints, options.content is not None, options.max_line_bytes, stall,
                              options.unterminated_grace_ns)
+        self.hooks = HookSpool(options.hooks_spool, self.checkpoints, metrics) if options.hooks_spool else None
         self.delivery = Delivery(state, metrics, clock)
         self.delivery.not_live |= self.detectors.history_owners()  # read as history: never counted
         self._commit_every_ns = 0  # live: the least time between two commits from tick (go_live)
@@ -172,6 +175,7 @@ class Pipeline:
         when this returns (events are not counted from here on).
         """
         self.reader.complete = close_all
+        self._poll_hooks()  # first: what the hooks said goes on the spans built from here on
         if groups is None:
             groups = session_groups(self.discover(), self.checkpoints)
         total = sum(unread_bytes(tf.path, self.checkpoints) for group in groups for _, tf in group)
@@ -258,6 +262,7 @@ class Pipeline:
     def tick(self) -> None:
         now = self.clock()
         self._absorb_clock_step(now)
+        self._poll_hooks()
         for state in self.reader.partials_due(now):
             self._read(state, accept_unterminated=True)
         self.assembler.tick(now, self.detectors.alive)
@@ -266,6 +271,10 @@ class Pipeline:
         self._emit()
         self._poll_registries(now)
         self.process_acks(force=False)
+
+    def _poll_hooks(self) -> None:
+        if self.hooks is not None:
+            self.hooks.poll()
 
     def _poll_registries(self, now: int) -> None:
         """Registry agents' spans go straight to the export queue: not through the delivery (no
@@ -357,6 +366,8 @@ class Pipeline:
         moved = self.delivery.finish_owners(commit)
         self.delivery.checkpoint_offsets(commit, moved, self.reader)
         commit.marks = self.detectors.take_marks()
+        if self.hooks is not None:
+            self.hooks.take_commit(commit)
         for registry in self.registries:
             marks, gone = registry.take_commit()
             commit.marks += marks
@@ -383,6 +394,8 @@ class Pipeline:
                 self.stats.skipped_before_since += 1
                 continue
             built = build_spans(f, self.options.content, self.options.conventions, self.options.pricing)
+            if self.hooks is not None:
+                self.hooks.annotate(built)
             taken = self.delivery.take(owner, built)
             self.stats.resent_skipped += len(built) - len(taken)  # delivered before a restart
             spans += taken

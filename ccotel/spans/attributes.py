@@ -55,6 +55,10 @@ CLAUDE_CODE_TURN_API_ERRORS: Final = "claude_code.turn.api_errors"
 """turn, when there were some: failed API calls."""
 CLAUDE_CODE_TURN_API_RETRIES: Final = "claude_code.turn.api_retries"
 """turn, when there were some: API retries."""
+CLAUDE_CODE_SESSION_END_REASON: Final = "claude_code.session.end_reason"
+"""turn, with the hooks (docs/hooks.md): why the session ended (SessionEnd's `reason`: `clear`, `logout`,
+`prompt_input_exit`, `other`, ...), on the session's last turn before the end, when the event was read before
+that turn's span was built."""
 CLAUDE_CODE_TURN_STALLED: Final = "claude_code.turn.stalled"
 """turn: true when it went silent past `--stall-timeout` while a reply was owed."""
 CLAUDE_CODE_TURN_ORPHANED_TOOLS: Final = "claude_code.turn.orphaned_tools"
@@ -160,6 +164,12 @@ CLAUDE_CODE_TOOL_BACKGROUND: Final = "claude_code.tool.background"
 """tool: true for a background subagent (`run_in_background`, async launch)."""
 CLAUDE_CODE_TOOL_REPAIRED: Final = "claude_code.tool.repaired"
 """tool: true when its process died and a 2.1.3xx resume wrote the result."""
+CLAUDE_CODE_TOOL_PERMISSION_WAIT_S: Final = "claude_code.tool.permission_wait_s"
+"""tool, with the hooks (docs/hooks.md): seconds it waited on the user's permission, from Claude Code's
+PermissionRequest to the user's answer (the PostToolUse's time less the tool's own duration_ms), or to the
+tool's result when no PostToolUse came; only when the event was read before the span was built."""
+CLAUDE_CODE_TOOL_PERMISSION_DENIED: Final = "claude_code.tool.permission_denied"
+"""tool, with the hooks: true when Claude Code's PermissionDenied named this call."""
 
 # -- registry agents (`--registry`): one span per agent an orchestrator started ------------------------------
 

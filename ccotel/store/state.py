@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from ccotel.assemble.digests import digest64
+from ccotel.store.location import default_state_dir, is_url, resolve_state
 
 if TYPE_CHECKING:  # the transcript reader (slow to import) is not needed to name a file's identity
     from ccotel.read.tail import FileIdentity
@@ -205,25 +206,6 @@ class Commit:
 
 
 # -- where the state is ---------------------------------------------------------------
-
-
-def default_state_dir(env: dict[str, str] | None = None) -> str:
-    env = dict(os.environ) if env is None else env
-    base = env.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
-    return os.path.join(base, "ccotel")
-
-
-def is_url(location: str | None) -> bool:
-    """A PostgreSQL URL (the fleet backend) rather than a state dir (SQLite)."""
-    return location is not None and location.startswith(("postgresql://", "postgres://"))
-
-
-def resolve_state(state: str | None, state_dir: str | None = None, env: dict[str, str] | None = None) -> str | None:
-    """Where the state is: ``--state`` (a dir or a ``postgresql://`` URL), else its alias
-    ``--state-dir``, else ``$CCOTEL_STATE``, else the default dir. None: ``none`` (no state)."""
-    env = dict(os.environ) if env is None else env
-    location = state or state_dir or env.get("CCOTEL_STATE") or default_state_dir(env)
-    return None if location == "none" else location
 
 
 def host_id(explicit: str | None = None, env: dict[str, str] | None = None) -> str:
