@@ -39,6 +39,7 @@ PLUGIN = REPO / "plugin"
 WAIT_S = 1.5  # the host answers the permission request after this long
 PROMPT = "HOOKS create a file"
 ANSWER = "PLUGIN-COMMAND-ANSWERED"
+SUMMARY = "HOOKS-SUMMARY"
 
 
 def rules() -> list[Rule]:
@@ -47,6 +48,8 @@ def rules() -> list[Rule]:
         Rule("hooks.touch", Message([text("Creating it."), bash("touch made.txt", "Create a file")], u(0)),
              first_user="HOOKS ", turns=0),
         Rule("hooks.final", Message([text("Created made.txt.")], u(1)), first_user="HOOKS ", turns=1),
+        Rule("hooks.compact", Message([text(f"<summary>{SUMMARY}: a file was created.</summary>")], u(3)),
+             first_user="HOOKS ", last_user="create a detailed summary of the conversation", in_transcript=False),
         Rule("command", Message([text(ANSWER)], u(2))),  # a plugin command's expanded prompt
     ]
 
@@ -177,6 +180,14 @@ def test_plugin_hooks_reach_spans_and_metrics_and_its_commands_answer(claude_cli
             assert sample(metrics, 'ccotel_hook_events_total{event="PermissionRequest",kind=""}') == 1
             live_root = wait(lambda: next((s for s in rx.spans if s["name"].startswith("invoke_agent")
                                            and not s["parent_span_id"]), None), 30, "the turn")
+
+            # a manual compaction of that session: PreCompact (trigger manual), a second SessionEnd
+            r = sandbox.run(api.base_url, "/compact", allowed_tools="", resume=sid, extra_args=plugin, env=env,
+                            timeout=60)
+            assert r.returncode == 0, r.stderr[-2000:]
+            metrics = wait(lambda: (t := scrape(port)) and sample(
+                t, 'ccotel_sessions_ended_total{reason="other"}') == 2 and t, 30, "the second session end")
+            assert sample(metrics, 'ccotel_hook_events_total{event="PreCompact",kind="manual"}') == 1
         finally:
             run.terminate()
             try:
@@ -198,15 +209,15 @@ def test_plugin_hooks_reach_spans_and_metrics_and_its_commands_answer(claude_cli
                                   env=env2, capture_output=True, text=True, timeout=60)
             assert back.returncode == 0, back.stderr[-2000:]
             spans = rx2.spans
-        root = next(s for s in spans if s["name"].startswith("invoke_agent") and not s["parent_span_id"])
+        tool2 = next(s for s in spans if s["name"] == "execute_tool Bash")
+        root = next(s for s in spans if s["trace_id"] == tool2["trace_id"] and not s["parent_span_id"])
         assert root["attributes"]["claude_code.session.end_reason"] == "other"
         assert root["attributes"]["session.id"] == sid
-        tool2 = next(s for s in spans if s["name"] == "execute_tool Bash")
         assert tool2["attributes"]["claude_code.tool.permission_wait_s"] == waited
 
         # 3. the plugin's commands, in -p mode (trace and check on the session above: --resume)
         asked_before = len(prompts(request_log))
-        for command, resume in (("/ccotel:report", None), ("/ccotel:trace", sid), ("/ccotel:check", sid)):
+        for command, resume in (("/ccotel:report", None), ("/ccotel:trace --turn 1", sid), ("/ccotel:check", sid)):
             r = sandbox.run(api.base_url, command, allowed_tools="", resume=resume, extra_args=plugin, env=env,
                             timeout=60)
             assert r.returncode == 0, (command, r.stderr[-2000:])
@@ -218,3 +229,26 @@ def test_plugin_hooks_reach_spans_and_metrics_and_its_commands_answer(claude_cli
         assert f"session {sid}" in trace and "execute_tool Bash" in trace, trace
         # typed in the session itself, check sees that session's own process running (session_live)
         assert f"session {sid}: " in check and "assistant   yes" in check and "session_live" in check, check
+
+
+def test_without_ccotel_on_path_the_plugins_hooks_are_silent_and_successful(claude_cli: Path, tmp_path: Path) -> None:
+    sandbox = Sandbox.create(base=tmp_path)
+    env = {"PATH": "/usr/bin:/bin"}  # no ccotel
+    with FakeAPI("nohooks", rules(), tmp_path / "gt.jsonl") as api:
+        r = sandbox.run(api.base_url, PROMPT, allowed_tools="Bash", env=env, timeout=60,
+                        extra_args=["--plugin-dir", str(PLUGIN), "--include-hook-events"])
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert (r.result or {}).get("is_error") is False
+    responses = [x for x in r.records if x.get("type") == "system" and x.get("subtype") == "hook_response"]
+    assert responses and all(x.get("outcome") == "success" and not (x.get("stdout") or "").strip()
+                             for x in responses), responses
+
+
+@pytest.mark.parametrize("where", ["plugin", "."])
+def test_the_plugin_and_the_marketplace_validate_strictly(claude_cli: Path, tmp_path: Path, where: str) -> None:
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path),
+           "CLAUDE_CONFIG_DIR": str(tmp_path / ".claude"), "DISABLE_AUTOUPDATER": "1",
+           "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"}
+    r = subprocess.run([str(claude_cli), "plugin", "validate", "--strict", where], cwd=REPO, env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "Validation passed" in r.stdout, r.stdout + r.stderr
