@@ -76,7 +76,8 @@ DETAILS: dict[str, str] = {
     "ccotel_parse_errors_total":
         "`reason`: `malformed_json`, `invalid_utf8`, `nul_bytes`, `line_too_long`, `bad_field`, `bad_timestamp`, "
         "`not_an_object`, `unreadable` (a file), `unreadable_dir` (a directory under a root; once per directory), "
-        "`path_outside_root`, `bad_meta_json`. A bad line is one error, of the first reason found in it.",
+        "`path_outside_root`, `bad_meta_json`; the hook spool's: `hook_malformed_json`, `hook_not_an_object`, "
+        "`hook_bad_field`. A bad line is one error, of the first reason found in it.",
     "ccotel_checkpoint_errors_total":
         "Held and retried, nothing lost. `ledger`: a usage-ledger write that failed (those rows are missing from "
         "reports; tracing and counting go on).",
@@ -91,6 +92,11 @@ DETAILS: dict[str, str] = {
                                 "`ccotel run` serves them without samples or at 0.",
     "ccotel_registry_agents_total": "Only with `--registry DIR`. Agents already over when ccotel first sees a "
                                     "registry are traced, not counted.",
+    "ccotel_sessions_ended_total": "Only with the hooks (`ccotel hook`, [hooks](hooks.md)); each event once, across "
+                                   "restarts. `claude -p` ends with `other`.",
+    "ccotel_permission_wait_seconds": "Only with the hooks ([hooks](hooks.md)), for tool spans counted live. Buckets "
+                                      "0.1 s to 1800 s.",
+    "ccotel_hook_events_total": "`kind` is empty for events without one (PermissionRequest, PostToolUse, ...).",
     "ccotel_registry_agent_seconds_total": "Mean run time: its increase over `ccotel_registry_agents_total`'s.",
     "ccotel_registry_killed_agents_total": "After `--registry-kill-grace` seconds (default 5).",
 }

@@ -387,15 +387,17 @@ class Pipeline:
         if not finished:
             return
         spans = []
+        batch: list[tuple[Owner, list[SpanRecord]]] = []
         for f in finished:
             owner = _owner_of(f)
             self.delivery.register(owner, counting)  # also when nothing is sent: a closed owner may now be done
             if self.options.since_ns is not None and owner.start_ns < self.options.since_ns:
                 self.stats.skipped_before_since += 1
                 continue
-            built = build_spans(f, self.options.content, self.options.conventions, self.options.pricing)
-            if self.hooks is not None:
-                self.hooks.annotate(built)
+            batch.append((owner, build_spans(f, self.options.content, self.options.conventions, self.options.pricing)))
+        if self.hooks is not None:  # all of them at once: a session's end goes on the last of its turns here
+            self.hooks.annotate([s for _owner, built in batch for s in built])
+        for owner, built in batch:
             taken = self.delivery.take(owner, built)
             self.stats.resent_skipped += len(built) - len(taken)  # delivered before a restart
             spans += taken
