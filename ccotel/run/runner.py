@@ -197,6 +197,7 @@ def catch_up_traces(old: Pipeline, queue: ExportQueue, metrics: Metrics | None) 
                    ledger=old.ledger)
     new.not_live = set(old.not_live)
     new.registries = old.registries  # what is in flight, and the processes seen running
+    new.hooks = old.hooks  # the hook events read (committed with the old pipeline's last commit), not read again
     queue.on_ack = new.acknowledge
     new.backfill()
     new.adopt_detector_state(*old.detector_state())
