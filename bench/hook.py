@@ -33,8 +33,8 @@ def main(argv: list[str] | None = None) -> int:
         "python -m json.tool (stdlib, same way in)": [sys.executable, "-m", "json.tool"],
         "python -m ccotel hook": [sys.executable, "-m", "ccotel", "hook"],
         "ccotel hook (the script's entry point)": [sys.executable, "-c",
-                                                   "import sys; sys.argv[1:] = ['hook']; "
-                                                   "from ccotel.__main__ import main; sys.exit(main())"],
+                                                   "import sys; from ccotel.__main__ import main; "
+                                                   "sys.exit(main(['hook']))"],
         "through the full CLI (cli.main, as before)": [sys.executable, "-c", "import sys; from ccotel.cli import main; "
                                                        "sys.exit(main(['hook']))"],
     }

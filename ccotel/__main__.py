@@ -1,16 +1,18 @@
+"""``python -m ccotel`` and the ``ccotel`` command. ``hook`` is answered before the command line parser,
+logging and the other commands are loaded (Claude Code runs it for every hook event it is set for)."""
+
 import sys
 
 
-def main() -> int:
-    """``ccotel``: the hook handler starts without the CLI (argparse, logging, the commands' options),
-    which costs more than the hook itself; everything else goes to cli.main."""
-    if sys.argv[1:2] == ["hook"]:
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["hook"] and "-h" not in argv and "--help" not in argv:
         from ccotel.commands.hook import main as hook
 
-        return hook()
-    from ccotel.cli import main as cli
+        return hook(argv[1:])
+    from ccotel.cli import main as cli_main
 
-    return cli()
+    return cli_main(argv)
 
 
 if __name__ == "__main__":  # multiprocessing (spawn) imports this module in its workers

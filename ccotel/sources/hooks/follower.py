@@ -48,6 +48,7 @@ __all__ = ["HookEvent", "HookSpool", "parse_line"]
 log = logging.getLogger("ccotel.hooks")
 
 _MAX_SESSIONS = 10_000  # sessions whose requests and ends are kept (the oldest go first)
+_MAX_REQUESTS = 1_000  # permission requests waiting for their span, per session
 _MAX_CALLS = 50_000  # PostToolUse / PermissionDenied kept by tool_use id
 _RECENT_TOOLS = 5_000  # tool spans built, for a permission request read after its span
 _BEFORE_NS = 5_000_000_000  # a request this long before its tool_use's timestamp still pairs (clock skew)
@@ -198,7 +199,10 @@ class HookSpool:
                 req.used = True  # its span is built already: the histogram only
                 self._observe_wait(tool, self._wait_end(tool_use_id, end) - e.t_ns)
                 return
-        self._session(e.session_id).requests.append(req)
+        requests = self._session(e.session_id).requests
+        requests.append(req)
+        if len(requests) > _MAX_REQUESTS:
+            del requests[: len(requests) - _MAX_REQUESTS]  # the oldest: their spans were built long ago
 
     # -- spans -----------------------------------------------------------------------------------
 
