@@ -1,4 +1,9 @@
-"""The rich console the commands print with.
+"""The rich console every command prints its tables with, and the one rule for its width.
+
+Width: ``--width`` when given; else on a terminal the terminal's width (rich asks it; COLUMNS,
+when set, wins as it does for every curses program); else, stdout being a pipe or a file,
+COLUMNS when set and else ``PIPE_WIDTH``: wide enough that no column of any command gives way,
+so ``ccotel report | grep`` or ``> file`` loses nothing, whatever width a terminal had.
 
 rich answers a closed stdout (`ccotel sessions | head`) by exiting with status 1; ccotel ends such
 a command quietly with status 0 (cli.main, as `yes | head` does), so the closed pipe is passed on as
@@ -8,10 +13,15 @@ the BrokenPipeError it is.
 from __future__ import annotations
 
 import errno
+import os
+import sys
+from typing import TextIO
 
 from rich.console import Console
 
-__all__ = ["PipeConsole"]
+__all__ = ["PIPE_WIDTH", "PipeConsole", "output_width", "stdout_console"]
+
+PIPE_WIDTH = 200  # off a terminal without COLUMNS
 
 
 class PipeConsole(Console):
@@ -20,3 +30,24 @@ class PipeConsole(Console):
     def on_broken_pipe(self) -> None:
         self.quiet = True  # nothing more is written to the closed pipe
         raise BrokenPipeError(errno.EPIPE, "stdout closed")
+
+
+def output_width(out: TextIO, width: int | None = None) -> int | None:
+    """The width to render for (module docstring); None: the terminal's, as rich finds it."""
+    if width is not None and width > 0:
+        return width
+    try:
+        tty = out.isatty()
+    except (AttributeError, ValueError):  # a closed or odd stream: not a terminal
+        tty = False
+    if tty:
+        return None
+    columns = os.environ.get("COLUMNS", "").strip()
+    return int(columns) if columns.isdigit() and int(columns) > 0 else PIPE_WIDTH
+
+
+def stdout_console(width: int | None = None, file: TextIO | None = None) -> PipeConsole:
+    """The console of a command's table: ``file`` (default stdout) at ``output_width``; colour only
+    on a terminal and without NO_COLOR (rich checks both)."""
+    out = file if file is not None else sys.stdout
+    return PipeConsole(file=out, width=output_width(out, width), highlight=False)

@@ -33,7 +33,7 @@ from ccotel.commands.sessions import (
     is_error,
     options_from_args,
 )
-from ccotel.commands.terminal import PipeConsole
+from ccotel.commands.terminal import stdout_console
 from ccotel.records import SpanRecord
 from ccotel.spans.attributes import (
     CLAUDE_CODE_ADVISOR,
@@ -495,7 +495,7 @@ def run(args: argparse.Namespace) -> int:
         doc = turns_json(turns, ss) if turn is None else turn_json(turn, ss, len(turns))
         sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode() + "\n")
         return 0
-    console = PipeConsole(width=args.width, highlight=False) if args.width else PipeConsole(highlight=False)
+    console = stdout_console(args.width)
     if turn is None:
         console.print(render_turns(turns, ss))
     else:

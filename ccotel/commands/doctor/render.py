@@ -16,11 +16,12 @@ __all__ = ["render_text", "render_json"]
 
 def render_text(findings: Sequence[Finding], out: TextIO) -> None:
     """A table for people: level, check, what was found and, under it, what to do."""
-    from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
-    console = Console(file=out, width=None if out.isatty() else 120)  # 80 columns off a terminal fold every path
+    from ccotel.commands.terminal import stdout_console
+
+    console = stdout_console(file=out)
     table = Table(show_header=True, header_style="bold", box=None, pad_edge=False, expand=False)
     table.add_column("", no_wrap=True)
     table.add_column("check", no_wrap=True)

@@ -4,7 +4,6 @@ printed: ``--json`` does not load it)."""
 from __future__ import annotations
 
 import os
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -167,8 +166,7 @@ def _zone_name(tz: tzinfo | None) -> str:
 
 
 def stdout_console() -> Console:
-    """stdout; colour only on a terminal and without NO_COLOR (rich checks both); wide in a pipe."""
-    from ccotel.commands.terminal import PipeConsole
+    """The commands' console (terminal.stdout_console: one width rule for every command)."""
+    from ccotel.commands.terminal import stdout_console as console
 
-    wide = None if sys.stdout.isatty() else int(os.environ.get("COLUMNS", "200") or 200)
-    return PipeConsole(width=wide, highlight=False)
+    return console()
