@@ -31,7 +31,7 @@ from rich.text import Text
 from ccotel.assemble.closing import Timeouts
 from ccotel.commands.check import CheckError, Health, check_session
 from ccotel.commands.report.usage import session_usage
-from ccotel.commands.terminal import stdout_console
+from ccotel.commands.terminal import dollars, stdout_console
 from ccotel.read.discover import default_roots
 from ccotel.read.layout import SessionIdError, resolve_session_id
 from ccotel.read.shard import Group
@@ -416,7 +416,7 @@ def _session_cells(s: SessionSummary, now_ns: int) -> dict[str, str | Text]:
         "err": Text(str(errors), style="red" if errors else ""),
         "in": _compact(s.input_tokens + s.cache_read_tokens + s.cache_write_tokens),
         "out": _compact(s.output_tokens),
-        "cost": f"${s.cost_usd:.2f}" + ("*" if s.unpriced_models else ""),
+        "cost": f"${dollars(s.cost_usd)}" + ("*" if s.unpriced_models else ""),
         "state": Text(s.state, style=_STATE_STYLE.get(s.state, "")),
     }
 

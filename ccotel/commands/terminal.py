@@ -13,13 +13,14 @@ the BrokenPipeError it is.
 from __future__ import annotations
 
 import errno
+import math
 import os
 import sys
 from typing import TextIO
 
 from rich.console import Console
 
-__all__ = ["PIPE_WIDTH", "PipeConsole", "output_width", "stdout_console"]
+__all__ = ["PIPE_WIDTH", "PipeConsole", "dollars", "output_width", "stdout_console"]
 
 PIPE_WIDTH = 200  # off a terminal without COLUMNS
 
@@ -51,3 +52,13 @@ def stdout_console(width: int | None = None, file: TextIO | None = None) -> Pipe
     on a terminal and without NO_COLOR (rich checks both)."""
     out = file if file is not None else sys.stdout
     return PipeConsole(file=out, width=output_width(out, width), highlight=False)
+
+
+def dollars(usd: float) -> str:
+    """The one rule for a cost in every table (report, sessions, trace): to the cent, and a cost
+    under a cent (one API call often is) to its first two significant digits, so it does not read
+    as 0.00. Never cut; the figures are estimates at list prices, and --json has them unrounded."""
+    if usd == 0 or abs(usd) >= 0.005:
+        return f"{usd:,.2f}"
+    places = min(8, 1 - math.floor(math.log10(abs(usd))))
+    return f"{usd:.{places}f}"

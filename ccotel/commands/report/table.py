@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING
 
 from ccotel.commands.report.rows import ModelTotals, Query, Report, Row, report_models
 from ccotel.commands.report.summary import Dates
+from ccotel.commands.terminal import dollars
+from ccotel.commands.terminal import stdout_console as console
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -45,7 +47,7 @@ def _columns(report: Report, known: bool, breakdown: bool) -> list[_Column]:
                 drop=4),
         _Column("Total\ntokens", f"{t.total_tokens:,}", lambda r: f"{r.total_tokens:,}",
                 lambda m: f"{m.input + m.output + m.cache_write + m.cache_read:,}", drop=11),
-        _Column("Cost $", _cost(t), _cost, lambda m: f"{m.cost:,.2f}"),
+        _Column("Cost $", _cost(t), _cost, lambda m: dollars(m.cost)),
         _Column("Calls", f"{t.api_calls:,}", lambda r: f"{r.api_calls:,}", lambda m: f"{m.calls:,}", drop=6),
         _Column("Tools", dash(f"{t.tool_calls:,}"), lambda r: dash(f"{r.tool_calls:,}"), drop=9),
         _Column("Tool\nerrors", dash(f"{t.tool_errors:,}"), lambda r: dash(f"{r.tool_errors:,}"), drop=8),
@@ -149,7 +151,7 @@ def _short(model: str) -> str:
 
 
 def _cost(r: Row) -> str:
-    return f"{r.cost:,.2f}" + ("*" if r.unpriced else "")
+    return dollars(r.cost) + ("*" if r.unpriced else "")
 
 
 def _health(r: Row, known: bool = True) -> str:
@@ -167,6 +169,4 @@ def _zone_name(tz: tzinfo | None) -> str:
 
 def stdout_console() -> Console:
     """The commands' console (terminal.stdout_console: one width rule for every command)."""
-    from ccotel.commands.terminal import stdout_console as console
-
     return console()
