@@ -31,7 +31,7 @@ from rich.text import Text
 from ccotel.assemble.closing import Timeouts
 from ccotel.commands.check import CheckError, Health, check_session
 from ccotel.commands.report.usage import session_usage
-from ccotel.commands.terminal import dollars, stdout_console
+from ccotel.commands.terminal import dollars, short_model, stdout_console
 from ccotel.read.discover import default_roots
 from ccotel.read.layout import SessionIdError, resolve_session_id
 from ccotel.read.shard import Group
@@ -62,7 +62,6 @@ __all__ = [
     "Listing",
     "list_sessions",
     "select_sessions",
-    "short_model",
     "options_from_args",
     "run",
     "session_refs",
@@ -453,14 +452,6 @@ def render_sessions(found: Sequence[SessionSummary], now_ns: int, width: int = 1
         cells = dict(row, project=_left_ellipsis(project, project_width))
         table.add_row(*(cells[n] for n in shown))
     return table, [n for n in names if n not in shown]
-
-
-def short_model(model: str) -> str:
-    """A model's name for a narrow table: without the ``claude-`` every one has and without a date
-    suffix (``claude-sonnet-4-20250514`` -> ``sonnet-4``); --json has the full name."""
-    name = model[len("claude-"):] if model.startswith("claude-") else model
-    head, _, tail = name.rpartition("-")
-    return head if head and len(tail) == 8 and tail.isdigit() else name
 
 
 # -- formatting helpers (also used by commands/trace.py) ------------------------------------------------

@@ -20,7 +20,7 @@ from typing import TextIO
 
 from rich.console import Console
 
-__all__ = ["PIPE_WIDTH", "PipeConsole", "dollars", "output_width", "stdout_console"]
+__all__ = ["PIPE_WIDTH", "PipeConsole", "dollars", "output_width", "short_model", "stdout_console"]
 
 PIPE_WIDTH = 200  # off a terminal without COLUMNS
 
@@ -62,3 +62,12 @@ def dollars(usd: float) -> str:
         return f"{usd:,.2f}"
     places = min(8, 1 - math.floor(math.log10(abs(usd))))
     return f"{usd:.{places}f}"
+
+
+def short_model(model: str) -> str:
+    """A model's name in a table: whole, never broken across lines, and short: without the
+    ``claude-`` every one has and without a date suffix (``claude-sonnet-4-20250514`` ->
+    ``sonnet-4``). --json has the full name."""
+    name = model[len("claude-"):] if model.startswith("claude-") else model
+    head, _, tail = name.rpartition("-")
+    return head if head and len(tail) == 8 and tail.isdigit() else name

@@ -32,9 +32,8 @@ from ccotel.commands.sessions import (
     find_session,
     is_error,
     options_from_args,
-    short_model,
 )
-from ccotel.commands.terminal import dollars, stdout_console
+from ccotel.commands.terminal import dollars, short_model, stdout_console
 from ccotel.records import SpanRecord
 from ccotel.spans.attributes import (
     CLAUDE_CODE_ADVISOR,

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from ccotel.commands.report.rows import ModelTotals, Query, Report, Row, report_models
 from ccotel.commands.report.summary import Dates
-from ccotel.commands.terminal import dollars
+from ccotel.commands.terminal import dollars, short_model
 from ccotel.commands.terminal import stdout_console as console
 
 if TYPE_CHECKING:
@@ -66,6 +66,8 @@ def _fit(columns: list[_Column], rows: list[Row], lead: int, width: int) -> list
     """The columns that fit ``width`` (``lead``: the label columns' width). A number is never cut, so
     columns give way instead, highest ``drop`` first: the token columns last, the cost never."""
     def need(c: _Column) -> int:
+        if c.head == "Models":  # whole, with the breakdown's "└ "
+            return _widest(c, rows) + 2 + 3
         return (min(_widest(c, rows[:200]), 16) if not c.number else _widest(c, rows)) + 3
 
     kept = list(columns)
@@ -83,7 +85,8 @@ def render(report: Report, console: Console, q: Query, breakdown: bool = False) 
 
     table = Table(title=f"ccotel report: {report.view} ({_zone_name(q.tz)}; from the {report.source})",
                   show_footer=True, header_style="bold", footer_style="bold")
-    first = {"daily": "Date", "weekly": "Week of", "monthly": "Month", "session": "Started",
+    # sessions are in the order of their last activity (as ccusage's): that is the time shown
+    first = {"daily": "Date", "weekly": "Week of", "monthly": "Month", "session": "Last activity",
              "project": "Project"}[report.view]
     dates = Dates(q.tz)
     labels = [_label(r, report.view, dates) for r in report.rows]
@@ -102,6 +105,8 @@ def render(report: Report, console: Console, q: Query, breakdown: bool = False) 
         if c.number:
             table.add_column(c.head, justify="right", footer=c.footer, no_wrap=True,
                              min_width=_widest(c, report.rows))  # whole: rich narrows the labels instead
+        elif c.head == "Models":  # a model's name is never broken: short (short_model) and whole
+            table.add_column(c.head, footer=c.footer, no_wrap=True, min_width=_widest(c, report.rows) + 2)
         else:
             table.add_column(c.head, footer=c.footer, overflow="fold", min_width=10)
     for r, label in zip(report.rows, labels, strict=True):
@@ -129,9 +134,9 @@ def render(report: Report, console: Console, q: Query, breakdown: bool = False) 
 
 def _label(r: Row, view: str, dates: Dates) -> str:
     if view == "session":
-        if not r.first_ns:
+        if not r.last_ns:
             return ""
-        sec = r.first_ns / 1e9
+        sec = r.last_ns / 1e9
         local = datetime.fromtimestamp(sec, dates.tz) if dates.tz else datetime.fromtimestamp(sec).astimezone()
         return local.strftime("%Y-%m-%d %H:%M")
     if view == "project":
@@ -147,7 +152,7 @@ def _place(r: Row) -> str:
 
 
 def _short(model: str) -> str:
-    return model[len("claude-"):] if model.startswith("claude-") else model
+    return short_model(model)
 
 
 def _cost(r: Row) -> str:
