@@ -83,6 +83,10 @@ def render(report: Report, console: Console, q: Query, breakdown: bool = False) 
     On a narrow terminal the least needed columns give way (the omitted ones are named)."""
     from rich.table import Table
 
+    if not report.rows:  # not a table of zeros
+        when = "".join(f" {word} {day.isoformat()}" for word, day in (("since", q.since), ("until", q.until)) if day)
+        console.print(f"no usage found{when} (from the {report.source})")
+        return
     table = Table(title=f"ccotel report: {report.view} ({_zone_name(q.tz)}; from the {report.source})",
                   show_footer=True, header_style="bold", footer_style="bold")
     # sessions are in the order of their last activity (as ccusage's): that is the time shown
