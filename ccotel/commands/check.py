@@ -247,8 +247,12 @@ def _chain(h: Health, r: _Read) -> None:
                       tuple(f"compact_boundary {u} -> logicalParentUuid {p}" for u, p in lost[:10])))
     first = rules.first_line_blocks(r.first_type, h.version)
     if first is not None:
+        effect = ("`claude --resume` of this version may answer \"No conversation found\" "
+                  "(anthropics/claude-code#62851, seen with 2.1.143)" if first else
+                  "this version resumes it with the whole history (tested from 2.1.197); "
+                  "versions before 2.1.197 may answer \"No conversation found\"")
         h.add(Finding(FindingCode.FIRST_LINE_NOT_MESSAGE, first,
-                      f"the first line is a {r.first_type!r} line, not a message",
+                      f"the first line is a {r.first_type!r} line, not a message: {effect}",
                       (f"line 1 type {r.first_type}", f"version {h.version}")))
 
 
