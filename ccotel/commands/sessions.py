@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import time
 from collections import Counter
@@ -318,7 +319,8 @@ def select_sessions(options: Options, since_ns: int | None = None, limit: int | 
     every = session_refs(options.roots)
     all_ids = sorted(r.session_id for r in every)  # short ids unique among all, not just the listed
     refs = [r for r in every if since_ns is None or r.last_write_ns >= since_ns]
-    refs.sort(key=lambda r: (r.last_write_ns, r.session_id), reverse=True)
+    # newest first by the transcripts' own last time (a copy's or a restore's mtimes are all alike)
+    refs.sort(key=lambda r: (_last_record_ns(r), r.session_id), reverse=True)
     out: list[SessionSummary] = []
     stall_s = options.timeouts.stall_ns / 1e9
     for ref in refs:
@@ -462,6 +464,31 @@ def _mtime_ns(path: str) -> int:
         return os.stat(path).st_mtime_ns
     except OSError:
         return 0
+
+
+_TIMESTAMP = re.compile(rb'"timestamp":\s*"([0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]+Z?)"')
+
+
+def _last_record_ns(ref: SessionRef, tail: int = 32_768) -> int:
+    """The newest ``timestamp`` in the last ``tail`` bytes of the session's main file(s): its last
+    activity, without reading it whole; its files' mtime when none is found there."""
+    newest = 0
+    for path in ref.main_paths:
+        try:
+            with open(path, "rb") as fh:
+                fh.seek(max(0, os.fstat(fh.fileno()).st_size - tail))
+                chunk = fh.read(tail)
+        except OSError:
+            continue
+        for m in _TIMESTAMP.finditer(chunk):
+            try:
+                when = datetime.fromisoformat(m.group(1).decode().replace("Z", "+00:00"))
+            except ValueError:
+                continue
+            if when.tzinfo is None:
+                when = when.replace(tzinfo=timezone.utc)
+            newest = max(newest, int(when.timestamp() * 1e9))
+    return newest or ref.last_write_ns
 
 
 def _iso(ns: int | None) -> str | None:

@@ -204,3 +204,21 @@ def test_no_sessions(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     assert rc == 0 and out.strip() == f"no sessions under {tmp_path / 'nothing'}"
     rc, out = run(capsys, "--root", str(tmp_path / "nothing"), "--json")
     assert rc == 0 and json.loads(out) == {"sessions": []}
+
+
+def test_a_limited_listing_is_the_newest_by_the_transcripts_own_times(tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """A copy or a restore sets mtimes that say nothing of a session's last activity: `--limit N`
+    shows the N newest by the transcripts' times, the first N of the whole listing."""
+    root = tmp_path / "claude"
+    for name in ("s01_bash_tool", "s02_resume_two_turns", "2.1.330-s03_parallel_subagents"):
+        shutil.copytree(load_fixture(name).config_dir, root, dirs_exist_ok=True)
+    rc, out = run(capsys, "--root", str(root), "--json", "--limit", "0")
+    everything = [s["sessionId"] for s in json.loads(out)["sessions"]]
+    for age, sid in enumerate(everything):  # the newest session gets the oldest mtime
+        when = time.time() - 86400 * (len(everything) - age)
+        for path in root.rglob(f"*{sid}*"):
+            os.utime(path, (when, when))
+    for n in (1, 2):
+        rc, out = run(capsys, "--root", str(root), "--json", "--limit", str(n))
+        assert [s["sessionId"] for s in json.loads(out)["sessions"]] == everything[:n]
