@@ -427,7 +427,7 @@ class Pipeline:
         if self.ledger is None or self.ledger.pending:
             return
         try:
-            if self.ledger.coverage().filling:
+            if self.ledger.still_filling():  # (not coverage(): it counts the calls)
                 self.ledger.filling(None)
         except (sqlite3.Error, LedgerError) as exc:  # the mark stays: reports read every transcript (never wrong)
             log.debug("usage ledger still marked as filling: %s", exc)

@@ -268,6 +268,10 @@ class Ledger:
         with None: a first catch-up or a rebuild is filling it. Reports then read every transcript."""
         self._set_meta("filling", why or "")
 
+    def still_filling(self) -> str | None:
+        """Why the ledger holds only part of the history on disk yet (``filling``), or None."""
+        return self._meta("filling") or None
+
     def close(self) -> None:
         self.db.close()
 
@@ -277,7 +281,7 @@ class Ledger:
         roots = self._meta("roots")
         count = next(iter(self._rows("SELECT count(*) FROM calls", [])))[0]
         return Coverage(int(self._meta("updated_ns") or 0), int(count),
-                        frozenset(roots.split("\n")) if roots else frozenset(), self._meta("filling") or None)
+                        frozenset(roots.split("\n")) if roots else frozenset(), self.still_filling())
 
     def calls(self, after_ns: int | None = None, before_ns: int | None = None) -> Iterator[CallRow]:
         """Every call (failed ones too), oldest first; ``after_ns``/``before_ns`` bound its time."""
