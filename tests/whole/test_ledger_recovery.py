@@ -65,6 +65,11 @@ def _damage(db: Path, how: str) -> None:
         db.write_bytes(b"")
 
 
+def _filling(db: sqlite3.Connection) -> str | None:
+    row = db.execute("SELECT value FROM meta WHERE key = 'filling'").fetchone()
+    return row[0] or None if row else None
+
+
 @pytest.mark.parametrize("how", ["garbage", "truncated", "empty"])
 def test_a_damaged_ledger_is_set_aside_and_rebuilt_from_the_transcripts(tmp_path, how):
     root = tmp_path / "claude"
@@ -90,10 +95,14 @@ def test_a_damaged_ledger_is_set_aside_and_rebuilt_from_the_transcripts(tmp_path
     db = sqlite3.connect(ledger)
     assert db.execute("PRAGMA quick_check").fetchone() == ("ok",)
     assert db.execute("SELECT count(*) FROM calls").fetchone()[0] > 0
+    assert _filling(db) is None  # the rebuild ended: reports may answer from the ledger alone
     db.close()
 
     fresh = tmp_path / "fresh"
     _backfill(root, fresh)
+    db = sqlite3.connect(fresh / "ledger.db")
+    assert _filling(db) is None  # a first catch-up marks it, and its end clears the mark
+    db.close()
     for view in ("session", "daily", "project"):
         ours, theirs = _report(root, state, view), _report(root, fresh, view)
         assert ours == theirs, view
