@@ -82,6 +82,7 @@ def run(args: argparse.Namespace) -> int:
               start_of_week=WEEKDAYS.index(args.start_of_week), order=args.order)
     try:
         if (ledger is not None and type(ledger) is Ledger  # summed in SQL: SQLite's ledger, not a fleet's
+                and not ledger.coverage().filling  # else every transcript is read beside it
                 and not written_since(roots, ledger.coverage().updated_ns - REREAD_GRACE_NS)):
             report = summarize_ledger(ledger, q)
         else:

@@ -30,11 +30,12 @@ class _Column:
     drop: int = 0  # 0: always shown (cost); else given up when the terminal is too narrow, highest first
 
 
-def _columns(report: Report, known: bool, breakdown: bool) -> list[_Column]:
+def _columns(report: Report, breakdown: bool) -> list[_Column]:
     t = report.totals
 
-    def dash(value: str) -> str:
-        return value if known else "-"
+    def dash(r: Row, value: str) -> str:
+        """A tool, subagent or health figure: ``-`` without a ledger, ``?`` where the ledger lacks calls."""
+        return value if report.knows(r) else "-" if not report.knows_tools else "?"
 
     return [
         _Column("Models", "", lambda r: "\n".join(_short(m) for m in sorted(r.models)), number=False,
@@ -49,10 +50,10 @@ def _columns(report: Report, known: bool, breakdown: bool) -> list[_Column]:
                 lambda m: f"{m.input + m.output + m.cache_write + m.cache_read:,}", drop=11),
         _Column("Cost $", _cost(t), _cost, lambda m: dollars(m.cost)),
         _Column("Calls", f"{t.api_calls:,}", lambda r: f"{r.api_calls:,}", lambda m: f"{m.calls:,}", drop=6),
-        _Column("Tools", dash(f"{t.tool_calls:,}"), lambda r: dash(f"{r.tool_calls:,}"), drop=9),
-        _Column("Tool\nerrors", dash(f"{t.tool_errors:,}"), lambda r: dash(f"{r.tool_errors:,}"), drop=8),
-        _Column("Sub-\nagents", dash(f"{t.subagents:,}"), lambda r: dash(f"{r.subagents:,}"), drop=10),
-        _Column("Health", _health(t, known), lambda r: _health(r, known), number=False, drop=5),
+        _Column("Tools", dash(t, f"{t.tool_calls:,}"), lambda r: dash(r, f"{r.tool_calls:,}"), drop=9),
+        _Column("Tool\nerrors", dash(t, f"{t.tool_errors:,}"), lambda r: dash(r, f"{r.tool_errors:,}"), drop=8),
+        _Column("Sub-\nagents", dash(t, f"{t.subagents:,}"), lambda r: dash(r, f"{r.subagents:,}"), drop=10),
+        _Column("Health", _health(t, report), lambda r: _health(r, report), number=False, drop=5),
     ]
 
 
@@ -101,7 +102,7 @@ def render(report: Report, console: Console, q: Query, breakdown: bool = False) 
         table.add_column("Project", overflow="fold", min_width=12)  # a path: folded, never cut
         table.add_column("Session", no_wrap=True)
         lead_width += 15 + 11
-    columns = _columns(report, report.knows_tools, breakdown)
+    columns = _columns(report, breakdown)
     # a project's path folds onto more lines (down to its min_width): it gives way before a number does
     fit_lead = min(lead_width, 40 + 3) if report.view == "project" else lead_width
     shown = _fit(columns, report.rows, fit_lead, console.width)
@@ -131,9 +132,9 @@ def render(report: Report, console: Console, q: Query, breakdown: bool = False) 
     if report.totals.unpriced:
         console.print(f"* without the calls of models that have no price: {', '.join(sorted(report.totals.unpriced))} "
                       "(give them one with --prices)")
-    if not report.knows_tools:
-        console.print("Tool calls, subagents and health come from the ledger, which `ccotel run` and `ccotel "
-                      "backfill` write; none was used here (-).", style="dim")
+    why = report.why_unknown()
+    if why is not None:
+        console.print(f"{'-' if not report.knows_tools else '?'} not known: {why}.", style="dim")
 
 
 def _label(r: Row, view: str, dates: Dates) -> str:
@@ -163,9 +164,12 @@ def _cost(r: Row) -> str:
     return dollars(r.cost) + ("*" if r.unpriced else "")
 
 
-def _health(r: Row, known: bool = True) -> str:
-    if not known:
+def _health(r: Row, report: Report) -> str:
+    """Orphans, kills, ghosts, resets (from the ledger: ``-``/``?`` when not known) and API errors."""
+    if not report.knows_tools:
         return f"{r.api_errors} API errors" if r.api_errors else "-"
+    if r.partial:
+        return f"?, {r.api_errors} API errors" if r.api_errors else "?"
     parts = [f"{n} {word}{'s' if n != 1 else ''}" for n, word in
              ((r.orphans, "orphan"), (r.kills, "kill"), (r.ghosts, "ghost"), (r.resets, "reset"),
               (r.api_errors, "API error")) if n]
