@@ -46,7 +46,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 def _run_options(sp: argparse.ArgumentParser) -> None:
     add_common(sp)
     add_tracing(sp)
-    add_durable(sp)
+    add_durable(sp, lease=True)
     sp.add_argument("--orchestrator-log", action="append", default=[], metavar="PATH[=SOURCE]",
                     help="an orchestrator's log to count resets, aborts and watchdog kills from (repeatable)")
     sp.add_argument("--orchestrator-patterns", metavar="FILE",
@@ -64,7 +64,7 @@ def _run_options(sp: argparse.ArgumentParser) -> None:
 def _backfill_options(sp: argparse.ArgumentParser) -> None:
     add_common(sp)
     add_tracing(sp)
-    add_durable(sp)
+    add_durable(sp, lease=True)
     sp.add_argument("--close-all", action="store_true",
                     help="close every open turn, even ones whose session may still be running")
 
@@ -156,6 +156,13 @@ def _config_error(args: argparse.Namespace) -> str | None:
             missing = backend_missing(location)
             if missing is not None:
                 return missing
+            if args.command != "report":
+                from ccotel.store.state import claim_lease
+
+                try:
+                    claim_lease(args.claim_lease)
+                except ValueError as exc:
+                    return f"--claim-lease or $CCOTEL_CLAIM_LEASE: {exc}"
     if args.command in ("run", "backfill", "relay") and args.traces_exporter == "otlp":
         from ccotel.export.sinks import otlp_config_error
 

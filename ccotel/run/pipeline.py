@@ -264,6 +264,7 @@ class Pipeline:
         self.detectors.detect(now, self.files)
         self.reader.read_logs()
         self._emit()
+        self._send(self.delivery.take_over())  # a fleet: spans of a host whose lease ran out
         self._poll_registries(now)
         self.process_acks(force=False)
 
@@ -386,6 +387,10 @@ class Pipeline:
             taken = self.delivery.take(owner, built)
             self.stats.resent_skipped += len(built) - len(taken)  # delivered before a restart
             spans += taken
+        self._send(spans)
+
+    def _send(self, spans: list[SpanRecord]) -> None:
+        """Spans in flight: into the usage ledger (with the next commit when live) and emitted."""
         if spans:
             self.stats.spans += len(spans)
             if self._commit_every_ns:
