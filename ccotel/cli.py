@@ -8,7 +8,7 @@ import argparse
 import logging
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from ccotel import __version__
 from ccotel.commands.options import add_common, add_durable, add_label_cap, add_tracing, price_file
@@ -163,10 +163,22 @@ def _config_error(args: argparse.Namespace) -> str | None:
                     claim_lease(args.claim_lease)
                 except ValueError as exc:
                     return f"--claim-lease or $CCOTEL_CLAIM_LEASE: {exc}"
-    if args.command in ("run", "backfill", "relay") and args.traces_exporter == "otlp":
+    return otlp_problem(args.command, os.environ, traces=getattr(args, "traces_exporter", None) == "otlp")
+
+
+def otlp_problem(command: str, env: Mapping[str, str], traces: bool = True) -> str | None:
+    """What in the OTEL_* variables no export could work with, for ``command``: the traces
+    exporter's settings (``traces``: it exports OTLP), and for ``run`` the GenAI metrics'."""
+    if traces and command in ("run", "backfill", "relay"):
         from ccotel.export.sinks import otlp_config_error
 
-        return otlp_config_error()
+        problem = otlp_config_error(dict(env))
+        if problem is not None:
+            return problem
+    if command == "run":
+        from ccotel.metrics.genai import metrics_config_error
+
+        return metrics_config_error(env)
     return None
 
 

@@ -27,9 +27,11 @@ import http.client
 import json
 import logging
 import math
+import os
 import re
 import socket
 import ssl
+import stat
 import time
 import urllib.parse
 from collections.abc import Mapping
@@ -59,6 +61,9 @@ __all__ = [
     "classify_http",
     "parse_headers",
     "HeaderError",
+    "ConfigError",
+    "check_endpoint",
+    "check_certificate",
     "parse_retry_after",
 ]
 
@@ -88,7 +93,13 @@ class Transport:
         raise NotImplementedError
 
 
-class HeaderError(ValueError):
+class ConfigError(ValueError):
+    """OTLP settings no export can work with (an endpoint that is not a URL, a header no request
+    can carry, a certificate that cannot be read): refused before any work, exit 2. The message
+    names the variable and never holds a header's value."""
+
+
+class HeaderError(ConfigError):
     """An OTLP header that cannot be sent: a configuration error (the message names the header,
     never its value, which is often a credential)."""
 
@@ -114,8 +125,50 @@ def parse_headers(raw: str, source: str = "OTEL_EXPORTER_OTLP_HEADERS") -> tuple
             if _CONTROL.search(text):
                 raise HeaderError(f"{source}: the value of header {name!r} holds a line break or another control "
                                   "character (its value is not shown)")
+            if not text.isascii():  # HTTP/1.1 would send other bytes than meant, gRPC refuses it
+                raise HeaderError(f"{source}: the value of header {name!r} holds a character outside ASCII "
+                                  "(percent-encode what the backend expects; its value is not shown)")
             out.append((name, text))
     return tuple(out)
+
+
+_URL_SPACE = re.compile(r"[\x00-\x20\x7f]")
+
+
+def check_endpoint(endpoint: str, grpc: bool, source: str) -> None:
+    """Raise ConfigError unless ``endpoint`` is a URL an exporter can use: OTLP/HTTP an http or
+    https URL with a host, gRPC that or host:port; a valid port; no space or control character
+    (it would end up in the request line). The message does not repeat the URL (it may hold a
+    user and password)."""
+    if _URL_SPACE.search(endpoint):
+        raise ConfigError(f"{source}: holds a space or a control character")
+    try:
+        url = urllib.parse.urlsplit(endpoint if not grpc or "://" in endpoint else f"http://{endpoint}")
+        port = url.port
+    except ValueError as exc:
+        raise ConfigError(f"{source}: not a URL ({_clean(str(exc).split(':')[0])})") from None
+    if url.scheme not in ("http", "https"):
+        raise ConfigError(f"{source}: an http:// or https:// URL expected")
+    if not url.hostname:
+        raise ConfigError(f"{source}: the URL has no host")
+    if port == 0:
+        raise ConfigError(f"{source}: port 0")
+
+
+def check_certificate(path: str, source: str) -> None:
+    """Raise ConfigError unless ``path`` is a regular file that can be opened (the TLS roots;
+    opened without blocking: a FIFO would wait for a writer)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as exc:
+        raise ConfigError(f"{source}: {_clean(repr(path))} cannot be read ({exc.strerror or type(exc).__name__})") \
+            from None
+    try:
+        regular = stat.S_ISREG(os.fstat(fd).st_mode)
+    finally:
+        os.close(fd)
+    if not regular:
+        raise ConfigError(f"{source}: {_clean(repr(path))} is not a regular file")
 
 
 def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
