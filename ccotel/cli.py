@@ -8,7 +8,7 @@ import argparse
 import logging
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from ccotel import __version__
 from ccotel.commands.options import add_common, add_durable, add_label_cap, add_tracing, price_file
@@ -46,7 +46,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 def _run_options(sp: argparse.ArgumentParser) -> None:
     add_common(sp)
     add_tracing(sp)
-    add_durable(sp)
+    add_durable(sp, lease=True)
     sp.add_argument("--orchestrator-log", action="append", default=[], metavar="PATH[=SOURCE]",
                     help="an orchestrator's log to count resets, aborts and watchdog kills from (repeatable)")
     sp.add_argument("--orchestrator-patterns", metavar="FILE",
@@ -64,7 +64,7 @@ def _run_options(sp: argparse.ArgumentParser) -> None:
 def _backfill_options(sp: argparse.ArgumentParser) -> None:
     add_common(sp)
     add_tracing(sp)
-    add_durable(sp)
+    add_durable(sp, lease=True)
     sp.add_argument("--close-all", action="store_true",
                     help="close every open turn, even ones whose session may still be running")
 
@@ -156,10 +156,29 @@ def _config_error(args: argparse.Namespace) -> str | None:
             missing = backend_missing(location)
             if missing is not None:
                 return missing
-    if args.command in ("run", "backfill", "relay") and args.traces_exporter == "otlp":
+            if args.command != "report":
+                from ccotel.store.state import claim_lease
+
+                try:
+                    claim_lease(args.claim_lease)
+                except ValueError as exc:
+                    return f"--claim-lease or $CCOTEL_CLAIM_LEASE: {exc}"
+    return otlp_problem(args.command, os.environ, traces=getattr(args, "traces_exporter", None) == "otlp")
+
+
+def otlp_problem(command: str, env: Mapping[str, str], traces: bool = True) -> str | None:
+    """What in the OTEL_* variables no export could work with, for ``command``: the traces
+    exporter's settings (``traces``: it exports OTLP), and for ``run`` the GenAI metrics'."""
+    if traces and command in ("run", "backfill", "relay"):
         from ccotel.export.sinks import otlp_config_error
 
-        return otlp_config_error()
+        problem = otlp_config_error(dict(env))
+        if problem is not None:
+            return problem
+    if command == "run":
+        from ccotel.metrics.genai import metrics_config_error
+
+        return metrics_config_error(env)
     return None
 
 

@@ -106,7 +106,7 @@ def _lock(args: argparse.Namespace) -> StateLock | None:
     if location is None:
         log.warning("--state none: no checkpoints; every start reads, sends and counts the whole history again")
         return None
-    return lock_state(location, args.host_id)
+    return lock_state(location, args.host_id, getattr(args, "claim_lease", None))
 
 
 def _catch_up_in_parallel(args: argparse.Namespace, progress: _Progress, close_all: bool = False,

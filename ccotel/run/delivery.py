@@ -3,7 +3,10 @@
 Checkpoint rule: a file's offset moves past a line only when every span built from it was
 acknowledged (or dropped for good). Lines of a turn still open (or not yet delivered) are
 re-read after a restart; spans of it already delivered are not sent again (state.acked). In a
-fleet sharing one state, a span goes out from the one host whose claim on its id won (``take``).
+fleet sharing one state, a span goes out from the one host whose claim on its id won (``take``);
+one another host claimed and has not delivered is held here, its owner not done, and claimed
+again every ``ELSEWHERE_EVERY_S`` (``take_over``) until that host delivered it or its lease ran
+out (it died: the span is this host's to send now, postgres.py).
 ``acknowledge`` runs on the export thread; everything else on the pipeline's thread; the lock
 keeps the two apart.
 
@@ -17,7 +20,9 @@ sent again with the same ids, counted once (the counters go in the same transact
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Set as AbstractSet
 
 from ccotel.assemble.digests import digest64
 from ccotel.assemble.model import Owner, Turn
@@ -26,9 +31,11 @@ from ccotel.metrics import events
 from ccotel.metrics.counters import Metrics
 from ccotel.records import SpanRecord
 from ccotel.run.reader import Reader
-from ccotel.store.state import PERMANENT, Commit, State, anchor_of
+from ccotel.store.state import PERMANENT, Claimed, Commit, State, anchor_of
 
-__all__ = ["Delivery"]
+__all__ = ["Delivery", "ELSEWHERE_EVERY_S"]
+
+ELSEWHERE_EVERY_S = 1.0  # spans another host claimed are claimed again this often
 
 
 class Delivery:
@@ -49,6 +56,9 @@ class Delivery:
         self.last_export_ns = 0
         self.coalesce = False  # acknowledgements wait for the pipeline thread's next commit (live)
         self._acked: list[tuple[int, str]] = []  # acknowledged, not committed yet (coalesce)
+        # claimed by another host, not delivered yet: span id -> (owner, span, anchor of its file)
+        self._elsewhere: dict[int, tuple[Owner, SpanRecord, int]] = {}
+        self._elsewhere_at = 0.0
 
     # -- handing spans over ------------------------------------------------------
 
@@ -73,29 +83,66 @@ class Delivery:
 
     def take(self, owner: Owner, spans: Sequence[SpanRecord]) -> list[SpanRecord]:
         """The spans of an owner about to be sent: those not delivered before a restart, now in
-        flight, and counted at once (metrics never wait for the trace backend)."""
-        out = []
+        flight, and counted at once (metrics never wait for the trace backend). Those another
+        host claimed and has not delivered are held (``take_over``)."""
         fresh = [s for s in spans if s.span_id not in self.acked_before]  # not delivered before a restart
-        mine = self._claimed(owner, fresh)
+        claimed, anchor = self._claimed(owner, fresh)
         with self.lock:
             for span in fresh:
-                if span.span_id not in mine:
-                    continue  # another host of the fleet sends and counts it (a synced copy of its file)
-                owner.pending += 1
-                self._inflight[span.span_id] = (owner, owner.live)
-                out.append(span)
-                if self.metrics is not None and owner.live:
-                    self.metrics.observe_span(span, span.span_id)  # counted now, not on delivery
+                if span.span_id in claimed.elsewhere:
+                    owner.pending += 1  # its owner (and its file's checkpoint) waits for that host
+                    self._elsewhere[span.span_id] = (owner, span, anchor)
+            return self._in_flight(owner, fresh, claimed.mine)
+
+    def take_over(self) -> list[SpanRecord]:
+        """The spans held for other hosts (at most every ELSEWHERE_EVERY_S): those delivered since
+        are final here too, not sent nor counted; those whose host's lease ran out are this
+        host's now: in flight and counted, as ``take`` returns them."""
+        if self.state is None or not self._elsewhere or time.monotonic() - self._elsewhere_at < ELSEWHERE_EVERY_S:
+            return []
+        self._elsewhere_at = time.monotonic()
+        with self.lock:
+            by_anchor: dict[int, list[int]] = {}
+            for span_id, (_owner, _span, anchor) in self._elsewhere.items():
+                by_anchor.setdefault(anchor, []).append(span_id)
+        out: list[SpanRecord] = []
+        for anchor, ids in by_anchor.items():
+            claimed = self.state.claim(ids, anchor)
+            with self.lock:
+                for span_id in ids:
+                    if span_id in claimed.elsewhere or span_id not in self._elsewhere:
+                        continue
+                    owner, span, _anchor = self._elsewhere.pop(span_id)
+                    owner.pending -= 1
+                    if span_id in claimed.mine:
+                        out += self._in_flight(owner, [span], claimed.mine)
+                    elif owner.pending == 0:
+                        self._maybe_done.add(owner.token)  # the other host delivered it
         return out
 
-    def _claimed(self, owner: Owner, spans: Iterable[SpanRecord]) -> set[int]:
-        """The span ids this process may send: a shared state (PostgreSQL) gives each to the
-        first host that claims it; one on this host alone (SQLite, or none) gives them all."""
+    def _in_flight(self, owner: Owner, spans: Sequence[SpanRecord], mine: AbstractSet[int]) -> list[SpanRecord]:
+        """Those of the owner's ``spans`` in ``mine``, now in flight and counted; the caller holds the lock."""
+        out = []
+        for span in spans:
+            if span.span_id not in mine:
+                continue  # another host of the fleet sends and counts it (a synced copy of its file)
+            owner.pending += 1
+            self._inflight[span.span_id] = (owner, owner.live)
+            out.append(span)
+            if self.metrics is not None and owner.live:
+                self.metrics.observe_span(span, span.span_id)  # counted now, not on delivery
+        return out
+
+    def _claimed(self, owner: Owner, spans: Iterable[SpanRecord]) -> tuple[Claimed, int]:
+        """The span ids this process may send, and the anchor they were claimed with: a shared
+        state (PostgreSQL) gives each to the first host that claims it; one on this host alone
+        (SQLite, or none) gives them all."""
         ids = [s.span_id for s in spans]
-        if self.state is None or not ids:
-            return set(ids)
         path = next(iter(owner.first_offsets), None)
-        return self.state.claim(ids, anchor_of(path) if path is not None else PERMANENT)
+        anchor = anchor_of(path) if path is not None else PERMANENT
+        if self.state is None or not ids:
+            return Claimed(frozenset(ids)), anchor
+        return self.state.claim(ids, anchor), anchor
 
     def acknowledge(self, spans: Sequence[SpanRecord], result: ExportResult | None = None, others: int = 0) -> None:
         """These spans are final (called from the export thread): the backend took them, or

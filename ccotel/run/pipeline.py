@@ -266,6 +266,7 @@ class Pipeline:
         self.detectors.detect(now, self.files)
         self.reader.read_logs()
         self._emit()
+        self._send(self.delivery.take_over())  # a fleet: spans of a host whose lease ran out
         self._poll_registries(now)
         self.process_acks(force=False)
 
@@ -398,6 +399,11 @@ class Pipeline:
                 self._unrecorded += built_all  # written by the next commit, before the acknowledgements
             else:
                 self._record(built_all)
+        self._send(spans)
+
+    def _send(self, spans: list[SpanRecord]) -> None:
+        """Spans in flight, emitted: their ledger rows were recorded when they were built (_emit),
+        also those a host held for another until its lease ran out."""
         if spans:
             self.stats.spans += len(spans)
             if self.emit(spans) is False:

@@ -30,7 +30,16 @@ from collections.abc import Callable, Iterator
 
 from ccotel.read.tail import FileIdentity
 from ccotel.store.aside import set_aside
-from ccotel.store.state import Commit, StateError, StateLocked, StateUnavailable, anchor_of, unpack_ids, unsigned64
+from ccotel.store.state import (
+    Claimed,
+    Commit,
+    StateError,
+    StateLocked,
+    StateUnavailable,
+    anchor_of,
+    unpack_ids,
+    unsigned64,
+)
 
 __all__ = ["SqliteState", "DirLock", "lock_state_dir", "LOCK_NAME", "SCHEMA_VERSION"]
 
@@ -105,7 +114,7 @@ def _prepare_dir(state_dir: str) -> None:
 class DirLock:
     """An exclusive flock on ``<state dir>/ccotel.lock``, held for the life of the process (and of
     catch-up workers forked from it): one ccotel writes a state at a time. Released on exit.
-    (postgres.HostLock: the same for one host id in PostgreSQL.)"""
+    (postgres_lease.HostLock: the same for one host id in PostgreSQL.)"""
 
     def __init__(self, path: str, fd: int | None) -> None:
         self.path = path
@@ -289,11 +298,11 @@ class SqliteState:
                     chunk + chunk))
         return out
 
-    def claim(self, span_ids: list[int], anchor: int) -> set[int]:
+    def claim(self, span_ids: list[int], anchor: int) -> Claimed:
         """Of these spans (built from the file of ``anchor``), the ones this process sends and
         counts. One writer per SQLite state: all of them. (PostgreSQL: the ones no other host
         claimed first; see postgres.py.)"""
-        return set(span_ids)
+        return Claimed(frozenset(span_ids))
 
     def claim_mark(self, mark: str, anchor: int) -> bool:
         """Does this process count the one-off event ``mark``? One writer per SQLite state: the

@@ -33,9 +33,9 @@ from ccotel.assemble.digests import digest64
 if TYPE_CHECKING:  # the transcript reader (slow to import) is not needed to name a file's identity
     from ccotel.read.tail import FileIdentity
 
-__all__ = ["State", "StateLock", "Commit", "anchor_of", "PERMANENT", "StateError", "StateUnavailable", "StateLocked",
-           "default_state_dir", "is_url", "resolve_state", "host_id", "pack_ids", "unpack_ids", "signed64",
-           "unsigned64"]
+__all__ = ["State", "StateLock", "Commit", "Claimed", "anchor_of", "PERMANENT", "StateError", "StateUnavailable",
+           "StateLocked", "default_state_dir", "is_url", "resolve_state", "host_id", "claim_lease",
+           "DEFAULT_CLAIM_LEASE_S", "pack_ids", "unpack_ids", "signed64", "unsigned64"]
 
 PERMANENT = 0  # the anchor of rows no file holds (the caught_up mark)
 
@@ -94,8 +94,9 @@ class State(Protocol):
         from memory when these files go."""
         ...
 
-    def claim(self, span_ids: list[int], anchor: int) -> set[int]:
-        """Of these spans (built from the file of ``anchor``), the ones this process sends and counts."""
+    def claim(self, span_ids: list[int], anchor: int) -> Claimed:
+        """Of these spans (built from the file of ``anchor``), the ones this process sends and
+        counts, and those another host claimed and has not delivered yet."""
         ...
 
     def claim_mark(self, mark: str, anchor: int) -> bool:
@@ -128,7 +129,7 @@ class State(Protocol):
 
 
 class StateLock(Protocol):
-    """The state taken for this process (sqlite.DirLock: the state dir's flock; postgres.HostLock:
+    """The state taken for this process (sqlite.DirLock: the state dir's flock; postgres_lease.HostLock:
     this host id's lock in PostgreSQL), held for its life; ``release`` gives it up."""
 
     path: str
@@ -150,6 +151,17 @@ class StateLocked(StateError):
     def __init__(self, message: str, pid: int | None) -> None:
         super().__init__(message)
         self.pid = pid
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """What a claim on span ids found: ``mine`` this process sends and counts; ``elsewhere``
+    another host of a fleet claimed and has not delivered yet (it may die before it does: the
+    caller holds them and claims them again later, postgres.py). Any other id was delivered by
+    another host."""
+
+    mine: frozenset[int]
+    elsewhere: frozenset[int] = frozenset()
 
 
 @dataclass
@@ -231,6 +243,24 @@ def host_id(explicit: str | None = None, env: dict[str, str] | None = None) -> s
     Checkpoints, acknowledged ids and counters are kept per host id; two hosts need two ids."""
     env = dict(os.environ) if env is None else env
     return explicit or env.get("CCOTEL_HOST_ID") or socket.gethostname()
+
+
+DEFAULT_CLAIM_LEASE_S = 60.0
+
+
+def claim_lease(explicit: str | float | None = None, env: dict[str, str] | None = None) -> float:
+    """How long a fleet host's claims on spans it has not delivered outlive its last sign of
+    life (postgres.py): ``--claim-lease``, ``$CCOTEL_CLAIM_LEASE`` (seconds), or 60 s. Raises
+    ValueError for anything but a finite number of seconds from 1 to a day."""
+    env = dict(os.environ) if env is None else env
+    raw: str | float = explicit if explicit is not None else env.get("CCOTEL_CLAIM_LEASE") or DEFAULT_CLAIM_LEASE_S
+    try:
+        seconds = float(raw)
+    except ValueError:
+        raise ValueError(f"a claim lease must be a number of seconds, not {str(raw)[:40]!r}") from None
+    if not 1.0 <= seconds <= 86400.0:  # NaN fails this too
+        raise ValueError(f"a claim lease must be from 1 to 86400 seconds, not {seconds}")
+    return seconds
 
 
 # -- span ids as both backends store them ---------------------------------------------

@@ -22,7 +22,8 @@ import pytest
 
 from ccotel.read.tail import FileIdentity
 from ccotel.store.backends import lock_state, open_state
-from ccotel.store.postgres import SCHEMA_VERSION, PgState, lock_host, masked, scrub
+from ccotel.store.postgres import SCHEMA_VERSION, PgState, masked, scrub
+from ccotel.store.postgres_lease import lock_host
 from ccotel.store.state import (
     PERMANENT,
     Commit,
@@ -100,14 +101,14 @@ def test_forget_goes_with_the_last_file(opener: Opener) -> None:
 
 def test_claims(opener: Opener) -> None:
     a, b = opener("A"), opener("B")
-    first = a.claim([1, 2, 3, (1 << 64) - 1], anchor_of("/a/s.jsonl"))
+    first = a.claim([1, 2, 3, (1 << 64) - 1], anchor_of("/a/s.jsonl")).mine
     assert first == {1, 2, 3, (1 << 64) - 1}
-    second = b.claim([2, 3, 4], anchor_of("/b/s.jsonl"))
+    second = b.claim([2, 3, 4], anchor_of("/b/s.jsonl")).mine
     if isinstance(a, PgState):
         assert second == {4}  # the other host's spans are not B's to send
         a.close()
         a = opener("A")
-        assert a.claim([1, 4, 5], anchor_of("/a/s.jsonl")) == {1, 5}  # A's own again after a restart
+        assert a.claim([1, 4, 5], anchor_of("/a/s.jsonl")).mine == {1, 5}  # A's own again after a restart
     else:
         assert second == {2, 3, 4}  # one host per SQLite state: all of them
     a.close()
@@ -127,7 +128,7 @@ def test_concurrent_claims_one_winner_each(pg: PostgresServer) -> None:
     def work(st: PgState) -> None:
         for k in range(60):
             ids = list(range(k * 10, k * 10 + 40))  # overlaps the next batches too
-            won[st.host] |= st.claim(ids, anchor_of(f"/{st.host}/f"))
+            won[st.host] |= st.claim(ids, anchor_of(f"/{st.host}/f")).mine
 
     threads = [threading.Thread(target=work, args=(st,)) for st in hosts]
     for t in threads:
@@ -212,8 +213,8 @@ def test_server_restart_loses_and_doubles_nothing(pg: PostgresServer) -> None:
         assert not st.commit(Commit(counters={"delivered:x": 2.0}, acked=[(5, "s/o")]))
         assert st.pending > 0 and st.failures >= 1
         assert not st.retry()
-        got: list[set[int]] = []
-        waiter = threading.Thread(target=lambda: got.append(st.claim([9], anchor_of("/f"))))
+        got: list[frozenset[int]] = []
+        waiter = threading.Thread(target=lambda: got.append(st.claim([9], anchor_of("/f")).mine))
         waiter.start()  # waits for the server: nothing is sent that no host may have claimed
         waiter.join(1.0)
         assert waiter.is_alive() and not got
