@@ -84,6 +84,9 @@ METRICS: dict[str, Spec] = {
     "ccotel_tokens": Spec("counter", "Tokens by model and type (input, output, cache_read, cache_creation).",
                           ("model", "type")),
     "ccotel_cost_usd": Spec("counter", "Estimated cost in USD at list prices.", ("model",)),
+    "ccotel_calls_without_envelope": Spec("counter", "Assistant lines with a message id and usage that lack an "
+                                          "envelope field, counted as API calls all the same, by the first field "
+                                          "they lack (type, uuid, sessionId).", ("missing",)),
     "ccotel_subagents": Spec("counter", "Subagents run, by type.", ("type",)),
     "ccotel_compactions": Spec("counter", "Context compactions, by trigger.", ("trigger",)),
     "ccotel_lines_read": Spec("counter", "Transcript lines read."),
