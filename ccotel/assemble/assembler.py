@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 
 from ccotel.assemble.closing import Timeouts, flush_session, open_owners, release_superseded, tick_session
 from ccotel.assemble.digests import Digests, digest64
-from ccotel.assemble.model import AgentRun, Call, Finished, Owner, Session, Turn
+from ccotel.assemble.model import AgentRun, Call, Correction, Finished, Owner, Session, Turn
 from ccotel.assemble.outbox import Outbox
 from ccotel.assemble.placement import agent, agent_owner, link_agent, resolve_leftover_agents, start_turn
 from ccotel.assemble.tools import close_tools, is_repair, open_tools
@@ -78,7 +78,7 @@ class Assembler:
         self._in_agent_file = src.kind is not FileKind.MAIN
         if entry.uuid in sess.owner_of:
             self._count("duplicate_uuid")
-            self._copy_snapshot(entry)
+            self._copy_snapshot(entry, sess.owner_of[entry.uuid][0], session_id)
             return  # the same line again (a file read again from its start, a re-emitted line)
         kind = _classify_user(entry) if entry.type == "user" else None
         repair = kind == "tool_result" and is_repair(entry)
@@ -237,6 +237,10 @@ class Assembler:
     def drain(self) -> list[Finished]:
         return self._outbox.drain()
 
+    def drain_corrections(self) -> list[Correction]:
+        """Later, larger snapshots (maybe) of calls whose spans were built (pipeline._correct)."""
+        return self._outbox.drain_corrections()
+
     def open_count(self) -> int:
         return sum(len(open_owners(s)) for s in self._sessions.values())
 
@@ -269,7 +273,7 @@ class Assembler:
             key = digest64(line_key)
             if key in self._seen_calls:
                 self.replays.append(("call", key, self._path))  # a copy of a call traced before
-                self._copy_snapshot(e, line_key)
+                self._copy_snapshot(e, None, sess.session_id, line_key)
             elif not (e.uuid and digest64(e.uuid) in self._seen_prompts):
                 # Lines that answer no prompt we saw (a continuation after a closed turn, a file
                 # read from a checkpoint): their calls still get a trace.
@@ -304,10 +308,11 @@ class Assembler:
             elif digest64(key) in self._seen_calls:
                 if key in owner.call_keys:
                     self._late_line(sess, owner, key, e, ts)
+                    self._copy_snapshot(e, owner, sess.session_id, key)  # it may carry a later snapshot
                     return
                 self._count("replayed_message_lines")
                 self.replays.append(("call", digest64(key), self._path))
-                self._copy_snapshot(e, key)
+                self._copy_snapshot(e, owner, sess.session_id, key)
                 return  # the same API response replayed (resume, copied session): counted once
             else:
                 call = self._new_call(sess, owner, key, e, ts)
@@ -328,15 +333,22 @@ class Assembler:
         owner.awaiting_model = not call.is_api_error and rules.response_continues(e, call.stop_reason,
                                                                                   bool(call.tool_ids))
 
-    def _copy_snapshot(self, e: Entry, key: str | None = None) -> None:
+    def _copy_snapshot(self, e: Entry, owner: Owner | None, session_id: str, key: str | None = None) -> None:
         """A copy of a call's line (another file, a line written again): counted once, with the
-        final snapshot whichever file has it, merged into the call while its span is not built."""
-        if e.type != "assistant" or e.usage is None:
+        final snapshot whichever file has it, merged into the call while its span is not built;
+        once built, handed out as a Correction (the pipeline keeps the larger). ``owner``: the
+        copy's, None when no owner takes the line (a copied session's history: not corrected)."""
+        if e.type != "assistant" or e.usage is None or not rules.is_api_call(e.model, e.made_by, e.is_api_error):
             return
         key = key or rules.line_call_key(e.message_id, e.request_id, e.uuid)
-        live = self._outbox.unbuilt_call(key) if key is not None else None
+        if key is None:
+            return
+        live = self._outbox.unbuilt_call(key)
         if live is not None:
             self._merge_snapshot(live, e)
+        elif owner is not None and digest64(key) in self._seen_calls and not e.is_api_error:
+            self._outbox.correct(Correction(key, e.message_id or "", e.request_id, e.model, e.usage, session_id,
+                                            e.timestamp_ns or owner.last_ns, owner))
 
     @staticmethod
     def _merge_snapshot(call: Call, e: Entry) -> None:

@@ -11,7 +11,7 @@ final snapshot whichever file holds it.
 from __future__ import annotations
 
 from ccotel.assemble import ids
-from ccotel.assemble.model import AgentRun, Call, Finished, Owner, ToolCall, Turn
+from ccotel.assemble.model import AgentRun, Call, Correction, Finished, Owner, ToolCall, Turn
 
 __all__ = ["Outbox"]
 
@@ -23,6 +23,7 @@ class Outbox:
         self.items: list[Finished] = []
         self.open_calls: dict[str, Call] = {}  # calls not emitted yet, by key: a copy elsewhere may finish them
         self.undrained: dict[str, Call] = {}  # emitted, their span not built yet (until drain)
+        self.corrections: list[Correction] = []  # later snapshots of calls already built
 
     def emit(self, owner: Owner, item: Turn | AgentRun | Call | ToolCall) -> None:
         if owner.trace_id is None:
@@ -50,6 +51,10 @@ class Outbox:
         for f in waiting:
             self.emit(agent, f.item)
 
+    def correct(self, correction: Correction) -> None:
+        """A later snapshot of a call already built: handed out at the next drain (it needs no trace)."""
+        self.corrections.append(correction)
+
     def unbuilt_call(self, key: str) -> Call | None:
         """A call whose span is not built yet (open, or finished and not drained)."""
         return self.open_calls.get(key) or self.undrained.get(key)
@@ -57,4 +62,8 @@ class Outbox:
     def drain(self) -> list[Finished]:
         out, self.items = self.items, []
         self.undrained = {}
+        return out
+
+    def drain_corrections(self) -> list[Correction]:
+        out, self.corrections = self.corrections, []
         return out
