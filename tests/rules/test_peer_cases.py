@@ -189,3 +189,37 @@ def test_a_line_without_its_envelope_is_still_a_call(tmp_path):
         {"uuid": "x3", "message": {"role": "assistant", "content": "no usage, no id"}},
     ])
     assert_everywhere(root, tmp_path, {OPUS: [2, 6, 30, 2000, 200]})
+
+
+def test_an_envelope_less_call_is_placed_under_its_session_s_turn_else_a_root_and_counted_live(tmp_path):
+    """Under the turn its session's lines lead to when one is open; a trace of its own otherwise. Each
+    such line is counted by the first envelope field it lacks; the line with nothing to count is a
+    bad_field as before."""
+    from ccotel.metrics.counters import Metrics
+
+    root = tmp_path / "c"
+    (root / "projects").mkdir(parents=True)
+    clock = [1_767_225_700 * 10**9]
+    spans: list[SpanRecord] = []
+    m = Metrics()
+    p = Pipeline(Options(roots=(str(root),)), emit=spans.extend, metrics=m, clock=lambda: clock[0])
+    p.backfill()
+    write(root, f"{SID}.jsonl", [
+        prompt("p1", ts="2026-01-01T00:01:40.000Z"),
+        line(None, None, "msg_1", 10, drop=("parentUuid", "sessionId"), ts="2026-01-01T00:01:41.000Z"),
+        {"uuid": "x3", "message": {"role": "assistant", "content": "no usage, no id"}},
+    ])
+    other = "cfcfcfcf-1111-4222-8333-444444444444"
+    write(root, f"{other}.jsonl", [line("y1", None, "msg_2", 20, rid="req_2", drop=("type", "sessionId"),
+                                        ts="2026-01-01T00:01:41.000Z")])
+    p.poll([str(root / "projects" / "-p" / f"{SID}.jsonl"), str(root / "projects" / "-p" / f"{other}.jsonl")])
+    clock[0] += 120 * 10**9
+    p.tick()
+    chats = {s.attributes["gen_ai.response.id"]: s for s in spans if s.name.startswith("chat")}
+    turns = {s.attributes["gen_ai.conversation.id"]: s for s in spans if s.parent_span_id is None}
+    assert chats["msg_1"].trace_id == turns[SID].trace_id  # under the prompt's turn
+    assert chats["msg_1"].parent_span_id == turns[SID].span_id
+    assert chats["msg_2"].trace_id == turns[other].trace_id  # a turn of its own (a continuation)
+    assert m.value("ccotel_calls_without_envelope", "uuid") == 1
+    assert m.value("ccotel_calls_without_envelope", "type") == 1
+    assert m.value("ccotel_parse_errors", "bad_field") == 1
