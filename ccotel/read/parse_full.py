@@ -337,6 +337,8 @@ def _assistant(obj: dict[str, Any], kw: dict[str, Any], capture: bool, errors: l
         kw["model"] = _str(msg, "model", errors)
         kw["stop_reason"] = _str(msg, "stop_reason", errors)
     kw["usage"], kw["advisors"] = _usage(get("usage"), errors)
+    if kw["message_id"] is None and get("id") is not None:
+        kw["usage"], kw["advisors"] = None, ()  # an id it cannot read: not a call without one (bad_field)
     content = msg.get("content")
     if isinstance(content, str):
         kw["blocks"] = (_new_block({"type": "text", "text": _keep_text(content, capture)}),)
