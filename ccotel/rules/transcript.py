@@ -68,7 +68,6 @@ __all__ = [
     "call_key",
     "line_call_key",
     "counts_a_call",
-    "is_side_question",
     "replays_parent_message",
     "cache_write_split",
     "classify_user",
@@ -142,19 +141,12 @@ def counts_a_call(message_id: str | None, has_usage: bool) -> bool:
     return bool(message_id) and has_usage
 
 
-# /btw side questions (ccusage #913): their file is subagents/agent-aside_question-<id>.jsonl.
-_SIDE_QUESTION_PREFIX = "aside_question"
-
-
-def is_side_question(agent_id: str | None) -> bool:
-    return agent_id is not None and agent_id.startswith(_SIDE_QUESTION_PREFIX)
-
-
 def replays_parent_message(in_agent_file: bool, message_seen: bool, key_seen: bool) -> bool:
-    """A sidechain line (a subagent file, a /btw side question's) whose message.id was already
-    counted under another requestId replays that response (ccusage #913: /btw replays the
-    parent's messages with new request ids): the same API call, not a new one. A message id
-    names one API response; only a sidechain is known to replay one under a new requestId."""
+    """A line of a subagent file (a /btw side question's is subagents/agent-aside_question-<id>.jsonl)
+    whose message.id was already counted under another requestId replays that response (ccusage
+    #913: /btw replays the parent's messages with new request ids): the same API call, not a new
+    one. A message id names one API response; only a subagent file is known to replay one under
+    a new requestId."""
     return in_agent_file and message_seen and not key_seen
 
 
