@@ -39,6 +39,7 @@ from ccotel.spans.attributes import (
     GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS,
     GEN_AI_USAGE_OUTPUT_TOKENS,
 )
+from ccotel.spans.correction import CORRECTION_OPERATION as _CORRECTION
 
 if TYPE_CHECKING:  # prometheus_client is loaded when metrics are served: catch-up workers only count
     from wsgiref.simple_server import WSGIServer
@@ -84,6 +85,13 @@ METRICS: dict[str, Spec] = {
     "ccotel_tokens": Spec("counter", "Tokens by model and type (input, output, cache_read, cache_creation).",
                           ("model", "type")),
     "ccotel_cost_usd": Spec("counter", "Estimated cost in USD at list prices.", ("model",)),
+    "ccotel_corrected_tokens": Spec("counter", "Tokens a later, larger snapshot of an API call already counted "
+                                    "added to ccotel_tokens_total (its final usage in a line read after its span "
+                                    "went out, e.g. a compaction agent's copy), by model and type.",
+                                    ("model", "type")),
+    "ccotel_calls_without_envelope": Spec("counter", "Assistant lines with a message id and usage that lack an "
+                                          "envelope field, counted as API calls all the same, by the first field "
+                                          "they lack (type, uuid, sessionId).", ("missing",)),
     "ccotel_subagents": Spec("counter", "Subagents run, by type.", ("type",)),
     "ccotel_compactions": Spec("counter", "Context compactions, by trigger.", ("trigger",)),
     "ccotel_lines_read": Spec("counter", "Transcript lines read."),
@@ -499,6 +507,14 @@ def _span_increments(s: SpanRecord, buckets: _BucketKeys | None = None) -> list[
             out.append((("ccotel_cost_usd", model), float(a[CLAUDE_CODE_COST_USD])))
         elif a.get(CLAUDE_CODE_COST_UNPRICED):
             out.append((("ccotel_unpriced_calls", model), 1.0))
+    elif op == _CORRECTION:  # a later snapshot of a call counted before: the difference (spans/correction.py)
+        model = str(a.get(GEN_AI_RESPONSE_MODEL) or "unknown")
+        for kind, attr in _TOKEN_ATTRS:
+            if a.get(attr):
+                out.append((("ccotel_tokens", model, kind), float(a[attr])))
+                out.append((("ccotel_corrected_tokens", model, kind), float(a[attr])))
+        if CLAUDE_CODE_COST_USD in a:
+            out.append((("ccotel_cost_usd", model), float(a[CLAUDE_CODE_COST_USD])))
     elif op == "execute_tool":
         tool = str(a.get(GEN_AI_TOOL_NAME, "unknown"))
         outcome = str(a.get(ERROR_TYPE, "ok")) if s.status is StatusCode.ERROR else "ok"

@@ -14,6 +14,7 @@ from ccotel.metrics.counters import Metrics
 
 __all__ = [
     "abort",
+    "call_without_envelope",
     "checkpoint_failed",
     "declare_alerted_series",
     "export_failed",
@@ -42,6 +43,12 @@ def read(metrics: Metrics, lines: int, nbytes: int) -> None:
 def parse_error(metrics: Metrics, reason: str) -> None:
     """A line or file that could not be read, by the reason parse and tail name."""
     metrics.inc("ccotel_parse_errors", reason)
+
+
+def call_without_envelope(metrics: Metrics, missing: str) -> None:
+    """An assistant line with a message id and usage that lacks an envelope field (type, uuid,
+    sessionId): its call is counted all the same, by the first field it lacks."""
+    metrics.inc("ccotel_calls_without_envelope", missing)
 
 
 def format_unknown(metrics: Metrics, version: str, kind: str, name: str) -> None:

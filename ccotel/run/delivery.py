@@ -144,7 +144,8 @@ class Delivery:
             return Claimed(frozenset(ids)), anchor
         return self.state.claim(ids, anchor), anchor
 
-    def acknowledge(self, spans: Sequence[SpanRecord], result: ExportResult | None = None, others: int = 0) -> None:
+    def acknowledge(self, spans: Sequence[SpanRecord], result: ExportResult | None = None, others: int = 0,
+                    exported: bool = True) -> None:
         """These spans are final (called from the export thread): the backend took them, or
         ``result.drops`` says how many it rejected (or could not be encoded), by reason. Dropped
         spans will never be delivered either, so checkpoints move past both; only delivered
@@ -153,6 +154,8 @@ class Delivery:
         Their ids and the counters they feed are committed at once, in one transaction, so a
         crash right after cannot make a restart send them again or count them twice. ``others``:
         spans of this batch another source owns (an agent registry's): counted the same way.
+        ``exported=False``: records never sent (a usage correction, spans/correction.py), final
+        once counted: neither exported nor an export.
         """
         commit = Commit()
         settled: list[int] = []
@@ -165,7 +168,7 @@ class Delivery:
                     settled.append(span.span_id)
             if self.metrics is not None and settled:
                 self.metrics.settle(settled)  # counted when built; now final, so checkpointed
-            delivered = len(commit.acked) + others
+            delivered = len(commit.acked) + others if exported else 0
             for reason, n in result.drops if result is not None else ():
                 n = min(n, delivered)
                 delivered -= n
@@ -173,7 +176,7 @@ class Delivery:
                     events.spans_dropped(self.metrics, reason, n)
             if self.metrics is not None and delivered:
                 events.spans_exported(self.metrics, delivered)
-            if delivered or result is None:
+            if exported and (delivered or result is None):
                 self.last_export_ns = self.clock()
             if self.state is None or not commit.acked:
                 return

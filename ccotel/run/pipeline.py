@@ -25,18 +25,20 @@ import logging
 import os
 import sqlite3
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from ccotel.assemble.assembler import Assembler
 from ccotel.assemble.closing import Timeouts
-from ccotel.assemble.model import AgentRun, Finished, Owner, Turn
+from ccotel.assemble.model import AgentRun, Call, Correction, Finished, Owner, Turn
 from ccotel.export.result import ExportResult
 from ccotel.metrics import events
 from ccotel.metrics.counters import DEFAULT_MAX_LABEL_VALUES, Metrics
 from ccotel.read.discover import Checkpoint, ScanCache, find, scan, session_groups, unread_bytes
 from ccotel.read.shard import Group
-from ccotel.records import FileKind, SpanRecord, TranscriptFile
+from ccotel.records import FileKind, SpanRecord, TranscriptFile, Usage
+from ccotel.rules import transcript as rules
 from ccotel.run.delivery import Delivery
 from ccotel.run.detectors import Detectors
 from ccotel.run.reader import FileState, Reader, ReadStats
@@ -44,6 +46,7 @@ from ccotel.sources.orchestrator import DEFAULT_PATTERNS, Pattern
 from ccotel.sources.registry.follower import Registry
 from ccotel.spans.build import DEFAULT_CONVENTIONS, Conventions, build_spans
 from ccotel.spans.content import ContentPolicy
+from ccotel.spans.correction import correction_span, ledger_span
 from ccotel.spans.pricing import DEFAULT_PRICING, Pricing
 from ccotel.store.ledger import Ledger, LedgerError
 from ccotel.store.state import Commit, State
@@ -114,6 +117,7 @@ class Pipeline:
         self._commit_every_ns = 0  # live: the least time between two commits from tick (go_live)
         self._last_commit_ns = 0
         self._unrecorded: list[SpanRecord] = []  # live: spans not in the ledger yet (written before each commit)
+        self._counted = _Counted()  # the usage of the calls built lately: what a correction is the difference from
         self._unreadable_dirs: set[str] = set()
         self._scan_cache = ScanCache()  # the safety rescan lists only directories that changed
         for path, source in options.orchestrator_logs:
@@ -376,8 +380,12 @@ class Pipeline:
             self.delivery.register(owner, counting)
         self.assembler.new_owners.clear()
         finished = self.assembler.drain()
-        if not finished:
-            return
+        if finished:
+            self._build(finished, counting)
+        for correction in self.assembler.drain_corrections():
+            self._correct(correction, counting)
+
+    def _build(self, finished: list[Finished], counting: bool) -> None:
         spans: list[SpanRecord] = []
         built_all: list[SpanRecord] = []
         for f in finished:
@@ -387,6 +395,8 @@ class Pipeline:
                 self.stats.skipped_before_since += 1
                 continue
             built = build_spans(f, self.options.content, self.options.conventions, self.options.pricing)
+            if isinstance(f.item, Call) and f.item.usage is not None and not f.item.is_api_error:
+                self._counted.remember(f.item.key, f.item.usage)
             taken = self.delivery.take(owner, built)
             self.stats.resent_skipped += len(built) - len(taken)  # delivered before a restart
             spans += taken
@@ -408,6 +418,32 @@ class Pipeline:
             self.stats.spans += len(spans)
             if self.emit(spans) is False:
                 self.delivery.unsent(spans)
+
+    def _correct(self, c: Correction, counting: bool) -> None:
+        """A later snapshot of a call whose span went out: if larger than the one counted, the
+        counters (ccotel_tokens_total, ccotel_cost_usd_total, ccotel_corrected_tokens_total) and the
+        ledger take the difference, once: the correction's id is committed with the counts it fed
+        (acknowledged at once, never sent), so a restart that reads the line again skips it. The
+        snapshot counted is this process's, else the ledger's (after a restart)."""
+        before = self._counted.get(c.key)
+        if before is None and self.ledger is not None:
+            try:
+                found = self.ledger.call_usage(c.key)
+            except sqlite3.Error:
+                found = None
+            before = found[1] if found is not None else None
+        if before is None or not rules.is_final_snapshot(c.usage, before):
+            return
+        self._counted.remember(c.key, c.usage)
+        self.delivery.register(c.owner, counting)
+        row = ledger_span(c, self.options.pricing, self.options.conventions)
+        if self._commit_every_ns:
+            self._unrecorded.append(row)
+        else:
+            self._record([row])
+        taken = self.delivery.take(c.owner, [correction_span(c, before, self.options.pricing)])
+        if taken:
+            self.delivery.acknowledge(taken, exported=False)
 
     def _record(self, spans: list[SpanRecord]) -> bool:
         """Into the usage ledger (history for reports), with the rows of earlier failed writes. A
@@ -518,6 +554,25 @@ def _seen_digests(state: State) -> tuple[Iterable[int], Iterable[int]]:
 def _declare_series(metrics: Metrics, options: Options) -> None:
     """Series alerts watch start at 0, so the first event is an increase Prometheus can see."""
     events.declare_alerted_series(metrics, (source for _path, source in options.orchestrator_logs))
+
+
+class _Counted:
+    """Call key -> the usage its span was built with, for the most recent calls (bounded: a
+    correction of an older one asks the ledger)."""
+
+    _MAX = 1 << 16
+
+    def __init__(self) -> None:
+        self._usage: OrderedDict[str, Usage] = OrderedDict()
+
+    def get(self, key: str) -> Usage | None:
+        return self._usage.get(key)
+
+    def remember(self, key: str, usage: Usage) -> None:
+        self._usage[key] = usage
+        self._usage.move_to_end(key)
+        if len(self._usage) > self._MAX:
+            self._usage.popitem(last=False)
 
 
 def _owner_of(f: Finished) -> Owner:

@@ -311,6 +311,11 @@ class Reader:
             self._reported_cost(state, entry, fresh)
         if rules.is_assistant_record(entry):
             state.has_assistant = True
+            if entry.message_id is not None and entry.usage is not None and fresh and self.metrics is not None \
+                    and self.counting():
+                missing = _missing_envelope(entry)
+                if missing is not None:
+                    events.call_without_envelope(self.metrics, missing)
         elif etype == "user":
             state.has_user = True
         self.assembler.add(entry, state.tf, arrival_ns)
@@ -373,6 +378,15 @@ class Reader:
                 if written >= since_ns:
                     lag = max(lag, (now - written) / 1e9)
         return max(lag, 0.0)
+
+
+def _missing_envelope(e: Entry) -> str | None:
+    """The first envelope field an assistant line with a call lacks, if any."""
+    if e.no_type:
+        return "type"
+    if e.uuid is None:
+        return "uuid"
+    return "sessionId" if e.session_id is None else None
 
 
 def _previous_costs(path: str, before: int, process_start: str, max_line_bytes: int) -> dict[str, float]:

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from ccotel.store.ledger_schema import FILL_TOOL_TOTALS, FILL_TOTALS, SCHEMA, SLOT_NS, TOTALS, USAGE, split_sql
 
 if TYPE_CHECKING:  # the write side's imports (rules, records: slow to import) are not the report's
-    from ccotel.records import SpanRecord
+    from ccotel.records import SpanRecord, Usage
     from ccotel.store.ledger_rows import Rows
 
 __all__ = ["LEDGER_FILE", "SCHEMA_VERSION", "CallRow", "Ledger", "LedgerError", "LedgerCorrupt", "LedgerWriteError",
@@ -290,6 +290,16 @@ class Ledger:
                             after_ns, before_ns)
         for r in self._rows(sql + " ORDER BY time_ns", args):
             yield CallRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6], bool(r[7]), tuple(r[8:15]), r[15])
+
+    def call_usage(self, key: str) -> tuple[str | None, Usage] | None:
+        """(model, usage) of a call as recorded, or None if it is not: what a correction of it
+        after a restart is the difference from."""
+        from ccotel.records import Usage  # the write side's (see the imports above)
+
+        for r in self._rows("SELECT model, input, output, cache_read, cache_write, cache_write_5m, cache_write_1h, "
+                            "reasoning FROM calls WHERE key = ?", [key]):
+            return r[0], Usage(r[1], r[2], r[3], r[4], r[5], r[6], r[7])
+        return None
 
     def call_keys(self) -> set[str]:
         return {r[0] for r in self._rows("SELECT key FROM calls", [])}

@@ -32,7 +32,7 @@ from ccotel.read.parse_fast import _JUsage
 from ccotel.read.parse_time import parse_timestamp
 from ccotel.read.shard import Group, balance, default_workers, plan_shards, process_context
 from ccotel.read.tail import lines_with
-from ccotel.records import AdvisorCall, TranscriptFile, Usage
+from ccotel.records import AdvisorCall, FileKind, TranscriptFile, Usage
 from ccotel.rules import transcript as rules
 from ccotel.spans.pricing import Pricing
 from ccotel.store.ledger import CallRow, Ledger
@@ -187,28 +187,42 @@ class _GroupCalls:
     """The calls of one session group as its lines are read, by call key, in the order they first
     appear."""
 
-    __slots__ = ("calls", "seen_uuids", "last_mid", "last_key")
+    __slots__ = ("calls", "seen_uuids", "last_mid", "last_key", "mids")
 
     def __init__(self) -> None:
         self.calls: dict[str, _Call] = {}
         self.seen_uuids: set[tuple[str, str]] = set()
         self.last_mid: str | None = None  # message id and key of the file's last response line
         self.last_key = ""
+        self.mids: set[str] = set()  # message ids of the calls counted (a side question's replays)
 
     def take(self, line: _Line, tf: TranscriptFile) -> None:
         mid, rid, uuid, sid, usage, api_error, model, ts, made_by, advisors, cwd = line
         sid = sid or tf.session_id
-        if mid is None or uuid is None or sid is None or not rules.is_api_call(model, made_by, api_error):
+        if sid is None or not rules.is_api_call(model, made_by, api_error):
             return
-        seen = self.seen_uuids
-        if (sid, uuid) in seen:
-            return  # the same line again (a re-emitted line): the assembler drops it too
-        seen.add((sid, uuid))
+        again = uuid is not None and (sid, uuid) in self.seen_uuids
+        if uuid is not None:
+            self.seen_uuids.add((sid, uuid))
         # A line that lost its requestId belongs to the response just before it with the same
         # message id (the assembler's rule for its owner's current response).
-        key = self.last_key if rid is None and self.last_mid == mid else rules.call_key(mid, rid)
-        self.last_mid, self.last_key = mid, key
+        if mid and rid is None and self.last_mid == mid and not again:
+            key: str | None = self.last_key
+        else:
+            key = rules.line_call_key(mid, rid, uuid if usage is not None else None)
+        if key is None:
+            return  # no message id and no usage
         calls = self.calls
+        if again:  # the same line again, maybe a later snapshot (a compaction agent's copy)
+            have = calls.get(key)
+            if have is not None and usage is not None:
+                have.merge_line(usage, False, None, 0)
+            return
+        if mid and rules.replays_parent_message(tf.kind is not FileKind.MAIN, mid in self.mids, key in calls):
+            return  # a /btw side question's copy of its parent's response
+        if mid:
+            self.mids.add(mid)
+        self.last_mid, self.last_key = mid, key
         _merge_line(calls, key, sid, usage, api_error, model, ts, tf.project, cwd)
         for i, adv in enumerate(advisors):  # each advisor iteration: a call of its own model
             _merge_line(calls, f"{key}#advisor{i}", sid, _as_tuple(adv.usage), False, adv.model, ts,
