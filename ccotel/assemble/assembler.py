@@ -264,10 +264,10 @@ class Assembler:
                               self.capture_content)
         parent = e.parent_uuid or e.logical_parent_uuid
         found = sess.owner_of.get(parent) if parent else None
-        if found is not None and not found[0].closed:
-            return found[0]
-        if sess.current_turn is not None and not sess.current_turn.closed:
-            return sess.current_turn
+        owner = found[0] if found is not None and not found[0].closed else (
+            turn if turn is not None and not turn.closed else None)
+        if owner is not None and not self._calls_after_final_answer(owner, e):
+            return owner
         line_key = rules.line_call_key(e.message_id, e.request_id, e.uuid if e.usage is not None else None)
         if e.type == "assistant" and line_key is not None and rules.is_api_call(e.model, e.made_by, e.is_api_error):
             key = digest64(line_key)
@@ -280,6 +280,20 @@ class Assembler:
                 return start_turn(sess, e, "continuation", self._outbox, self.new_owners, self._active,
                                   self._seen_prompts, self.capture_content)
         return None
+
+    def _calls_after_final_answer(self, owner: Owner, e: Entry) -> bool:
+        """Is ``e`` the first line of a new API call of a turn whose final answer is written? Such a
+        call starts a turn of its own (a continuation), as it does once the turn closed: a turn ends at
+        its final answer in the transcript, not when it is read (docs/spans.md, "Where a line goes")."""
+        line_key = rules.line_call_key(e.message_id, e.request_id, e.uuid if e.usage is not None else None)
+        if not (isinstance(owner, Turn) and owner.final_seen and e.type == "assistant" and line_key is not None
+                and rules.is_api_call(e.model, e.made_by, e.is_api_error)):
+            return False
+        call = owner.current
+        if call is not None and e.message_id and call.message_id == e.message_id:
+            return False  # another line of the final answer
+        return (digest64(line_key) not in self._seen_calls
+                and not (e.uuid and digest64(e.uuid) in self._seen_prompts))
 
     # -- line handlers -----------------------------------------------------------
 

@@ -294,8 +294,9 @@ def classify_user(e: Entry) -> str:
 
 
 # -- the format as known: every line type and top-level field seen in shared/realdata (Claude Code
-# 1.0.17 to 2.1.237) and in the real-CLI fixtures (2.1.197, 2.1.330). Anything else is drift: a
-# new release changed the format (drift.py counts it by version).
+# 1.0.17 to 2.1.237) and in the real-CLI fixtures (2.1.197, 2.1.330, 2.1.332). Anything else is drift:
+# a new release changed the format (drift.py counts it by version). Known is not always used: what each
+# field means and which ccotel reads is in docs/format.md.
 _ENVELOPE = frozenset({
     "agentId", "cwd", "entrypoint", "gitBranch", "isSidechain", "parentUuid", "sessionId", "sessionKind",
     "session_id", "slug", "timestamp", "type", "userType", "uuid", "version", "logicalParentUuid", "isMeta",
@@ -305,7 +306,7 @@ KNOWN_FIELDS: dict[str, frozenset[str]] = {
     "user": _ENVELOPE | {
         "classifierMetaLines", "imagePasteIds", "isCompactSummary", "isVisibleInTranscriptOnly", "message",
         "origin", "permissionDecision", "permissionMode", "planContent", "promptSource", "queuePriority",
-        "queueSkipAttachments", "sandboxed", "sourceToolAssistantUUID", "sourceToolUseID",
+        "queueSkipAttachments", "rowSource", "sandboxed", "sentAtMs", "sourceToolAssistantUUID", "sourceToolUseID",
         "summarizedTurnPromptUuids", "thinkingMetadata", "todos", "toolDenialKind", "toolUseResult",
         "turnCompanion", "turnOrigin", "turnPosition", "userFeedback"},
     "assistant": _ENVELOPE | {
@@ -336,8 +337,9 @@ KNOWN_FIELDS: dict[str, frozenset[str]] = {
     "relocated": frozenset({"relocatedCwd", "sessionId", "type"}),
     "worktree-state": frozenset({"sessionId", "type", "worktreeSession"}),
     "tools-used": frozenset({"sessionId", "tools", "type"}),
-    "api-request": frozenset({"agentId", "base", "cacheControl", "id", "keep", "params", "querySource",
-                              "requestDigest", "sessionId", "shapeHash", "tail", "timestamp", "type", "version"}),
+    "api-request": frozenset({"agentId", "base", "cacheControl", "echoWireToolInputs", "id", "keep", "params",
+                              "querySource", "requestDigest", "sessionId", "shapeHash", "tail", "thread",
+                              "timestamp", "type", "version"}),
     "api-request-blob": frozenset({"agentId", "hash", "message", "sessionId", "type"}),
     "api-request-shape": frozenset({"agentId", "sessionId", "shape", "shapeHash", "timestamp", "type", "version"}),
     "cost-state": frozenset({"hasUnknownModelCost", "modelUsage", "sessionId", "startTime", "totalAPIDuration",

@@ -29,7 +29,7 @@ from tests.harness.fixtures import load_fixture
 
 SCENARIOS = ["s03_parallel_subagents", "s05_nested_subagent", "s11_interrupt", "s07_api_errors",
              "s06_kill_orphan_resume", "s13_advisor", "s08_failing_tool", "s04_background_subagent"]
-FIXTURES = [f"{v}{sc}" for v in ("", "2.1.330-") for sc in SCENARIOS]
+FIXTURES = [f"{v}{sc}" for v in ("", "2.1.330-", "2.1.332-") for sc in SCENARIOS]
 GUIDE = set("│├└─ ")
 
 
