@@ -9,12 +9,14 @@ import argparse
 import os
 import re
 import sys
+import time
 from datetime import date, datetime, timedelta, tzinfo
 from typing import TYPE_CHECKING
 
 import orjson
 
 from ccotel.commands.options import add_reading
+from ccotel.commands.report.blocks_view import parse_token_limit
 from ccotel.commands.report.from_ledger import REREAD_GRACE_NS, open_ledger, summarize_ledger, written_since
 from ccotel.commands.report.json_doc import as_json
 from ccotel.commands.report.rows import VIEWS, WEEKDAYS, Query
@@ -52,8 +54,8 @@ def parse_zone(value: str) -> tzinfo:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """``ccotel report`` options (besides --root and --state-dir, which cli.py adds)."""
-    parser.add_argument("view", nargs="?", choices=VIEWS, default="session",
-                        help="rows by day, week, month, session (default) or project")
+    parser.add_argument("view", nargs="?", choices=(*VIEWS, "blocks"), default="session",
+                        help="rows by day, week, month, session (default) or project; blocks: 5-hour windows")
     parser.add_argument("--json", action="store_true", help="JSON shaped like `ccusage <view> --json`")
     parser.add_argument("-b", "--breakdown", action="store_true", help="a line per model under each row")
     parser.add_argument("-s", "--since", type=parse_day, default=None, metavar="DATE",
@@ -65,6 +67,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-w", "--start-of-week", choices=WEEKDAYS, default="sunday",
                         help="first day of a week (default sunday, as ccusage)")
     parser.add_argument("-o", "--order", choices=("asc", "desc"), default="asc")
+    parser.add_argument("-t", "--token-limit", type=parse_token_limit, default=None, metavar="N|max",
+                        help="blocks: a token limit to project the active block against (max: the largest block)")
+    parser.add_argument("-a", "--active", action="store_true", help="blocks: the active block only")
     parser.add_argument("--no-ledger", action="store_true",
                         help="read the transcripts only (history Claude Code deleted is then missing)")
     # Readers are forked (shard.process_context): a second one costs little CPU to start, and on two
@@ -72,8 +77,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_reading(parser, parallel_min_mb=64.0)
 
 
-def run(args: argparse.Namespace) -> int:
-    """``ccotel report``: print the view (a table, or JSON with --json). Exit 0."""
+def run(args: argparse.Namespace, now_ns: int | None = None) -> int:
+    """``ccotel report``: print the view (a table, or JSON with --json). Exit 0. ``now_ns``: the
+    time the blocks view takes as now (a test's; default the clock's)."""
     roots = tuple(args.root or _default_roots())
     overrides: dict[str, Price] | None = args.prices  # read and checked by --prices' type (options.price_file)
     state_dir = _state_location(getattr(args, "state", None), args.state_dir)
@@ -81,7 +87,8 @@ def run(args: argparse.Namespace) -> int:
     q = Query(view=args.view, tz=args.timezone, since=args.since, until=args.until,
               start_of_week=WEEKDAYS.index(args.start_of_week), order=args.order)
     try:
-        if (ledger is not None and type(ledger) is Ledger  # summed in SQL: SQLite's ledger, not a fleet's
+        if (q.view != "blocks"  # blocks need each call's time: they read the calls themselves
+                and ledger is not None and type(ledger) is Ledger  # summed in SQL: SQLite's ledger, not a fleet's
                 and not written_since(roots, ledger.coverage().updated_ns - REREAD_GRACE_NS)):
             report = summarize_ledger(ledger, q)
         else:
@@ -94,6 +101,10 @@ def run(args: argparse.Namespace) -> int:
             pricing = DEFAULT_PRICING if overrides is None else Pricing(overrides)
             data = gather(ReadOptions(roots=roots, pricing=pricing), ledger, workers=args.workers,
                           parallel_min_bytes=int(args.parallel_min_mb * 1e6))
+            if q.view == "blocks":
+                from ccotel.commands.report.blocks_view import print_blocks
+
+                return print_blocks(data, q, args, time.time_ns() if now_ns is None else now_ns)
             report = summarize(data, q)
     finally:
         if ledger is not None:
