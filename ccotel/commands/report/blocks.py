@@ -1,7 +1,5 @@
-"""5-hour blocks (``ccotel report blocks``), as ``ccusage blocks`` cuts them: the calls in time
-order; a block starts at its first call's hour (UTC) and lasts 5 hours; a call more than 5 hours
-after its block's start, or more than 5 hours after the call before it, starts a new block, and
-a gap of more than 5 hours is shown as a block of its own (from 5 hours after the last call to
+"""5-hour blocks (``ccotel report blocks``), cut as ``ccusage blocks`` cuts them (rules/blocks.py),
+with a gap of more than 5 hours shown as a block of its own (from 5 hours after the last call to
 the next call). The active block is the one ``now`` is inside, with a call less than 5 hours ago:
 its burn rate (from its first call to its last) and its projection to its end.
 
@@ -13,14 +11,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from ccotel.rules.blocks import BLOCK_NS, HOUR_NS, cut_blocks, is_active
 from ccotel.rules.model_name import reported_model
 from ccotel.store.ledger import CallRow, nano_usd
 
 __all__ = ["HOUR_NS", "BLOCK_NS", "Block", "BurnRate", "Projection", "LimitStatus", "identify_blocks",
            "burn_rate", "projection", "token_limit", "limit_status", "js_round"]
 
-HOUR_NS = 3600 * 1_000_000_000
-BLOCK_NS = 5 * HOUR_NS
 _MINUTE_NS = 60 * 1_000_000_000
 
 
@@ -99,25 +96,20 @@ def js_round(x: float) -> int:
 
 
 def identify_blocks(calls: Iterable[CallRow], now_ns: int, length_ns: int = BLOCK_NS) -> list[Block]:
-    """The blocks of these calls (failed calls and calls without a time left out), gaps between."""
+    """The blocks of these calls (failed calls and calls without a time left out, rules/blocks.py
+    cuts them), a gap block where more than ``length_ns`` passed without a call."""
     billed = sorted((c for c in calls if not c.api_error and c.time_ns), key=lambda c: c.time_ns)
     blocks: list[Block] = []
-    current: Block | None = None
-    for c in billed:
-        t = c.time_ns
-        if current is not None and (t - current.start_ns > length_ns or t - current.last_ns > length_ns):
-            blocks.append(current)
-            if t - current.last_ns > length_ns:
-                blocks.append(Block(start_ns=current.last_ns + length_ns, end_ns=t, gap=True))
-            current = None
-        if current is None:
-            start = t - t % HOUR_NS
-            current = Block(start_ns=start, end_ns=start + length_ns)
-        current.add(c)
-    if current is not None:
-        blocks.append(current)
-    for b in blocks:
-        b.active = not b.gap and now_ns - b.last_ns < length_ns and now_ns < b.end_ns
+    last_ns = 0
+    for start, first, end in cut_blocks([c.time_ns for c in billed], length_ns):
+        if last_ns and billed[first].time_ns - last_ns > length_ns:
+            blocks.append(Block(start_ns=last_ns + length_ns, end_ns=billed[first].time_ns, gap=True))
+        b = Block(start_ns=start, end_ns=start + length_ns)
+        for c in billed[first:end]:
+            b.add(c)
+        b.active = is_active(b.start_ns, b.last_ns, now_ns, length_ns)
+        blocks.append(b)
+        last_ns = b.last_ns
     # by start, as ccusage lists them: a gap starts 5 hours after the last call, which can be after
     # the hour the next block starts on (a gap from 01:05 before a block from 01:00 is listed after it)
     blocks.sort(key=lambda b: b.start_ns)
