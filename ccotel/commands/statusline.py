@@ -20,7 +20,10 @@ import json
 import os
 import sys
 import time
-from typing import Any
+
+TYPE_CHECKING = False  # typing is not loaded for the status line: mypy reads this block, Python does not
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["main", "Options", "parse_options", "status_line"]
 

@@ -13,20 +13,48 @@ from __future__ import annotations
 
 import json
 import os
-import re
-from typing import Any
 
-from ccotel.read.parse_time import parse_timestamp
 from ccotel.rules.model_name import reported_model
 
-__all__ = ["SessionRead", "read_session"]
+TYPE_CHECKING = False  # typing is not loaded for the status line: mypy reads this block, Python does not
+if TYPE_CHECKING:
+    from typing import Any
 
-_TOOL_RESULT_ID = re.compile(rb'"tool_use_id":\s*"([^"]+)"')
+    # A call in the cache: [time ns, input, output, cache read, cache write, 5m, 1h, reasoning,
+    # model, cost or None, priced (0/1)]
+    _Call = list[Any]
+
+__all__ = ["SessionRead", "read_session", "stamp_ns"]
+
+_TOOL_USE_ID = b'"tool_use_id":'
 _MAX_READ = 64 << 20  # bytes read per file and run at most (a first run on a huge session reads it in parts)
 _CACHE_VERSION = 2
-# A call in the cache: [time ns, input, output, cache read, cache write, 5m, 1h, reasoning, model,
-# cost or None, priced (0/1)]
-_Call = list[Any]
+_DIGITS = frozenset(b"0123456789")
+
+
+def stamp_ns(value: object) -> int:
+    """A transcript timestamp as Claude Code writes it (2026-01-10T21:35:24.654Z) -> Unix ns,
+    computed here (read.parse_time loads calendar and datetime: more than the whole line costs);
+    any other shape goes to parse_timestamp, the rule (tests hold the two equal). 0: none."""
+    if not isinstance(value, str) or len(value) != 24 or value[23] != "Z" or value[10] != "T" \
+            or not all(ord(value[i]) in _DIGITS for i in (0, 1, 2, 3, 5, 6, 8, 9, 11, 12, 14, 15, 17, 18, 20, 21, 22)):
+        from ccotel.read.parse_time import parse_timestamp
+
+        return parse_timestamp(value) or 0
+    y, m, d = int(value[0:4]), int(value[5:7]), int(value[8:10])
+    if y < 1970 or not 1 <= m <= 12 or not 1 <= d <= 28 or value[11:13] > "23" or value[14:16] > "59" \
+            or value[17:19] > "59":  # the parser's checks (days past the 28th too: month lengths)
+        from ccotel.read.parse_time import parse_timestamp
+
+        return parse_timestamp(value) or 0
+    # days from 1970-01-01 of a proleptic Gregorian date (the usual "days from civil" arithmetic)
+    y -= m <= 2
+    era = y // 400
+    yoe = y - era * 400
+    doy = (153 * (m + (-3 if m > 2 else 9)) + 2) // 5 + d - 1
+    days = era * 146097 + yoe * 365 + yoe // 4 - yoe // 100 + doy - 719468
+    seconds = days * 86400 + int(value[11:13]) * 3600 + int(value[14:16]) * 60 + int(value[17:19])
+    return seconds * 1_000_000_000 + int(value[20:23]) * 1_000_000
 
 
 class SessionRead:
@@ -95,7 +123,7 @@ def _take_assistant(obj: dict[str, Any], calls: dict[str, _Call], pending: dict[
     msg = obj.get("message")
     if not isinstance(msg, dict):
         return
-    ts = parse_timestamp(obj.get("timestamp")) or 0
+    ts = stamp_ns(obj.get("timestamp"))
     for item in msg.get("content") or ():
         if isinstance(item, dict) and item.get("type") == "tool_use" and isinstance(item.get("id"), str):
             pending.setdefault(item["id"], [str(item.get("name") or "?"), ts])
@@ -140,8 +168,7 @@ def _read_file(path: str, state: list[Any] | None, calls: dict[str, _Call], pend
         end = len(data)
     for line in lines:
         if b'"tool_result"' in line:
-            for m in _TOOL_RESULT_ID.finditer(line):
-                pending.pop(m.group(1).decode("utf-8", "replace"), None)
+            _results(line, pending)
         if b'"assistant"' not in line:
             continue
         try:
@@ -151,6 +178,18 @@ def _read_file(path: str, state: list[Any] | None, calls: dict[str, _Call], pend
         if isinstance(obj, dict) and obj.get("type") == "assistant":
             _take_assistant(obj, calls, pending, last)
     return [st.st_ino, offset + end, *last]
+
+
+def _results(line: bytes, pending: dict[str, list[Any]]) -> None:
+    """Drop the tool calls a line holds results of (found by their ids, the line not decoded)."""
+    at = line.find(_TOOL_USE_ID)
+    while at >= 0:
+        start = line.find(b'"', at + len(_TOOL_USE_ID)) + 1
+        end = line.find(b'"', start)
+        if start <= 0 or end < 0:
+            return
+        pending.pop(line[start:end].decode("utf-8", "replace"), None)
+        at = line.find(_TOOL_USE_ID, end)
 
 
 def _whole(line: bytes) -> bool:

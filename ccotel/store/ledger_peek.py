@@ -8,9 +8,12 @@ ledger.py's schema (calls, turns, agents)."""
 from __future__ import annotations
 
 import os
-import sqlite3
 
-__all__ = ["CallSums", "open_read_only", "calls_since", "session_problems"]
+TYPE_CHECKING = False  # typing is not loaded for the status line: mypy reads this block, Python does not
+if TYPE_CHECKING:
+    import sqlite3
+
+__all__ = ["open_read_only", "calls_since", "session_problems"]
 
 LEDGER_FILE = "ledger.db"  # ledger.LEDGER_FILE (tests hold them equal)
 
@@ -21,6 +24,8 @@ def open_read_only(state_dir: str, roots: list[str]) -> sqlite3.Connection | Non
     path = os.path.join(state_dir, LEDGER_FILE)
     if not os.path.isfile(path):
         return None
+    import sqlite3  # only when there is a ledger to read
+
     try:
         conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=0.02)
         row = conn.execute("SELECT value FROM meta WHERE key = 'roots'").fetchone()
@@ -32,12 +37,15 @@ def open_read_only(state_dir: str, roots: list[str]) -> sqlite3.Connection | Non
     return conn
 
 
-CallSums = tuple[str, str, int, int, int, int, int, float | None]
+if TYPE_CHECKING:
+    CallSums = tuple[str, str, int, int, int, int, int, float | None]
 
 
 def calls_since(conn: sqlite3.Connection, after_ns: int) -> list[CallSums]:
     """The billed calls at or after ``after_ns``, oldest first: (key, session, time ns, input,
     output, cache read, cache write, cost or None)."""
+    import sqlite3
+
     try:
         return conn.execute("SELECT key, session_id, time_ns, input, output, cache_read, cache_write, cost "
                             "FROM calls WHERE time_ns >= ? AND api_error = 0 ORDER BY time_ns", (after_ns,)).fetchall()
@@ -48,6 +56,8 @@ def calls_since(conn: sqlite3.Connection, after_ns: int) -> list[CallSums]:
 def session_problems(conn: sqlite3.Connection, session_id: str, after_ns: int) -> list[str]:
     """What went wrong in the session's turns that ended at or after ``after_ns`` (as ``ccotel
     run`` recorded them): killed turns, stalled or orphaned tool calls, interrupted subagents."""
+    import sqlite3
+
     out: list[str] = []
     try:
         for outcome, stalled, orphaned in conn.execute(

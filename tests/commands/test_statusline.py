@@ -234,7 +234,8 @@ def test_python_m_ccotel_statusline_loads_no_exporter_pipeline_or_parser(tmp_pat
     loaded = {line.split("|")[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
     assert "session $" in proc.stdout
     for heavy in ("ccotel.cli", "argparse", "logging", "ccotel.export", "ccotel.run", "ccotel.assemble", "ccotel.spans",
-                  "ccotel.spans.pricing", "opentelemetry", "msgspec", "rich", "orjson", "dataclasses", "genai_prices"):
+                  "ccotel.spans.pricing", "opentelemetry", "msgspec", "rich", "orjson", "dataclasses", "genai_prices",
+                  "typing", "calendar", "datetime", "sqlite3"):  # no ledger in this state: no sqlite3
         assert heavy not in loaded, heavy
 
 
@@ -259,3 +260,20 @@ def test_the_sessions_figures_equal_the_reports_on_realdata(tmp_path, realdata_c
 
 def test_the_peek_names_the_ledgers_file():
     assert PEEK_LEDGER_FILE == LEDGER_FILE
+
+
+def test_its_timestamps_equal_the_parsers(realdata_config_dir):  # noqa: F811
+    """stamp_ns (no calendar, no datetime) against read.parse_time on every timestamp of
+    shared/realdata, and on shapes it hands over to the parser."""
+    from ccotel.commands.statusline_read import stamp_ns
+    from ccotel.read.parse_time import parse_timestamp
+
+    seen = 0
+    for path in sorted((realdata_config_dir / "projects").rglob("*.jsonl")):
+        for stamp in re.findall(r'"timestamp":"([^"]+)"', path.read_text(encoding="utf-8", errors="replace")):
+            assert stamp_ns(stamp) == (parse_timestamp(stamp) or 0), stamp
+            seen += 1
+    assert seen > 10_000
+    for odd in ("2026-01-10T21:35:24Z", "2026-01-10T21:35:24.654321Z", "2026-01-10T21:35:24.654+02:00", "", None, 5,
+                "2024-02-29T23:59:59.999Z", "1969-12-31T23:59:59.000Z", "2026-13-01T00:00:00.000Z"):
+        assert stamp_ns(odd) == (parse_timestamp(odd) or 0), odd
