@@ -310,3 +310,13 @@ def test_the_blocks_table_never_cuts_a_number(columns, monkeypatch, realdata_con
         if not b["isGap"]:
             for want in (f"{b['totalTokens']:,}", f"{b['costUSD']:,.2f}"):
                 assert re.search(rf"(?<![\d.,]){re.escape(want)}\*?(?![\d.,])", table), (want, columns)
+
+
+@pytest.mark.parametrize("bad", ["0", "-5", "lots", "1e6"])
+def test_a_bad_token_limit_is_a_usage_error(bad):
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    with pytest.raises(SystemExit) as exit_:
+        parser.parse_args(["blocks", "--token-limit", bad])
+    assert exit_.value.code == 2
+    assert parser.parse_args(["blocks", "--token-limit", "MAX"]).token_limit == "max"

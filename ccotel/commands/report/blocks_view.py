@@ -25,15 +25,7 @@ from ccotel.commands.report.rows import Data, Query
 if TYPE_CHECKING:
     from rich.console import Console
 
-__all__ = ["parse_token_limit", "BlocksReport", "blocks_report", "as_json", "render", "print_blocks"]
-
-
-def parse_token_limit(value: str) -> str:
-    """``--token-limit``: a positive number of tokens, or ``max`` (the largest finished block)."""
-    v = value.strip().lower()
-    if v == "max" or (v.isdigit() and int(v) > 0):
-        return v
-    raise argparse.ArgumentTypeError(f"not a token limit (a number of tokens, or max): {value!r}")
+__all__ = ["BlocksReport", "blocks_report", "as_json", "render", "print_blocks"]
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING
 import orjson
 
 from ccotel.commands.options import add_reading
-from ccotel.commands.report.blocks_view import parse_token_limit
 from ccotel.commands.report.from_ledger import REREAD_GRACE_NS, open_ledger, summarize_ledger, written_since
 from ccotel.commands.report.json_doc import as_json
 from ccotel.commands.report.rows import VIEWS, WEEKDAYS, Query
@@ -26,7 +25,7 @@ from ccotel.store.ledger import Ledger
 if TYPE_CHECKING:
     from ccotel.spans.pricing import Price
 
-__all__ = ["parse_day", "parse_zone", "add_arguments", "run"]
+__all__ = ["parse_day", "parse_token_limit", "parse_zone", "add_arguments", "run"]
 
 def parse_day(value: str) -> date:
     """YYYYMMDD (as ccusage), YYYY-MM-DD, or a duration back from today (7d, 2w, 12h: the day it
@@ -41,6 +40,14 @@ def parse_day(value: str) -> date:
         except ValueError:
             continue
     raise argparse.ArgumentTypeError(f"not a date (YYYYMMDD, YYYY-MM-DD or a duration: 7d): {value!r}")
+
+
+def parse_token_limit(value: str) -> str:
+    """``--token-limit``: a positive number of tokens, or ``max`` (the largest finished block)."""
+    v = value.strip().lower()
+    if v == "max" or (v.isdigit() and int(v) > 0):
+        return v
+    raise argparse.ArgumentTypeError(f"not a token limit (a number of tokens, or max): {value!r}")
 
 
 def parse_zone(value: str) -> tzinfo:
