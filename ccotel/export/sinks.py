@@ -376,6 +376,8 @@ class ExportQueue:
             while self._inflight:
                 remaining = until - time.monotonic()
                 if remaining <= 0:
+                    log.warning("%d spans were still out to the trace backend at the stop: if it takes them, "
+                                "a restart sends them again (same ids)", self._inflight)
                     return False
                 self._cv.wait(timeout=min(remaining, 0.05))
         self._thread.join(timeout=max(until - time.monotonic(), 0.0))

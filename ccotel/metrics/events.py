@@ -114,5 +114,5 @@ def checkpoint_failed(metrics: Metrics, reason: str) -> None:
 
 
 def ledger_write_failed(metrics: Metrics) -> None:
-    """A usage-ledger write that failed: those rows are missing from reports; tracing and counting go on."""
+    """A usage-ledger write that failed: its rows are kept and written again; tracing and counting go on."""
     metrics.inc("ccotel_checkpoint_errors", "ledger")

@@ -45,7 +45,7 @@ from ccotel.sources.registry.follower import Registry
 from ccotel.spans.build import DEFAULT_CONVENTIONS, Conventions, build_spans
 from ccotel.spans.content import ContentPolicy
 from ccotel.spans.pricing import DEFAULT_PRICING, Pricing
-from ccotel.store.ledger import Ledger
+from ccotel.store.ledger import Ledger, LedgerError
 from ccotel.store.state import Commit, State
 
 __all__ = ["Pipeline", "PipelineStats", "Options", "discover", "session_groups", "unread_bytes"]
@@ -198,6 +198,8 @@ class Pipeline:
             if final:
                 self.detectors.catch_up_done(self.delivery.history_in_flight(), self.files)
             self.process_acks()
+            if final:
+                self._ledger_caught_up()
         finally:
             # Done or stopped (a signal): acknowledgements kept back since the last commit are
             # committed now, ledger rows first, and from here on as they come; the offsets of
@@ -344,9 +346,9 @@ class Pipeline:
         if not force and now - self._last_commit_ns < self._commit_every_ns:
             return
         self._last_commit_ns = now
-        if self._unrecorded:
-            spans, self._unrecorded = self._unrecorded, []
-            self._record(spans)
+        spans, self._unrecorded = self._unrecorded, []
+        if not self._record(spans):
+            return  # the checkpoints wait for their ledger rows: a line passed in the state is never read again
         commit = Commit()
         # Done owners first, the acknowledgements kept back last, just before the write: one
         # that lands in between (export thread) is then in this commit, and an owner it makes
@@ -375,7 +377,8 @@ class Pipeline:
         finished = self.assembler.drain()
         if not finished:
             return
-        spans = []
+        spans: list[SpanRecord] = []
+        built_all: list[SpanRecord] = []
         for f in finished:
             owner = _owner_of(f)
             self.delivery.register(owner, counting)  # also when nothing is sent: a closed owner may now be done
@@ -386,20 +389,27 @@ class Pipeline:
             taken = self.delivery.take(owner, built)
             self.stats.resent_skipped += len(built) - len(taken)  # delivered before a restart
             spans += taken
+            built_all += built
+        # The ledger records every span built, also those delivered before a restart: their
+        # acknowledgement may have been written while their ledger rows were not (a full disk);
+        # recording them again changes nothing.
+        if built_all:
+            if self._commit_every_ns:
+                self._unrecorded += built_all  # written by the next commit, before the acknowledgements
+            else:
+                self._record(built_all)
         if spans:
             self.stats.spans += len(spans)
-            if self._commit_every_ns:
-                self._unrecorded += spans  # written by the next commit, before the acknowledgements
-            else:
-                self._record(spans)
             if self.emit(spans) is False:
                 self.delivery.unsent(spans)
 
-    def _record(self, spans: list[SpanRecord]) -> None:
-        """Into the usage ledger (history for reports): a failed write (a full disk) is counted
-        and logged, and loses only those rows; tracing and counting go on."""
-        if self.ledger is None:
-            return
+    def _record(self, spans: list[SpanRecord]) -> bool:
+        """Into the usage ledger (history for reports), with the rows of earlier failed writes. A
+        failed write (a full disk) is counted and logged; the ledger keeps its rows and writes them
+        with the next one, and False says the checkpoints must wait for them (a stop meanwhile
+        reads those lines again at the next start); tracing and counting go on."""
+        if self.ledger is None or not (spans or self.ledger.pending):
+            return True
         try:
             self.ledger.record(spans)
         except sqlite3.Error as exc:
@@ -407,7 +417,20 @@ class Pipeline:
             if self.metrics is not None:
                 events.ledger_write_failed(self.metrics)
             if self.stats.errors["ledger_write"] == 1:
-                log.error("the usage ledger could not be written (%s); reports miss the calls of these spans", exc)
+                log.error("the usage ledger could not be written (%s); its rows are kept and written again with "
+                          "the next commit, and the checkpoints wait for them", exc)
+            return False
+        return True
+
+    def _ledger_caught_up(self) -> None:
+        """The history is read and its rows written: a ledger marked as filling holds it all now."""
+        if self.ledger is None or self.ledger.pending:
+            return
+        try:
+            if self.ledger.still_filling():  # (not coverage(): it counts the calls)
+                self.ledger.filling(None)
+        except (sqlite3.Error, LedgerError) as exc:  # the mark stays: reports read every transcript (never wrong)
+            log.debug("usage ledger still marked as filling: %s", exc)
 
     # -- detectors ---------------------------------------------------------------
 

@@ -80,6 +80,15 @@ CLAUDE_CODE_IS_SIDECHAIN: Final = "claude_code.is_sidechain"
 """subagent: true; chat: true in subagent files."""
 GEN_AI_INPUT_MESSAGES: Final = "gen_ai.input.messages"
 """turn: the prompt, only with `--capture-content` (truncated, redacted)."""
+CLAUDE_CODE_PROJECT: Final = "claude_code.project"
+"""turn: the project, the last part of the cwd (the whole path is `claude_code.cwd`): a backend's list and
+search tell turns apart by it."""
+INPUT_VALUE: Final = "input.value"
+"""turn: the prompt's first words, only with `--capture-content` (redacted): OpenInference's input, the
+column Phoenix's trace list shows."""
+METADATA: Final = "metadata"
+"""turn: `{"project": ...}` as JSON: OpenInference's metadata, Phoenix's `metadata` column and filter
+(`metadata['project'] == 'ccotel'`)."""
 
 # -- API calls: `chat` ---------------------------------------------------------------------------------------
 

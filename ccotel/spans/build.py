@@ -17,8 +17,11 @@ subagent. Raw transcript fields go under ``claude_code.*``. Content is only adde
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from typing import Any
+
+import orjson
 
 from ccotel.assemble import ids
 from ccotel.assemble.model import AgentRun, Call, Finished, ToolCall, ToolError, Turn, TurnOutcome
@@ -43,6 +46,7 @@ from ccotel.spans.attributes import (
     CLAUDE_CODE_IS_SIDECHAIN,
     CLAUDE_CODE_MESSAGE_LINES,
     CLAUDE_CODE_PARENT_UUID,
+    CLAUDE_CODE_PROJECT,
     CLAUDE_CODE_REQUEST_ID,
     CLAUDE_CODE_REQUESTED_MODEL,
     CLAUDE_CODE_TOOL_AGENT_ID,
@@ -85,6 +89,8 @@ from ccotel.spans.attributes import (
     GEN_AI_USAGE_INPUT_TOKENS,
     GEN_AI_USAGE_OUTPUT_TOKENS,
     GEN_AI_USAGE_REASONING_OUTPUT_TOKENS,
+    INPUT_VALUE,
+    METADATA,
     SESSION_ID,
 )
 from ccotel.spans.content import ContentPolicy
@@ -98,6 +104,7 @@ __all__ = [
     "build_spans",
     "chat_attributes",
     "common_attributes",
+    "project_name",
     "tool_attributes",
     "turn_attributes",
     "usage_attributes",
@@ -164,11 +171,27 @@ def common_attributes(owner_session: str, version: str | None, cwd: str | None, 
     return attrs
 
 
+_PATH_SEP = re.compile(r"[/\\]")  # Windows cwds too
+
+
+def project_name(cwd: str | None) -> str | None:
+    """The project a backend's list shows: the cwd's last part (``/home/u/code/ccotel`` -> ``ccotel``)."""
+    if not cwd:
+        return None
+    return _PATH_SEP.split(cwd.rstrip("/\\"))[-1] or cwd
+
+
 def turn_attributes(attrs: dict[str, Any], trigger: str | None, outcome: str | None, calls: int, tool_calls: int,
                     prompt_uuid: str | None) -> None:
-    """A turn span's own attributes; a trigger or outcome the source cannot know is None."""
+    """A turn span's own attributes, after ``common_attributes``; a trigger or outcome the source cannot
+    know is None. Every turn's span has the same name (the conventions'), so the project goes on it too:
+    what tells turns apart in a backend's trace list and search."""
     attrs[GEN_AI_OPERATION_NAME] = "invoke_agent"
     attrs[GEN_AI_AGENT_NAME] = "claude-code"
+    project = project_name(attrs.get(CLAUDE_CODE_CWD))
+    if project is not None:
+        attrs[CLAUDE_CODE_PROJECT] = project
+        attrs[METADATA] = orjson.dumps({"project": project}).decode()
     if trigger is not None:
         attrs[CLAUDE_CODE_TURN_TRIGGER] = trigger
     if outcome is not None:
@@ -271,6 +294,7 @@ def _turn(t: Turn, f: Finished, content: ContentPolicy | None) -> SpanRecord:
         attrs[CLAUDE_CODE_TURN_LOST_TOOLS] = t.lost_tools  # the session resumed without them: a reset
     if content is not None and t.prompt_text is not None:
         attrs[GEN_AI_INPUT_MESSAGES] = content.messages_json("user", t.prompt_text)
+        attrs[INPUT_VALUE] = content.first_words(t.prompt_text)
     events = tuple(
         SpanEvent(CLAUDE_CODE_COMPACTION, ts, {k: v for k, v in
                   ((CLAUDE_CODE_COMPACTION_TRIGGER, trig), (CLAUDE_CODE_COMPACTION_PRE_TOKENS, pre))

@@ -48,6 +48,15 @@ class ContentPolicy:
             raw = str(value)
         return self.text(raw)
 
+    def first_words(self, value: str, limit: int = 100) -> str:
+        """The start of a text on one line, redacted, cut at a word within ``limit`` characters: what a
+        trace list shows of a prompt."""
+        words = " ".join(self.text(value).split())
+        if len(words) <= limit:
+            return words
+        cut = words[:limit].rsplit(" ", 1)[0] if " " in words[:limit] else words[:limit]
+        return cut + "…"
+
     def messages_json(self, role: str, text: str) -> str:
         """gen_ai.input.messages as the GenAI conventions shape it: [{role, parts:[{type:text, content}]}]."""
         return orjson.dumps([{"role": role, "parts": [{"type": "text", "content": self.text(text)}]}]).decode()

@@ -26,10 +26,10 @@ import logging
 import os
 import sqlite3
 import threading
-import time
 from collections.abc import Callable, Iterator
 
 from ccotel.read.tail import FileIdentity
+from ccotel.store.aside import set_aside
 from ccotel.store.state import Commit, StateError, StateLocked, StateUnavailable, anchor_of, unpack_ids, unsigned64
 
 __all__ = ["SqliteState", "DirLock", "lock_state_dir", "LOCK_NAME", "SCHEMA_VERSION"]
@@ -406,18 +406,10 @@ class SqliteState:
 
 def _move_aside(path: str, exc: BaseException) -> str:
     """Move a corrupt database (and its WAL and shared-memory files) to ``<name>.corrupt-<UTC time>``."""
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    aside = f"{path}.corrupt-{stamp}"
-    n = 1
-    while os.path.exists(aside):
-        n += 1
-        aside = f"{path}.corrupt-{stamp}-{n}"
-    for suffix in ("", "-wal", "-shm"):
-        if os.path.exists(path + suffix):
-            try:
-                os.replace(path + suffix, aside + suffix)
-            except OSError as exc2:
-                raise _unwritable(os.path.dirname(path), f"moving the corrupt {path}{suffix} aside", exc2) from None
+    try:
+        aside = set_aside(path)
+    except OSError as exc2:
+        raise _unwritable(os.path.dirname(path), f"moving the corrupt {path} aside", exc2) from None
     log.error("the state database %s is corrupt (%s); moved it aside to %s and started a new one: the history "
               "is read again as on a first start (counters restart from what it rebuilds, events in the history "
               "are not counted again; traces already delivered are sent again with the same ids)",

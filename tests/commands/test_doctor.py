@@ -224,6 +224,8 @@ def test_realdata_versions_older_and_between(tmp_path: Path, realdata_root: Path
     assert "1.0.17" in older and "2.1.42" in older  # type: ignore[operator]
     assert all(judge_version(v).standing is VersionStanding.BETWEEN for v in between)  # type: ignore[union-attr]
     assert "output_tokens" in versions["older"].message  # 2.1.12-2.1.29 are among them
+    # many versions read as their range (issue 28: a 12-line list of 35 versions); --json has each
+    assert versions["older"].message.startswith(f"{len(older)} versions, 1.0.17 to 2.1.42 (")  # type: ignore[arg-type]
     assert one(findings, "format").level is Level.OK  # rules.py knows everything these wrote
     assert one(findings, "roots").level is Level.OK
 
@@ -703,3 +705,18 @@ def doctor_state_findings(cfg: DoctorConfig) -> list[Finding]:
     from ccotel.commands.doctor.state import check_state
 
     return check_state(cfg)
+
+
+def test_each_failure_says_what_it_costs() -> None:
+    """Issue 28: doctor exits 1 when no backend runs, also for someone who only wants reports. The
+    status stays (scripts rely on it); the verdict says what each failed check costs."""
+    from ccotel.commands.doctor.finding import Finding
+    from ccotel.commands.doctor.render import COSTS, render_text
+
+    out = io.StringIO()
+    render_text([Finding("traces", Level.FAIL, "http://localhost:4318/v1/traces", "nothing accepts connections"),
+                 Finding("roots", Level.OK, "/r", "readable")], out)
+    text = " ".join(out.getvalue().split())
+    assert "1 failed traces failed: ccotel run, backfill and relay cannot deliver spans" in text
+    assert "report, sessions, trace and check need no backend" in text
+    assert set(COSTS) >= {"roots", "state", "traces", "metrics", "telemetry"}

@@ -13,6 +13,7 @@ import pytest
 
 from ccotel.export.sinks import ExportQueue, OtlpSink
 from ccotel.run.pipeline import Options, Pipeline
+from ccotel.spans.content import ContentPolicy
 from tests.harness.fixtures import list_fixtures, load_fixture
 from tests.support.fixtures import phoenix  # noqa: F401
 
@@ -21,7 +22,7 @@ pytestmark = pytest.mark.phoenix
 TASK_TOOLS = {"Task", "Agent"}
 
 
-def export_fixture(name: str, server, protocol: str = "http/protobuf") -> int:
+def export_fixture(name: str, server, protocol: str = "http/protobuf", content: ContentPolicy | None = None) -> int:
     fx = load_fixture(name)
     endpoint = server.otlp_http_endpoint if protocol == "http/protobuf" else server.otlp_grpc_endpoint
     env = {
@@ -30,7 +31,7 @@ def export_fixture(name: str, server, protocol: str = "http/protobuf") -> int:
         "OTEL_RESOURCE_ATTRIBUTES": f"openinference.project.name={project_of(name, protocol)}",
     }
     queue = ExportQueue(OtlpSink(env))
-    pipeline = Pipeline(Options(roots=(str(fx.config_dir),)), emit=queue.submit)
+    pipeline = Pipeline(Options(roots=(str(fx.config_dir),), content=content), emit=queue.submit)
     pipeline.backfill(close_all=True)
     assert queue.close(timeout_s=60), "Phoenix did not take every span"
     assert queue.failures == 0
@@ -61,6 +62,11 @@ def check_tree(name: str, spans: list[dict]) -> None:
         if s["parent_id"] is None:
             assert s["name"] == "invoke_agent claude-code"
             assert s["attributes"]["gen_ai.conversation.id"] in fx.session_ids
+            # what tells turns apart in Phoenix's list: the project (metadata column and filter); the
+            # prompt (the input column) only with content capture, which export_fixture does not ask
+            a = s["attributes"]
+            assert a["metadata.project"] == a["claude_code.project"] == a["claude_code.cwd"].rsplit("/", 1)[-1]
+            assert "input.value" not in a
 
     chats = {s["attributes"]["gen_ai.response.id"]: s for s in spans
              if s["name"].startswith("chat") and s["status_code"] != "ERROR"
@@ -163,3 +169,21 @@ def test_grpc_export_to_a_fresh_phoenix_gives_the_same_ids(phoenix):  # noqa: F8
     assert sorted(map(key, spans)) == sorted(
         (f"{s.trace_id:032x}", f"{s.span_id:016x}", f"{s.parent_span_id:016x}" if s.parent_span_id else None, s.name)
         for s in expected)
+
+
+def test_with_content_capture_phoenix_lists_each_turn_by_its_prompt(phoenix):  # noqa: F811 (installed check)
+    """Phoenix's trace list shows a root's ``input.value``: with capture, each turn's prompt as it was
+    given to ``claude -p``; every root is still named ``invoke_agent claude-code``."""
+    from tests.support.phoenix import PhoenixServer
+
+    name = "s02_resume_two_turns"
+    with PhoenixServer() as server:
+        n = export_fixture(name, server, content=ContentPolicy())
+        spans = server.wait_for_spans(n, project_of(name, "http/protobuf"), timeout=60, exact=True)
+    roots = sorted((s for s in spans if s["parent_id"] is None), key=lambda s: s["start_time"])
+    meta = load_fixture(name).meta
+    prompts = [run["argv"][run["argv"].index("-p") + 1] for run in meta["runs"]]
+    assert [r["attributes"]["input.value"] for r in roots] == prompts
+    assert len(set(prompts)) == len(prompts) == 2
+    assert {r["attributes"]["metadata.project"] for r in roots} == {meta["cwd"].rsplit("/", 1)[-1]}
+    assert {r["name"] for r in roots} == {"invoke_agent claude-code"}

@@ -96,6 +96,7 @@ def run(args: argparse.Namespace, now_ns: int | None = None) -> int:
     try:
         if (q.view != "blocks"  # blocks need each call's time: they read the calls themselves
                 and ledger is not None and type(ledger) is Ledger  # summed in SQL: SQLite's ledger, not a fleet's
+                and not ledger.coverage().filling  # else every transcript is read beside it
                 and not written_since(roots, ledger.coverage().updated_ns - REREAD_GRACE_NS)):
             report = summarize_ledger(ledger, q)
         else:

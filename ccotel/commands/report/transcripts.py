@@ -323,20 +323,43 @@ def gather(options: Options | ReadOptions, ledger: Ledger | None, workers: int |
     """The calls (and, from the ledger, tools, subagents and turns) a report sums.
 
     With a ledger: its rows, plus the calls of transcript files written since ``grace_ns`` before
-    its last write whose key it does not hold. Without: every call read from the transcripts."""
+    its last write (every file while the ledger is still being filled) whose key it does not hold.
+    Without: every call read from the transcripts."""
     if ledger is None:
         calls = [_call_row(r) for r in read_rows(options, workers, parallel_min_bytes)]
         return Data(calls, [], [], [], "transcripts")
     cover = ledger.coverage()
     calls = list(ledger.calls())
     since = cover.updated_ns - grace_ns
-    newer = read_rows(options, workers, parallel_min_bytes, keep=lambda tf: _mtime_ns(tf.path) >= since)
+    keep = None if cover.filling else (lambda tf: _mtime_ns(tf.path) >= since)
+    newer = read_rows(options, workers, parallel_min_bytes, keep=keep)
+    fresh: list[CallRow] = []
     if newer:
         have = {c.key for c in calls}
         fresh = [_call_row(r) for r in newer if r[0] not in have]
         calls += fresh
+    unrecorded, why = _unrecorded(fresh, cover.filling, cover.updated_ns, grace_ns)
     source = "ledger+transcripts" if newer else "ledger"
-    return Data(calls, list(ledger.tools()), list(ledger.agents()), list(ledger.turns()), source)
+    return Data(calls, list(ledger.tools()), list(ledger.agents()), list(ledger.turns()), source, unrecorded, why)
+
+
+def _unrecorded(fresh: list[CallRow], filling: str | None, updated_ns: int,
+                grace_ns: int) -> tuple[list[CallRow], str | None]:
+    """Of the calls read from the transcripts that the ledger lacks, those whose tool calls,
+    subagents and health it does not hold either, and why. All of them while the ledger is being
+    filled; else those not within ``grace_ns`` of its last write (a call then is of a turn still
+    open, recorded when it ends: the ledger was being written): written while ccotel was not
+    recording (stopped, or failing to write the ledger)."""
+    if filling:
+        out = fresh
+        why = (f"the usage ledger is still being filled ({filling} not ended): {len(out)} API calls were read from "
+               "the transcripts alone, and their tool calls, subagents and health are not known yet")
+    else:
+        out = [c for c in fresh if abs(c.time_ns - updated_ns) > grace_ns]
+        why = (f"{len(out)} API calls were read from transcripts that the usage ledger does not hold (written "
+               "while ccotel was not recording: not running, or its ledger writes failing): their tool calls, "
+               "subagents and health are not known")
+    return out, why if out else None
 
 
 def _mtime_ns(path: str) -> int:

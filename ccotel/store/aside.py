@@ -1,0 +1,27 @@
+"""Setting a damaged database aside: the one rule for the state (sqlite.py) and the usage ledger
+(ledger.py). The file and its WAL and shared-memory files are renamed, never deleted, to
+``<name>.corrupt-<UTC time>``: what they still hold can be recovered by hand (``sqlite3 .recover``)."""
+
+from __future__ import annotations
+
+import os
+import time
+
+__all__ = ["set_aside"]
+
+_SUFFIXES = ("", "-wal", "-shm")
+
+
+def set_aside(path: str) -> str:
+    """Rename ``path`` (and its ``-wal``/``-shm``) to ``<path>.corrupt-<UTC time>`` (``-2``, ``-3``...
+    if that name is taken) and return the new name. OSError if a rename fails."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    aside = f"{path}.corrupt-{stamp}"
+    n = 1
+    while any(os.path.exists(aside + s) for s in _SUFFIXES):
+        n += 1
+        aside = f"{path}.corrupt-{stamp}-{n}"
+    for suffix in _SUFFIXES:
+        if os.path.exists(path + suffix):
+            os.replace(path + suffix, aside + suffix)
+    return aside
