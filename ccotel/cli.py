@@ -120,6 +120,16 @@ def _relay_options(sp: argparse.ArgumentParser) -> None:
     relay.add_arguments(sp)
 
 
+def _statusline_options(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument("--root", action="append", default=None,
+                    help="Claude config dir the transcript must be under (repeatable; default "
+                         "$CLAUDE_CONFIG_DIR or ~/.claude)")
+    sp.add_argument("--state", "--state-dir", dest="state", default=None,
+                    help="ccotel's state dir (its ledger; default $CCOTEL_STATE or ~/.local/state/ccotel; none: none)")
+    sp.add_argument("--no-ledger", action="store_true", help="the session's transcript only")
+    sp.add_argument("-v", "--verbose", action="store_true", help=argparse.SUPPRESS)
+
+
 _COMMAND_OPTIONS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = {
     "run": ("catch up on history, then follow transcripts live", _run_options),
     "backfill": ("export history once, then exit", _backfill_options),
@@ -129,6 +139,8 @@ _COMMAND_OPTIONS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]
     "sessions": ("recent sessions: tokens, cost and state (live, idle, ghost, killed, ...)", _sessions_options),
     "doctor": ("check roots, versions, state, trace backend, metrics port: exit 1 if any fail", _doctor_options),
     "relay": ("pass `claude -p --output-format stream-json` through and export it live", _relay_options),
+    "statusline": ("one line for Claude Code's statusLine setting: cost, today, the 5-hour block, what is wrong",
+                   _statusline_options),
 }
 _COMMANDS = tuple(_COMMAND_OPTIONS)
 
@@ -235,4 +247,9 @@ def _command(args: argparse.Namespace) -> int:
     if args.command == "relay":
         from ccotel.commands.relay import run as cmd_relay
         return cmd_relay(args)
+    if args.command == "statusline":  # reached through cli only from main(argv) (python -m ccotel takes a shorter way)
+        from ccotel.commands.statusline import main as cmd_statusline
+        argv = [*(f"--root={r}" for r in args.root or ()), *([f"--state={args.state}"] if args.state else []),
+                *(["--no-ledger"] if args.no_ledger else [])]
+        return cmd_statusline(argv)
     return 2
