@@ -655,7 +655,7 @@ def test_render_text_names_the_fix() -> None:
                  Finding("state", Level.WARN, "/s", "mode 0755", "chmod 700 /s")], out)
     text = out.getvalue()
     assert "FAIL" in text and "→ start it" in text and "→ chmod 700 /s" in text
-    assert text.rstrip().endswith("1 failed, 1 warnings")
+    assert "1 failed, 1 warnings\ntraces failed: " in text  # the verdict, then what the failure costs
 
 
 def test_doctor_reads_only_tails(tmp_path: Path, realdata_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
