@@ -32,7 +32,7 @@ from rich.text import Text
 from ccotel.assemble.closing import Timeouts
 from ccotel.commands.check import CheckError, Health, check_session
 from ccotel.commands.report.usage import session_usage
-from ccotel.commands.terminal import dollars, short_model, stdout_console
+from ccotel.commands.terminal import dollars, left_cut, short_model, stdout_console
 from ccotel.read.discover import default_roots
 from ccotel.read.layout import SessionIdError, resolve_session_id
 from ccotel.read.shard import Group
@@ -451,7 +451,7 @@ def render_sessions(found: Sequence[SessionSummary], now_ns: int, width: int = 1
     for n in shown:
         table.add_column(n, justify="right" if n in _RIGHT else "left", no_wrap=True, width=widths[n])
     for row, project in zip(rows, projects, strict=True):
-        cells = dict(row, project=_left_ellipsis(project, project_width))
+        cells = dict(row, project=left_cut(project, project_width))
         table.add_row(*(cells[n] for n in shown))
     return table, [n for n in names if n not in shown]
 
@@ -528,8 +528,3 @@ def _compact(n: int) -> str:
     if n < 1_000_000:
         return f"{n / 1000:.0f}k"
     return f"{n / 1e6:.2f}M"
-
-
-def _left_ellipsis(text: str, width: int) -> str:
-    """Keep the end of a path (the project's own name) when it is too long."""
-    return text if len(text) <= width else "…" + text[-(width - 1):]

@@ -20,7 +20,7 @@ from typing import TextIO
 
 from rich.console import Console
 
-__all__ = ["PIPE_WIDTH", "PipeConsole", "dollars", "output_width", "short_model", "stdout_console"]
+__all__ = ["PIPE_WIDTH", "PipeConsole", "dollars", "left_cut", "output_width", "short_model", "stdout_console"]
 
 PIPE_WIDTH = 200  # off a terminal without COLUMNS
 
@@ -71,3 +71,9 @@ def short_model(model: str) -> str:
     name = model[len("claude-"):] if model.startswith("claude-") else model
     head, _, tail = name.rpartition("-")
     return head if head and len(tail) == 8 and tail.isdigit() else name
+
+
+def left_cut(path: str, width: int) -> str:
+    """A path on one line of ``width``: its end (the project's own name) kept, the start cut to
+    ``…``. A path is no number: it may give way; --json has it whole."""
+    return path if len(path) <= width else "…" + path[-(max(width, 2) - 1):]

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from ccotel.commands.report.rows import ModelTotals, Query, Report, Row, report_models
 from ccotel.commands.report.summary import Dates
-from ccotel.commands.terminal import dollars, short_model
+from ccotel.commands.terminal import dollars, left_cut, short_model
 from ccotel.commands.terminal import stdout_console as console
 
 if TYPE_CHECKING:
@@ -66,17 +66,19 @@ def _widest(c: _Column, rows: list[Row]) -> int:
 def _fit(columns: list[_Column], rows: list[Row], lead: int, width: int) -> list[_Column]:
     """The columns that fit ``width`` (``lead``: the label columns' width). A number is never cut, so
     columns give way instead, highest ``drop`` first: the token columns last, the cost never."""
-    def need(c: _Column) -> int:
-        if c.head == "Models":  # whole, with the breakdown's "└ "
-            return _widest(c, rows) + 2 + 3
-        return (min(_widest(c, rows[:200]), 16) if not c.number else _widest(c, rows)) + 3
-
     kept = list(columns)
     for c in sorted((c for c in columns if c.drop), key=lambda c: -c.drop):
-        if lead + sum(need(k) for k in kept) + 1 <= width:
+        if lead + sum(_need(k, rows) for k in kept) + 1 <= width:
             break
         kept.remove(c)
     return kept
+
+
+def _need(c: _Column, rows: list[Row]) -> int:
+    """The width a shown column takes, with its border and padding."""
+    if c.head == "Models":  # whole, with the breakdown's "└ "
+        return _widest(c, rows) + 2 + 3
+    return (min(_widest(c, rows[:200]), 16) if not c.number else _widest(c, rows)) + 3
 
 
 def render(report: Report, console: Console, q: Query, breakdown: bool = False) -> None:
@@ -99,13 +101,16 @@ def render(report: Report, console: Console, q: Query, breakdown: bool = False) 
     table.add_column(first, footer="Total", overflow="fold", no_wrap=report.view != "project",
                      min_width=min(lead_width - 3, 40))
     if report.view == "session":
-        table.add_column("Project", overflow="fold", min_width=12)  # a path: folded, never cut
-        table.add_column("Session", no_wrap=True)
-        lead_width += 15 + 11
+        lead_width += 15 + 11  # Project at its least (12), Session (8), with their borders
     columns = _columns(report, breakdown)
     # a project's path folds onto more lines (down to its min_width): it gives way before a number does
     fit_lead = min(lead_width, 40 + 3) if report.view == "project" else lead_width
     shown = _fit(columns, report.rows, fit_lead, console.width)
+    # the session view's Project is context, not the row's key: one line, its start cut (… on the left)
+    place_width = 12 + max(console.width - lead_width - sum(_need(c, report.rows) for c in shown) - 1, 0)
+    if report.view == "session":
+        table.add_column("Project", no_wrap=True, min_width=12)
+        table.add_column("Session", no_wrap=True)
     for c in shown:
         if c.number:
             table.add_column(c.head, justify="right", footer=c.footer, no_wrap=True,
@@ -117,7 +122,7 @@ def render(report: Report, console: Console, q: Query, breakdown: bool = False) 
     for r, label in zip(report.rows, labels, strict=True):
         lead = [label]
         if report.view == "session":
-            lead += [_place(r), (r.session_id or "")[:8]]
+            lead += [left_cut(_place(r), place_width), (r.session_id or "")[:8]]
         table.add_row(*lead, *(c.cell(r) for c in shown))
         if breakdown:
             for model, m in report_models(r):
