@@ -128,7 +128,8 @@ def _running_agents(ss: SessionSpans, running_tool_ids: set[int]) -> int:
 
 
 def row_of(ss: SessionSpans, summary: SessionSummary, health: Health, now_ns: int, window_ns: int,
-           stall_ns: int) -> TopRow:
+           stall_ns: int, idle_ns: int | None = None) -> TopRow:
+    """``idle_ns``: how long its current turn has been silent (default: as ``health`` was judged)."""
     chats = sorted((s for s in ss.spans if s.attributes.get(GEN_AI_OPERATION_NAME) == "chat"
                     and not s.attributes.get(CLAUDE_CODE_ADVISOR)), key=lambda s: s.end_ns)
     model = next((str(s.attributes[GEN_AI_RESPONSE_MODEL]) for s in reversed(chats)
@@ -141,7 +142,8 @@ def row_of(ss: SessionSpans, summary: SessionSummary, health: Health, now_ns: in
     newest = tools[-1] if tools else None
     state = summary.state
     # check calls a session whose process runs "live" however long its reply is owed: top says stalled
-    if state == "live" and summary.open_turns and health.idle_seconds * 1e9 >= stall_ns:
+    idle = idle_ns if idle_ns is not None else int(health.idle_seconds * 1e9)
+    if state == "live" and summary.open_turns and idle >= stall_ns:
         state = "stalled"
     return TopRow(
         session_id=summary.session_id, short_id=summary.short_id, project=summary.cwd or summary.project,
@@ -217,7 +219,9 @@ class Watcher:
             if entry is None:
                 continue
             summary = summarize(entry.spans, entry.health, _short_id(ref.session_id, ids))
-            out.append(row_of(entry.spans, summary, entry.health, now, self.window_ns, stall_ns))
+            # the files unchanged since its health was judged: silent that much longer
+            idle = int(entry.health.idle_seconds * 1e9) + max(now - entry.health_ns, 0)
+            out.append(row_of(entry.spans, summary, entry.health, now, self.window_ns, stall_ns, idle))
         self._cache = {k: v for k, v in self._cache.items() if k in set(ids)}
         return out
 

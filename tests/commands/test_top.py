@@ -177,6 +177,19 @@ def test_a_stall_of_a_live_process_is_red(tmp_path: Path) -> None:
     assert re.search(r"\x1b\[1;31mstalled", _red(row)), _red(row)
 
 
+def test_a_stall_is_seen_when_due_not_at_the_next_health_check(tmp_path: Path) -> None:
+    """The health is asked every few seconds; a silent turn's time runs on in between."""
+    from ccotel.assemble.closing import Timeouts
+
+    st = Staged("s06_kill_orphan_resume", tmp_path, snapshot="after_kill", ago_s=5)
+    st.process(os.getpid())
+    watcher = Watcher(Options(roots=(str(st.root),), timeouts=Timeouts(stall_ns=7 * 10 ** 9)),
+                      active_ns=10 * MINUTE, window_ns=5 * MINUTE)
+    now = time.time_ns()
+    assert [r.state for r in watcher.rows(now)] == ["live"]
+    assert [r.state for r in watcher.rows(now + 3 * 10 ** 9)] == ["stalled"]
+
+
 def test_a_killed_process_is_red(tmp_path: Path) -> None:
     st = Staged("s06_kill_orphan_resume", tmp_path, snapshot="after_kill", ago_s=5)
     st.process(_dead_pid())
