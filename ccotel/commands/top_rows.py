@@ -213,9 +213,10 @@ class Watcher:
         refs = active_refs(self.options.roots, now, self.active_ns)
         ids = sorted(r.session_id for r in refs)
         stall_ns = self.options.timeouts.stall_ns
+        processes = _process_states(self.options.roots)
         out = []
         for ref in refs:
-            entry = self._read(ref, now)
+            entry = self._read(ref, now, processes.get(ref.session_id, "unknown"))
             if entry is None:
                 continue
             summary = summarize(entry.spans, entry.health, _short_id(ref.session_id, ids))
@@ -238,19 +239,25 @@ class Watcher:
         entry = self._cache.get(session_id)
         return entry.spans if entry is not None else None
 
-    def _read(self, ref: SessionRef, now_ns: int) -> _Cached | None:
+    def _read(self, ref: SessionRef, now_ns: int, process: str) -> _Cached | None:
+        """The session's spans and health, read again only when a file changed, its process came
+        or went (``process``: running, gone or unknown, as check says it), or a turn is open (time
+        alone closes one: a final answer after a quiet second, an orphan past the stall timeout),
+        then every few seconds. A finished session's health does not change with time."""
         sig = _signature(ref)
         entry = self._cache.get(ref.session_id)
-        changed = entry is None or entry.signature != sig
-        if entry is not None and not changed and now_ns - entry.health_ns < _HEALTH_EVERY_NS:
+        if entry is not None and entry.signature == sig and entry.health.process == process and (
+                not entry.spans.open_ids or now_ns - entry.health_ns < _HEALTH_EVERY_NS):
             return entry
         try:
             health = check_session(ref.session_id, self.options.roots, stall_s=self.options.timeouts.stall_ns / 1e9,
                                    now_ns=now_ns, probes=(0.0,))
         except CheckError:
             return None  # gone since the scan (Claude Code's cleanup)
-        # a turn held open is read again too: time alone closes it (a final answer after a quiet second)
-        again = changed or entry is None or bool(entry.spans.open_ids) or entry.health.process != health.process
-        spans = collect_spans(self._reading(health), ref) if again or entry is None else entry.spans
-        self._cache[ref.session_id] = entry = _Cached(sig, spans, health, now_ns)
+        self._cache[ref.session_id] = entry = _Cached(sig, collect_spans(self._reading(health), ref), health, now_ns)
         return entry
+
+
+def _process_states(roots: tuple[str, ...]) -> dict[str, str]:
+    """session id -> running or gone, for the sessions with a process file (check's words)."""
+    return {sid: "running" if any_alive(procs) else "gone" for sid, procs in read_session_pids(roots).items()}

@@ -198,6 +198,31 @@ def test_a_killed_process_is_red(tmp_path: Path) -> None:
     assert re.search(r"\x1b\[1;31mkilled", _red(row))
 
 
+def test_a_process_that_dies_is_seen_at_once_and_a_finished_session_is_not_read_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ccotel.commands import top_rows
+
+    st = Staged("s06_kill_orphan_resume", tmp_path, snapshot="after_kill", ago_s=5)
+    claude = subprocess.Popen(["sleep", "60"])  # stands for the session's Claude Code process
+    try:
+        st.process(claude.pid)
+        watcher = Watcher(Options(roots=(str(st.root),)), active_ns=10 * MINUTE, window_ns=5 * MINUTE)
+        now = time.time_ns()
+        assert [(r.state, r.tool) for r in watcher.rows(now)] == [("live", "Bash")]
+        claude.kill()
+        claude.wait()
+        assert [(r.state, r.tool) for r in watcher.rows(now + 10 ** 8)] == [("killed", None)]  # no file changed
+    finally:
+        if claude.poll() is None:
+            claude.kill()
+    checks = []
+    real = top_rows.check_session
+    monkeypatch.setattr(top_rows, "check_session", lambda *a, **kw: checks.append(a) or real(*a, **kw))
+    for later in (1, 10, 60):  # its turn closed (killed): nothing left that time could change
+        assert [r.state for r in watcher.rows(now + later * 10 ** 9)] == ["killed"]
+    assert checks == []
+
+
 def test_an_orphan_is_red(tmp_path: Path) -> None:
     """No process file to ask, a tool call without a result past the stall timeout: orphaned."""
     st = Staged("s06_kill_orphan_resume", tmp_path, snapshot="after_kill", ago_s=5)
