@@ -195,7 +195,9 @@ def _live(watcher: Watcher, console: Console, sort: Sort, interval: float, roots
     try:
         if fd is not None:
             tty.setcbreak(fd)  # keys one at a time, unechoed; Ctrl-C still interrupts
-        with Live(console=console, screen=True, auto_refresh=False) as live:
+        with Live(Text(f"reading the sessions under {', '.join(roots)}…", style="dim"), console=console,
+                  screen=True, auto_refresh=False) as live:
+            live.refresh()  # the first read of many recent sessions takes seconds: say so meanwhile
             due = 0.0
             while not view.quit:
                 now = time.monotonic()
