@@ -43,6 +43,9 @@ _COLUMNS = ("session", "project", "model", "turn", "tokens", "tok/min", "$/min",
 _GIVE_WAY = ("model", "tok/min", "tokens", "last", "agents", "cost")
 _RIGHT = {"turn", "tokens", "tok/min", "$/min", "cost", "agents", "last"}
 _MIN_PROJECT = 12
+# Widths the tool and state columns keep from frame to frame ("Bash 12.34s +3", "orphaned"), so that a
+# running tool's time growing, or a state turning, does not make other columns come and go.
+_STEADY = {"tool": 14, "state": 8}
 _TOOL_NAME = 14  # a tool's name is cut past this (never its duration)
 _SORT_NAMES = {"cost-rate": Sort.COST_RATE, "tokens": Sort.TOKENS, "last": Sort.LAST, "project": Sort.PROJECT}
 _STATE_STYLE = {"live": "green", "open": "yellow", "interrupted": "yellow"}
@@ -76,7 +79,7 @@ def render_rows(rows: Sequence[TopRow], now_ns: int, width: int,
                 selected: int | None = None) -> tuple[Table, list[str]]:
     """A table that fits ``width`` columns, and the columns given up for it."""
     cells = [_cells(r, now_ns) for r in rows]
-    widths = {n: max([len(n), *(len(c[n]) for c in cells)]) for n in _COLUMNS if n != "project"}
+    widths = {n: max([len(n), _STEADY.get(n, 0), *(len(c[n]) for c in cells)]) for n in _COLUMNS if n != "project"}
     want_project = max([len("project"), *(len(r.project) for r in rows)])
     shown = [n for n in _COLUMNS if n != "project"]
     for name in _GIVE_WAY:

@@ -220,8 +220,10 @@ class Watcher:
             if entry is None:
                 continue
             summary = summarize(entry.spans, entry.health, _short_id(ref.session_id, ids))
-            # the files unchanged since its health was judged: silent that much longer
-            idle = int(entry.health.idle_seconds * 1e9) + max(now - entry.health_ns, 0)
+            # the files unchanged since its health was judged: silent that much longer; and not silent
+            # while a subagent writes (check reads the main transcript alone)
+            idle = min(int(entry.health.idle_seconds * 1e9) + max(now - entry.health_ns, 0),
+                       max(now - ref.last_write_ns, 0))
             out.append(row_of(entry.spans, summary, entry.health, now, self.window_ns, stall_ns, idle))
         self._cache = {k: v for k, v in self._cache.items() if k in set(ids)}
         return out
