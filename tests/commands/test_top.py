@@ -369,7 +369,7 @@ class Terminal:
         start = len(self.out)
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
-            text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", " ", self.out[start:].decode("utf-8", "replace"))
+            text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", self.out[start:].decode("utf-8", "replace"))
             if re.search(pattern, text):
                 return text
             if select.select([self.leader], [], [], 0.1)[0]:
@@ -404,12 +404,14 @@ def test_live_view_refreshes_sorts_shows_a_trace_and_quits_restoring_the_termina
     lines = st.files[st.main]
     tool_use = _first_tool_use(lines)
     st.write(st.main, tool_use + 1)
+    [during] = st.rows()
     term = Terminal(["--root", str(st.root), "--interval", "0.3"], 80)
     try:
-        term.read_until(r"Bash \d")  # the tool running, its time
+        term.read_until(rf" 1▸ .* \${re.escape(dollars(during.cost_usd))} Bash \d")  # the tool running, its time
         st.write(st.main, len(lines))  # its result and the answer come
-        seen = term.read_until(r"1 running")
-        term.read_until(r"\$/min")
+        [after] = st.rows()
+        assert after.cost_usd > during.cost_usd and after.tool is None
+        term.read_until(rf" 1 .* \${re.escape(dollars(after.cost_usd))} +\d+s ago live")  # the row moved on
         term.press(b"s")
         term.read_until(r"sort tokens")
         term.press(b"t")
