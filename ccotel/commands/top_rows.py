@@ -34,6 +34,7 @@ from ccotel.commands.sessions import (
     session_refs,
     summarize,
 )
+from ccotel.read.layout import session_ids
 from ccotel.read.procs import any_alive, read_session_pids
 from ccotel.records import SpanRecord
 from ccotel.run.pipeline import Options
@@ -212,6 +213,8 @@ class Watcher:
         now = now_ns if now_ns is not None else time.time_ns()
         refs = active_refs(self.options.roots, now, self.active_ns)
         ids = sorted(r.session_id for r in refs)
+        # short ids unique among every session under the roots, as `ccotel trace` resolves them
+        every = sorted(set(session_ids(self.options.roots)) | set(ids))
         stall_ns = self.options.timeouts.stall_ns
         processes = _process_states(self.options.roots)
         out = []
@@ -219,7 +222,7 @@ class Watcher:
             entry = self._read(ref, now, processes.get(ref.session_id, "unknown"))
             if entry is None:
                 continue
-            summary = summarize(entry.spans, entry.health, _short_id(ref.session_id, ids))
+            summary = summarize(entry.spans, entry.health, _short_id(ref.session_id, every))
             # the files unchanged since its health was judged: silent that much longer; and not silent
             # while a subagent writes (check reads the main transcript alone)
             idle = min(int(entry.health.idle_seconds * 1e9) + max(now - entry.health_ns, 0),

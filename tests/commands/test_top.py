@@ -262,6 +262,16 @@ def test_sessions_silent_past_active_are_not_shown(tmp_path: Path) -> None:
     assert [r.session_id for r in st.rows()] == [st.sid]
 
 
+def test_the_short_id_is_unique_among_every_session_not_only_those_shown(tmp_path: Path) -> None:
+    """An old session sharing the first 8 characters: `ccotel trace <short id>` must still name one."""
+    st = Staged("s01_bash_tool", tmp_path)
+    twin = st.main.with_name(st.sid[:8] + "-0000-4000-8000-000000000000.jsonl")
+    shutil.copy(st.main, twin)
+    os.utime(twin, (time.time() - 3600,) * 2)  # not running: not shown
+    [row] = st.rows()
+    assert row.session_id == st.sid and len(row.short_id) > 8 and not twin.stem.startswith(row.short_id)
+
+
 def test_sort_orders() -> None:
     base = dict(model=None, turns=1, turn_open=False, tool=None, tool_started_ns=None, tools_running=0,
                 agents_running=0, state="idle", process="unknown", tokens_per_min=0.0, cost_usd=0.0)
