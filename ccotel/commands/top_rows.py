@@ -54,6 +54,9 @@ __all__ = ["RED_STATES", "Sort", "TopRow", "Watcher", "active_refs", "row_of", "
 RED_STATES = frozenset({"stalled", "orphaned", "killed", "ghost", "api_error"})
 _HEALTH_EVERY_NS = 5 * 10 ** 9  # a session's health (process, stall) is asked again after this long
 _NEVER_NS = 10 ** 18  # a stall timeout no turn reaches
+# A session is read again no sooner than this many times as long as its last read took: a session
+# of tens of MB written every second would otherwise keep top reading it all the time.
+_READ_SHARE = 5
 
 
 class Sort(enum.Enum):
@@ -198,6 +201,7 @@ class _Cached:
     spans: SessionSpans
     health: Health
     health_ns: int
+    took_ns: int = 0  # how long reading it took
 
 
 class Watcher:
@@ -254,12 +258,17 @@ class Watcher:
         if entry is not None and entry.signature == sig and entry.health.process == process and (
                 not entry.spans.open_ids or now_ns - entry.health_ns < _HEALTH_EVERY_NS):
             return entry
+        if entry is not None and entry.health.process == process and \
+                now_ns - entry.health_ns < _READ_SHARE * entry.took_ns:
+            return entry  # a big transcript written all the time: read at most a share of the time
+        started = time.monotonic_ns()
         try:
             health = check_session(ref.session_id, self.options.roots, stall_s=self.options.timeouts.stall_ns / 1e9,
                                    now_ns=now_ns, probes=(0.0,))
         except CheckError:
             return None  # gone since the scan (Claude Code's cleanup)
-        self._cache[ref.session_id] = entry = _Cached(sig, collect_spans(self._reading(health), ref), health, now_ns)
+        spans = collect_spans(self._reading(health), ref)
+        self._cache[ref.session_id] = entry = _Cached(sig, spans, health, now_ns, time.monotonic_ns() - started)
         return entry
 
 

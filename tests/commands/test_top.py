@@ -143,7 +143,7 @@ def test_synthetic_appends_move_the_row(tmp_path: Path) -> None:
     [during] = watcher.rows()
     assert during.tool == "Bash" and during.turn_open and during.state == "live"
     st.write(st.main, len(lines))
-    [after] = watcher.rows()
+    [after] = watcher.rows(time.time_ns() + 2 * 10 ** 9)  # past the time a read took, 5 times over
     assert after.tool is None and after.tools_running == 0
     assert after.tokens > during.tokens and after.cost_usd > during.cost_usd
 
@@ -242,6 +242,32 @@ def test_a_process_that_dies_is_seen_at_once_and_a_finished_session_is_not_read_
     for later in (1, 10, 60):  # its turn closed (killed): nothing left that time could change
         assert [r.state for r in watcher.rows(now + later * 10 ** 9)] == ["killed"]
     assert checks == []
+
+
+def test_a_session_slow_to_read_is_read_again_at_most_a_fifth_of_the_time(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ccotel.commands import top_rows
+
+    st = Staged("s01_bash_tool", tmp_path)
+    st.process(os.getpid())
+    lines = st.files[st.main]
+    st.write(st.main, _first_tool_use(lines) + 1)
+    reads = []
+    real = top_rows.collect_spans
+
+    def slow(*a: object, **kw: object) -> object:  # a transcript that takes 0.2 s to read
+        reads.append(1)
+        time.sleep(0.2)
+        return real(*a, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(top_rows, "collect_spans", slow)
+    watcher = Watcher(Options(roots=(str(st.root),)), active_ns=10 * MINUTE, window_ns=5 * MINUTE)
+    now = time.time_ns()
+    [before] = watcher.rows(now)
+    st.write(st.main, len(lines))  # written again at once
+    assert watcher.rows(now + 5 * 10 ** 8) == [before] and len(reads) == 1  # 0.5 s later: not yet
+    [after] = watcher.rows(now + 2 * 10 ** 9)  # past 5 x 0.2 s
+    assert len(reads) == 2 and after.cost_usd > before.cost_usd
 
 
 def test_an_orphan_is_red(tmp_path: Path) -> None:
