@@ -126,9 +126,21 @@ def frame(rows: Sequence[TopRow], now_ns: int, width: int, sort: Sort, roots: Se
 class _View:
     sort: Sort
     rows: list[TopRow] = field(default_factory=list)
-    selected: int = 0
+    selected: str | None = None  # the session selected: the selection follows it when the order changes
     trace_of: str | None = None  # the session whose trace is shown, if any
     quit: bool = False
+
+    @property
+    def index(self) -> int:
+        """The selected row (the first when its session is no longer shown)."""
+        return next((i for i, r in enumerate(self.rows) if r.session_id == self.selected), 0)
+
+    def set_rows(self, rows: Sequence[TopRow]) -> None:
+        self.rows = sort_rows(rows, self.sort)
+
+    def _select(self, i: int) -> None:
+        if self.rows:
+            self.selected = self.rows[min(max(i, 0), len(self.rows) - 1)].session_id
 
     def key(self, data: bytes) -> bool:
         """Apply the keys read; True when the screen must be drawn again."""
@@ -143,13 +155,13 @@ class _View:
                 self.quit = True
             elif key == "s":
                 self.sort = self.sort.next()
-                self.rows = sort_rows(self.rows, self.sort)
+                self.set_rows(self.rows)
             elif key in ("up", "k"):
-                self.selected = max(self.selected - 1, 0)
+                self._select(self.index - 1)
             elif key in ("down", "j"):
-                self.selected = min(self.selected + 1, max(len(self.rows) - 1, 0))
+                self._select(self.index + 1)
             elif key in ("t", "enter") and self.rows:
-                self.trace_of = self.rows[min(self.selected, len(self.rows) - 1)].session_id
+                self.trace_of = self.rows[self.index].session_id
             else:
                 continue
             changed = True
@@ -187,8 +199,7 @@ def _trace_view(watcher: Watcher, session_id: str, width: int) -> RenderableType
 def _draw(view: _View, watcher: Watcher, console: Console, roots: Sequence[str]) -> RenderableType:
     if view.trace_of is not None:
         return _trace_view(watcher, view.trace_of, console.width)
-    view.selected = min(view.selected, max(len(view.rows) - 1, 0))
-    return frame(view.rows, time.time_ns(), console.width, view.sort, roots, view.selected, keys=True)
+    return frame(view.rows, time.time_ns(), console.width, view.sort, roots, view.index, keys=True)
 
 
 def _live(watcher: Watcher, console: Console, sort: Sort, interval: float, roots: Sequence[str]) -> int:
@@ -205,7 +216,7 @@ def _live(watcher: Watcher, console: Console, sort: Sort, interval: float, roots
             while not view.quit:
                 now = time.monotonic()
                 if now >= due:
-                    view.rows = sort_rows(watcher.rows(), view.sort)
+                    view.set_rows(watcher.rows())
                     due = now + interval
                     live.update(_draw(view, watcher, console, roots), refresh=True)
                 wait = max(due - time.monotonic(), 0.0)

@@ -311,6 +311,22 @@ def test_sort_orders() -> None:
         [Sort.COST_RATE, Sort.TOKENS, Sort.LAST, Sort.PROJECT, Sort.COST_RATE]
 
 
+def test_the_selection_follows_its_session_when_the_order_changes() -> None:
+    base = dict(model=None, turns=1, turn_open=False, tool=None, tool_started_ns=None, tools_running=0,
+                agents_running=0, state="idle", process="unknown", tokens_per_min=0.0, cost_usd=0.0, last_ns=1)
+    a = TopRow(session_id="a", short_id="a", project="/a", tokens=1, usd_per_min=0.2, **base)  # type: ignore[arg-type]
+    b = TopRow(session_id="b", short_id="b", project="/b", tokens=9, usd_per_min=0.1, **base)  # type: ignore[arg-type]
+    view = top._View(Sort.COST_RATE)
+    view.set_rows([a, b])
+    assert view.key(b"\x1b[B") and view.index == 1  # down: b, the second by $/min
+    assert view.key(b"s") and [r.session_id for r in view.rows] == ["b", "a"] and view.index == 0  # still b
+    assert view.key(b"t") and view.trace_of == "b"
+    assert view.key(b"q") and view.trace_of is None and not view.quit
+    view.set_rows([a])  # b is gone: the first row
+    assert view.index == 0 and view.key(b"j") and view.index == 0
+    assert view.key(b"q") and view.quit
+
+
 # -- one frame ---------------------------------------------------------------------------------------
 
 
