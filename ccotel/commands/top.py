@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import os
 import select
+import signal
 import sys
 import termios
 import time
@@ -202,10 +203,16 @@ def _draw(view: _View, watcher: Watcher, console: Console, roots: Sequence[str])
     return frame(view.rows, time.time_ns(), console.width, view.sort, roots, view.index, keys=True)
 
 
+def _stop(signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def _live(watcher: Watcher, console: Console, sort: Sort, interval: float, roots: Sequence[str]) -> int:
     view = _View(sort)
     fd = sys.stdin.fileno() if sys.stdin is not None and sys.stdin.isatty() else None
     saved = termios.tcgetattr(fd) if fd is not None else None
+    signal.signal(signal.SIGTERM, _stop)  # `kill` ends it as q does: the terminal as it was
+    signal.signal(signal.SIGHUP, _stop)
     try:
         if fd is not None:
             tty.setcbreak(fd)  # keys one at a time, unechoed; Ctrl-C still interrupts

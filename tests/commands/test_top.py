@@ -485,7 +485,7 @@ def test_live_view_refreshes_sorts_shows_a_trace_and_quits_restoring_the_termina
     os.close(term.follower)
 
 
-def test_ctrl_c_restores_the_terminal_and_no_color_has_no_colour(tmp_path: Path) -> None:
+def test_ctrl_c_and_sigterm_restore_the_terminal_and_no_color_has_no_colour(tmp_path: Path) -> None:
     st = Staged("s06_kill_orphan_resume", tmp_path, snapshot="after_kill", ago_s=5)
     st.process(_dead_pid())  # killed: red where colour is allowed
     term = Terminal(["--root", str(st.root), "--interval", "0.3"], 120, NO_COLOR="1")
@@ -493,6 +493,13 @@ def test_ctrl_c_restores_the_terminal_and_no_color_has_no_colour(tmp_path: Path)
         text = term.read_until(r"killed")
         term.press(b"\x03")  # Ctrl-C: the terminal's interrupt
         status = term.close()
+        again = Terminal(["--root", str(st.root), "--interval", "0.3"], 120)
+        again.read_until(r"killed")
+        again.proc.terminate()  # SIGTERM: the same
+        assert again.close() == 0 and bytes(again.out).rstrip().endswith(b"\x1b[?1049l")
+        assert termios.tcgetattr(again.follower) == again.modes
+        for fd in (again.leader, again.follower):
+            os.close(fd)
     finally:
         if term.proc.poll() is None:
             term.proc.kill()
