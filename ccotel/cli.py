@@ -105,6 +105,15 @@ def _sessions_options(sp: argparse.ArgumentParser) -> None:
     sessions.add_arguments(sp)
 
 
+def _top_options(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument("--root", action="append", default=None)
+    sp.add_argument("--prices", type=price_file, default=None, metavar="FILE")
+    sp.add_argument("-v", "--verbose", action="store_true")
+    from ccotel.commands import top
+
+    top.add_arguments(sp)
+
+
 def _doctor_options(sp: argparse.ArgumentParser) -> None:
     add_common(sp)
     add_durable(sp)
@@ -137,6 +146,7 @@ _COMMAND_OPTIONS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]
     "report": ("usage, cost, tool calls and health by day, week, month, session or project", _report_options),
     "trace": ("a turn's spans as a waterfall in the terminal (no trace backend needed)", _trace_options),
     "sessions": ("recent sessions: tokens, cost and state (live, idle, ghost, killed, ...)", _sessions_options),
+    "top": ("the sessions running now, live: cost rate, running tool, subagents, stalls", _top_options),
     "doctor": ("check roots, versions, state, trace backend, metrics port: exit 1 if any fail", _doctor_options),
     "relay": ("pass `claude -p --output-format stream-json` through and export it live", _relay_options),
     "statusline": ("one line for Claude Code's statusLine setting: cost, today, the 5-hour block, what is wrong",
@@ -241,6 +251,9 @@ def _command(args: argparse.Namespace) -> int:
     if args.command == "sessions":
         from ccotel.commands.sessions import run as cmd_sessions
         return cmd_sessions(args)
+    if args.command == "top":
+        from ccotel.commands.top import run as cmd_top
+        return cmd_top(args)
     if args.command == "doctor":
         from ccotel.commands.doctor.command import run as cmd_doctor
         return cmd_doctor(args)
