@@ -30,8 +30,8 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from ccotel.commands.sessions import _ago, _compact, _left_ellipsis, options_from_args
-from ccotel.commands.terminal import dollars, short_model, stdout_console
+from ccotel.commands.sessions import _ago, _compact, options_from_args
+from ccotel.commands.terminal import dollars, left_cut, short_model, stdout_console
 from ccotel.commands.top_rows import Sort, TopRow, Watcher, sort_rows
 from ccotel.commands.trace import _duration, render_turn, select_turn, turns_of
 
@@ -94,7 +94,7 @@ def render_rows(rows: Sequence[TopRow], now_ns: int, width: int,
     for n in shown:
         table.add_column(n, justify="right" if n in _RIGHT else "left", no_wrap=True, width=widths[n])
     for i, (row, c) in enumerate(zip(rows, cells, strict=True)):
-        c = dict(c, project=_left_ellipsis(row.project, project_width))
+        c = dict(c, project=left_cut(row.project, project_width))
         table.add_row(*(c[n] for n in shown), style="reverse" if i == selected else None)
     return table, [n for n in _COLUMNS if n not in shown]
 
