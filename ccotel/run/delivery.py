@@ -219,7 +219,8 @@ class Delivery:
         for log_ in reader.logs:
             if log_.tailer.offset != log_.saved_offset:
                 log_.saved_offset = log_.tailer.offset
-                commit.offsets[log_.path] = (log_.tailer.identity, log_.saved_offset, log_.saved_offset)
+                commit.offsets[log_.path] = (log_.tailer.identity, log_.saved_offset, log_.saved_offset,
+                                             log_.tailer.checkpoint_marker())
         paths, reader.dirty = reader.dirty | moved, set()
         for path in paths:
             st = reader.files.get(path)
@@ -229,7 +230,7 @@ class Delivery:
             safe = min(min(blocking.values()) if blocking else 1 << 62, st.tailer.offset)
             if safe != st.saved_offset or st.read_to != st.saved_read_to:
                 st.saved_offset, st.saved_read_to = safe, st.read_to
-                commit.offsets[path] = (st.tailer.identity, safe, st.read_to)
+                commit.offsets[path] = (st.tailer.identity, safe, st.read_to, st.tailer.checkpoint_marker())
 
     def anchor_replays(self, commit: Commit, replays: list[tuple[str, int, str]]) -> None:
         """A copy in another file holds the calls and prompts it replays too: they are kept while

@@ -43,7 +43,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
 from ccotel.assemble.digests import digest64
-from ccotel.read.tail import FileIdentity
+from ccotel.read.tail import FileIdentity, Marker
 from ccotel.store.state import (
     Commit,
     StateError,
@@ -109,7 +109,11 @@ CREATE TABLE ccotel_ledger.turns (session_id text NOT NULL, span_id text NOT NUL
     tool_calls int NOT NULL, api_errors int NOT NULL, orphaned_tools int NOT NULL, lost_tools int NOT NULL,
     stalled int NOT NULL, PRIMARY KEY (session_id, span_id));
 """
-MIGRATIONS: tuple[str, ...] = (_V1,)  # MIGRATIONS[i] takes schema i to i + 1
+# Offset markers (tail.Marker) with the checkpoints; those written before have none (trusted).
+_V2 = """
+ALTER TABLE ccotel.files ADD COLUMN marker text;
+"""
+MIGRATIONS: tuple[str, ...] = (_V1, _V2)  # MIGRATIONS[i] takes schema i to i + 1
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
@@ -275,12 +279,12 @@ class PgState:
                         from None
                 time.sleep(0.5)
 
-    def files(self) -> dict[str, tuple[FileIdentity | None, int, int]]:
+    def files(self) -> dict[str, tuple[FileIdentity | None, int, int, Marker | None]]:
         rows = self._read(lambda c: c.execute(
-            "SELECT path, dev, ino, head_len, fingerprint, read_offset, read_to FROM ccotel.files WHERE hid = %s",
-            (self._hid,)).fetchall())
-        return {p: (FileIdentity(dev, ino, hl, fp) if fp is not None else None, off, rt)
-                for p, dev, ino, hl, fp, off, rt in rows}
+            "SELECT path, dev, ino, head_len, fingerprint, read_offset, read_to, marker FROM ccotel.files WHERE "
+            "hid = %s", (self._hid,)).fetchall())
+        return {p: (FileIdentity(dev, ino, hl, fp) if fp is not None else None, off, rt, Marker.parse(m))
+                for p, dev, ino, hl, fp, off, rt, m in rows}
 
     def acked(self) -> set[int]:
         out: set[int] = set()
@@ -480,9 +484,10 @@ class PgState:
             cur = conn.cursor()
             if c.offsets:
                 cur.executemany(
-                    "INSERT INTO ccotel.files VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (hid, path) DO "
+                    "INSERT INTO ccotel.files VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (hid, path) DO "
                     "UPDATE SET dev = excluded.dev, ino = excluded.ino, head_len = excluded.head_len, fingerprint = "
-                    "excluded.fingerprint, read_offset = excluded.read_offset, read_to = excluded.read_to",
+                    "excluded.fingerprint, read_offset = excluded.read_offset, read_to = excluded.read_to, "
+                    "marker = excluded.marker",
                     [(hid, *row) for row in c.file_rows()])
             if c.forget_files:
                 anchors = [self._anchor(anchor_of(p)) for p in c.forget_files]

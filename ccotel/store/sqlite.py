@@ -1,8 +1,9 @@
 """The state in SQLite, under the state dir (``state.db``): one host, one writer.
 
 One database, written in one transaction per acknowledged batch (a ``Commit``, state.py):
-- files: per transcript its identity (device, inode, fingerprint of the first bytes) and the
-  offset before which every line is fully delivered;
+- files: per transcript its identity (device, inode, fingerprint of the first bytes), the
+  offset before which every line is fully delivered, and the offset marker (tail.Marker: a
+  digest of the last bytes read, which tells a rewrite in place);
 - acked_ids: span ids already delivered for turns still open, one row per owner and batch with
   the ids packed (8 bytes each). (``acked``, one row per span, is what states written before
   that hold; still read.)
@@ -29,7 +30,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 
-from ccotel.read.tail import FileIdentity
+from ccotel.read.tail import FileIdentity, Marker
 from ccotel.store.state import Commit, StateError, StateLocked, StateUnavailable, anchor_of, unpack_ids, unsigned64
 
 __all__ = ["SqliteState", "DirLock", "lock_state_dir", "LOCK_NAME", "SCHEMA_VERSION"]
@@ -38,14 +39,14 @@ log = logging.getLogger("ccotel.state")
 
 LOCK_NAME = "ccotel.lock"
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 LEGACY = -1  # the anchor of rows a schema 1 state held (no file known): kept until its files are gone
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS files (
     path TEXT PRIMARY KEY, dev INTEGER, ino INTEGER, head_len INTEGER, fingerprint TEXT,
-    offset INTEGER NOT NULL, read_to INTEGER NOT NULL DEFAULT 0);
+    offset INTEGER NOT NULL, read_to INTEGER NOT NULL DEFAULT 0, marker TEXT);
 CREATE TABLE IF NOT EXISTS acked (span_id INTEGER PRIMARY KEY, owner TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS acked_owner ON acked(owner);
 CREATE TABLE IF NOT EXISTS acked_ids (owner TEXT NOT NULL, span_ids BLOB NOT NULL);
@@ -82,6 +83,13 @@ DROP TABLE calls_v1;
 DROP TABLE prompts_v1;
 DROP TABLE marks_v1;
 UPDATE meta SET value = '2' WHERE key = 'schema';
+"""
+
+# Schema 2 -> 3: checkpoints get the offset marker; those written before have none and are
+# trusted as they were (read on from their offset).
+_MIGRATE_2_3 = """
+ALTER TABLE files ADD COLUMN marker TEXT;
+UPDATE meta SET value = '3' WHERE key = 'schema';
 """
 
 
@@ -227,23 +235,23 @@ class SqliteState:
             if row is None:
                 db.executescript(_ANCHORED)
                 db.execute("INSERT INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
-            elif int(row[0]) == 1:
-                db.executescript("BEGIN IMMEDIATE;" + _MIGRATE_1_2 + "COMMIT;")
-                log.info("state %s migrated from schema 1 to 2 (digests anchored to their files)", path)
-            elif int(row[0]) != SCHEMA_VERSION:
+            elif int(row[0]) > SCHEMA_VERSION:
                 raise StateError(f"state {path} has schema {row[0]}, this ccotel knows {SCHEMA_VERSION}")
+            else:
+                _migrate(db, path, int(row[0]))
         except BaseException:
             db.close()
             raise
         return db
 
-    def files(self) -> dict[str, tuple[FileIdentity | None, int, int]]:
-        """path -> (identity, offset of the first line not fully delivered, bytes already read)."""
-        out: dict[str, tuple[FileIdentity | None, int, int]] = {}
-        for path, dev, ino, head_len, fp, offset, read_to in self._db.execute(
-                "SELECT path, dev, ino, head_len, fingerprint, offset, read_to FROM files"):
+    def files(self) -> dict[str, tuple[FileIdentity | None, int, int, Marker | None]]:
+        """path -> (identity, offset of the first line not fully delivered, bytes already read,
+        offset marker)."""
+        out: dict[str, tuple[FileIdentity | None, int, int, Marker | None]] = {}
+        for path, dev, ino, head_len, fp, offset, read_to, marker in self._db.execute(
+                "SELECT path, dev, ino, head_len, fingerprint, offset, read_to, marker FROM files"):
             ident = FileIdentity(dev, ino, head_len, fp) if fp is not None else None
-            out[path] = (ident, offset, read_to)
+            out[path] = (ident, offset, read_to, Marker.parse(marker))
         return out
 
     def acked(self) -> set[int]:
@@ -338,7 +346,7 @@ class SqliteState:
         try:
             db.execute("BEGIN IMMEDIATE")
             try:
-                db.executemany("INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?, ?, ?, ?)", c.file_rows())
+                db.executemany("INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?, ?, ?, ?, ?)", c.file_rows())
                 db.executemany("DELETE FROM files WHERE path = ?", ((p,) for p in c.forget_files))
                 self._forget(db, c.forget_files)
                 db.executemany("INSERT INTO acked_ids VALUES (?, ?)", c.acked_by_owner())
@@ -402,6 +410,17 @@ class SqliteState:
     def close(self) -> None:
         with self._lock:
             self._db.close()
+
+
+def _migrate(db: sqlite3.Connection, path: str, version: int) -> None:
+    """Bring a state of an older schema to SCHEMA_VERSION, a step at a time, each in one transaction."""
+    if version == 1:
+        db.executescript("BEGIN IMMEDIATE;" + _MIGRATE_1_2 + "COMMIT;")
+        log.info("state %s migrated from schema 1 to 2 (digests anchored to their files)", path)
+        version = 2
+    if version == 2:
+        db.executescript("BEGIN IMMEDIATE;" + _MIGRATE_2_3 + "COMMIT;")
+        log.info("state %s migrated from schema 2 to 3 (offset markers)", path)
 
 
 def _move_aside(path: str, exc: BaseException) -> str:
