@@ -170,6 +170,7 @@ def read_history(wired: Wired, progress: Callable[[int, int], None] | None, stop
         kept = wired.pipeline.backfill(progress, close_all=close_all)
     except Interrupted:
         wired.queue.abandon(stopper.deadline(0.8))
+        wired.pipeline.keep_own_counts()
         raise
     stopper.hard = False
     return kept
