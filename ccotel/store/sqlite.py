@@ -221,6 +221,11 @@ class SqliteState:
 
     @staticmethod
     def _open(path: str, verify: bool) -> sqlite3.Connection:
+        """The database at ``path``, created with ccotel's schema if it was not there. One that was
+        there without that schema (0 bytes, another program's) raises _NoState: ccotel cannot tell
+        an empty file left by a crash in the instant of its creation from a state lost by accident
+        (truncated, a copy gone wrong), and either way what was sent before is not known."""
+        size = os.path.getsize(path) if os.path.exists(path) else None  # (before SQLite writes a header)
         db = sqlite3.connect(path, check_same_thread=False, isolation_level=None,
                              timeout=60.0)  # several catch-up workers may wait on each other
         try:
@@ -230,12 +235,15 @@ class SqliteState:
                 problems = [row[0] for row in db.execute("PRAGMA quick_check(3)")]
                 if problems != ["ok"]:
                     raise sqlite3.DatabaseError("quick_check: " + "; ".join(problems))
-            db.executescript(_SCHEMA)
-            row = db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
-            if row is None:
-                db.executescript(_ANCHORED)
-                db.execute("INSERT INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
-            elif int(row[0]) > SCHEMA_VERSION:
+            row = db.execute("SELECT value FROM meta WHERE key='schema'").fetchone() if _has_meta(db) else None
+            if row is None and size is not None and verify:
+                raise _no_state(size)
+            if row is None:  # created whole or not at all: a crash cannot leave a database without its schema
+                db.executescript(f"BEGIN IMMEDIATE;{_SCHEMA}{_ANCHORED}INSERT INTO meta VALUES ('schema', "
+                                 f"'{SCHEMA_VERSION}');COMMIT;")
+                return db
+            db.executescript(_SCHEMA)  # tables added without a schema step (acked_ids)
+            if int(row[0]) > SCHEMA_VERSION:
                 raise StateError(f"state {path} has schema {row[0]}, this ccotel knows {SCHEMA_VERSION}")
             else:
                 _migrate(db, path, int(row[0]))
@@ -412,6 +420,10 @@ class SqliteState:
             self._db.close()
 
 
+def _has_meta(db: sqlite3.Connection) -> bool:
+    return db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'").fetchone() is not None
+
+
 def _migrate(db: sqlite3.Connection, path: str, version: int) -> None:
     """Bring a state of an older schema to SCHEMA_VERSION, a step at a time, each in one transaction."""
     if version == 1:
@@ -423,24 +435,35 @@ def _migrate(db: sqlite3.Connection, path: str, version: int) -> None:
         log.info("state %s migrated from schema 2 to 3 (offset markers)", path)
 
 
+class _NoState(sqlite3.DatabaseError):
+    """A state.db that holds no ccotel state: 0 bytes, or a database without ccotel's schema."""
+
+
+def _no_state(size: int) -> _NoState:
+    return _NoState("is empty (0 bytes)" if size == 0 else f"holds no ccotel state (a {size}-byte database "
+                    "without ccotel's schema)")
+
+
 def _move_aside(path: str, exc: BaseException) -> str:
-    """Move a corrupt database (and its WAL and shared-memory files) to ``<name>.corrupt-<UTC time>``."""
+    """Move a corrupt or unusable database (and its WAL and shared-memory files) to
+    ``<name>.corrupt-<UTC time>`` (``.unusable-`` for one holding no ccotel state), saying so once."""
+    kind = "unusable" if isinstance(exc, _NoState) else "corrupt"
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    aside = f"{path}.corrupt-{stamp}"
+    aside = f"{path}.{kind}-{stamp}"
     n = 1
     while os.path.exists(aside):
         n += 1
-        aside = f"{path}.corrupt-{stamp}-{n}"
+        aside = f"{path}.{kind}-{stamp}-{n}"
     for suffix in ("", "-wal", "-shm"):
         if os.path.exists(path + suffix):
             try:
                 os.replace(path + suffix, aside + suffix)
             except OSError as exc2:
-                raise _unwritable(os.path.dirname(path), f"moving the corrupt {path}{suffix} aside", exc2) from None
-    log.error("the state database %s is corrupt (%s); moved it aside to %s and started a new one: the history "
-              "is read again as on a first start (counters restart from what it rebuilds, events in the history "
-              "are not counted again; traces already delivered are sent again with the same ids)",
-              path, exc, aside)
+                raise _unwritable(os.path.dirname(path), f"moving the {kind} {path}{suffix} aside", exc2) from None
+    what = str(exc) if isinstance(exc, _NoState) else f"is corrupt ({exc})"
+    log.error("the state database %s %s; moved it aside to %s and started a new one: the history is read again "
+              "as on a first start (counters restart from what it rebuilds, events in the history are not counted "
+              "again; traces already delivered are sent again with the same ids)", path, what, aside)
     return aside
 
 
