@@ -542,7 +542,7 @@ class PgState:
 class HostLock:
     """This host id's session lock in PostgreSQL (``pg_try_advisory_lock``), held on a
     connection of its own for the life of the process: two ccotel with one host id would send
-    and count the same spans, as two on one state dir would (sqlite.DirLock)."""
+    and count the same spans, as two on one state dir would (statedir.DirLock)."""
 
     def __init__(self, where: str, conn: psycopg.Connection[Any]) -> None:
         self.path = where
@@ -552,6 +552,10 @@ class HostLock:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+
+    def check(self) -> str | None:
+        """Nothing on disk to be taken from under it: the advisory lock lives with its connection."""
+        return None
 
 
 def lock_host(url: str, host: str) -> HostLock:

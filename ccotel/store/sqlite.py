@@ -22,7 +22,6 @@ follow open work: they go when their owner is done.
 from __future__ import annotations
 
 import errno
-import fcntl
 import logging
 import os
 import sqlite3
@@ -31,13 +30,12 @@ import time
 from collections.abc import Callable, Iterator
 
 from ccotel.read.tail import FileIdentity, Marker
-from ccotel.store.state import Commit, StateError, StateLocked, StateUnavailable, anchor_of, unpack_ids, unsigned64
+from ccotel.store.state import Commit, StateError, anchor_of, unpack_ids, unsigned64
+from ccotel.store.statedir import prepare_dir, unwritable
 
-__all__ = ["SqliteState", "DirLock", "lock_state_dir", "LOCK_NAME", "SCHEMA_VERSION"]
+__all__ = ["SqliteState", "SCHEMA_VERSION"]
 
 log = logging.getLogger("ccotel.state")
-
-LOCK_NAME = "ccotel.lock"
 
 SCHEMA_VERSION = 3
 LEGACY = -1  # the anchor of rows a schema 1 state held (no file known): kept until its files are gone
@@ -93,75 +91,6 @@ UPDATE meta SET value = '3' WHERE key = 'schema';
 """
 
 
-def _unwritable(state_dir: str, what: str, exc: BaseException) -> StateUnavailable:
-    reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-    return StateUnavailable(
-        f"the state dir {state_dir} cannot be used ({what}: {reason}). ccotel keeps its checkpoints there and "
-        f"will not run without them, since every restart would then send and count the whole history again: "
-        f"make it writable, give another --state-dir, or pass --state-dir none to run without checkpoints")
-
-
-def _prepare_dir(state_dir: str) -> None:
-    try:
-        os.makedirs(state_dir, mode=0o700, exist_ok=True)
-        os.chmod(state_dir, 0o700)  # transcripts' paths and digests are private
-    except OSError as exc:
-        raise _unwritable(state_dir, "creating it" if not os.path.isdir(state_dir) else "making it private",
-                          exc) from None
-
-
-class DirLock:
-    """An exclusive flock on ``<state dir>/ccotel.lock``, held for the life of the process (and of
-    catch-up workers forked from it): one ccotel writes a state at a time. Released on exit.
-    (postgres.HostLock: the same for one host id in PostgreSQL.)"""
-
-    def __init__(self, path: str, fd: int | None) -> None:
-        self.path = path
-        self._fd: int | None = fd
-
-    def release(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-
-
-def lock_state_dir(state_dir: str) -> DirLock:
-    """Take the state dir for this process, or raise StateLocked naming the pid that holds it
-    (StateUnavailable if the dir cannot be written). Readers (check, report) need no lock."""
-    _prepare_dir(state_dir)
-    path = os.path.join(state_dir, LOCK_NAME)
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    except OSError as exc:
-        raise _unwritable(state_dir, f"creating {LOCK_NAME}", exc) from None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as exc:
-        if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-            os.close(fd)
-            raise _unwritable(state_dir, f"locking {LOCK_NAME}", exc) from None
-        pid = _holder(fd)
-        os.close(fd)
-        who = f"pid {pid}" if pid else "a process that did not say its pid"
-        raise StateLocked(f"another ccotel ({who}) is using the state dir {state_dir}; two cannot share one "
-                          f"(each would send and count the same spans): stop it first, or give this one its own "
-                          f"--state-dir", pid) from None
-    try:
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-    except OSError:
-        pass  # the lock holds without the pid (a full disk): only the message loses it
-    return DirLock(path, fd)
-
-
-def _holder(fd: int) -> int | None:
-    try:
-        text = os.pread(fd, 64, 0).decode("ascii", "replace").strip()
-        return int(text.split()[0]) if text else None
-    except (OSError, ValueError, IndexError):
-        return None
-
-
 def _error_reason(exc: BaseException) -> str:
     text = str(exc).lower()
     if isinstance(exc, OSError) and exc.errno == errno.ENOSPC or "full" in text:
@@ -193,7 +122,7 @@ class SqliteState:
 
     def __init__(self, state_dir: str, verify: bool = True) -> None:
         """``verify``: check the database at open (a catch-up worker opens one its parent checked)."""
-        _prepare_dir(state_dir)
+        prepare_dir(state_dir)
         path = os.path.join(state_dir, "state.db")
         self.path = path
         self.fresh = not os.path.exists(path)
@@ -207,17 +136,17 @@ class SqliteState:
             self._db = self._open(path, verify)
         except sqlite3.DatabaseError as exc:
             if isinstance(exc, sqlite3.OperationalError) or not verify:
-                raise _unwritable(state_dir, f"opening {path}", exc) from None
+                raise unwritable(state_dir, f"opening {path}", exc) from None
             self.rebuilt_from = _move_aside(path, exc)
             self.fresh = True
             try:
                 self._db = self._open(path, verify)
             except sqlite3.DatabaseError as exc2:
-                raise _unwritable(state_dir, f"opening a new {path}", exc2) from None
+                raise unwritable(state_dir, f"opening a new {path}", exc2) from None
         try:
             os.chmod(path, 0o600)
         except OSError as exc:
-            raise _unwritable(state_dir, f"making {path} private", exc) from None
+            raise unwritable(state_dir, f"making {path} private", exc) from None
 
     @staticmethod
     def _open(path: str, verify: bool) -> sqlite3.Connection:
@@ -459,7 +388,7 @@ def _move_aside(path: str, exc: BaseException) -> str:
             try:
                 os.replace(path + suffix, aside + suffix)
             except OSError as exc2:
-                raise _unwritable(os.path.dirname(path), f"moving the {kind} {path}{suffix} aside", exc2) from None
+                raise unwritable(os.path.dirname(path), f"moving the {kind} {path}{suffix} aside", exc2) from None
     what = str(exc) if isinstance(exc, _NoState) else f"is corrupt ({exc})"
     log.error("the state database %s %s; moved it aside to %s and started a new one: the history is read again "
               "as on a first start (counters restart from what it rebuilds, events in the history are not counted "

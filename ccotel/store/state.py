@@ -129,12 +129,16 @@ class State(Protocol):
 
 
 class StateLock(Protocol):
-    """The state taken for this process (sqlite.DirLock: the state dir's flock; postgres.HostLock:
-    this host id's lock in PostgreSQL), held for its life; ``release`` gives it up."""
+    """The state taken for this process (statedir.DirLock: the state dir's flock; postgres.HostLock:
+    this host id's lock in PostgreSQL), held for its life; ``release`` gives it up; ``check``
+    (cheap, about once a second while running) says why this process must stop if the state was
+    taken from under it, else None."""
 
     path: str
 
     def release(self) -> None: ...
+
+    def check(self) -> str | None: ...
 
 
 class StateError(RuntimeError):

@@ -40,8 +40,9 @@ from ccotel.commands.doctor.wording import user_name
 from ccotel.metrics.counters import Metrics, serve
 from ccotel.read.discover import scan
 from ccotel.rules.versions import TESTED_CLAUDE_CODE_VERSIONS, VersionStanding, judge_version
-from ccotel.store.sqlite import SCHEMA_VERSION, lock_state_dir
+from ccotel.store.sqlite import SCHEMA_VERSION
 from ccotel.store.state import StateLocked
+from ccotel.store.statedir import lock_state_dir
 from tests.harness.install import VERSIONS
 from tests.support import ccusage as _ccusage
 from tests.support.fixtures import missing_component
@@ -384,7 +385,8 @@ def test_state_faults(tmp_path: Path) -> None:
 
 HOLD_LOCK = (  # a running ccotel, as far as the state dir can tell: the lock, and a database open for writing
     "import sys\n"
-    "from ccotel.store.sqlite import SqliteState as State, lock_state_dir\n"
+    "from ccotel.store.sqlite import SqliteState as State\n"
+    "from ccotel.store.statedir import lock_state_dir\n"
     "from ccotel.store.state import Commit\n"
     "lock = lock_state_dir(sys.argv[1])\n"
     "state = State(sys.argv[1])\n"

@@ -106,3 +106,47 @@ def test_spans_of_another_source_counted_on_delivery_are_saved_without_an_acknow
     delivery.write(commit)
     state.close()
     assert counters(tmp_path / "state")["ccotel_spans_exported\x1f"] == 3
+
+
+def test_deleting_the_lock_file_does_not_let_a_second_run_start(tmp_path):
+    """`rm ccotel.lock` while `ccotel run` runs: a second run on the same state is refused all the
+    same (exit 75, as when the lock file is there), and no span is exported twice."""
+    import subprocess
+    import time
+    from collections import Counter
+
+    from tests.support.otlp import OtlpReceiver
+    from tests.transcript import Transcript
+    from tests.whole.test_faults import expected_ids, run_live, stop
+
+    root = tmp_path / "claude"
+    paths = history(root)
+    state = tmp_path / "state"
+    with OtlpReceiver() as rx:
+        log = tmp_path / "a.log"
+        first = run_live(root, state, rx.endpoint, log)
+        rx.wait_for(len(expected_ids(root)), 30)
+        (state / "ccotel.lock").unlink()
+        second = ccotel("run", "--root", str(root), "--state-dir", str(state), "--metrics-addr", "none",
+                        "--no-status", "--workers", "1", endpoint=rx.endpoint, log=tmp_path / "b.log")
+        try:
+            code: int | None = second.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            code = None  # it started: both follow the same files now
+        t = Transcript("0000000b-f00d-4bbb-8ccc-dddddddddddd", t_ms=int(time.time() * 1000))
+        t.tool_turn("live1")
+        with open(paths[0].parent / f"{t.session_id}.jsonl", "wb") as f:
+            f.write(t.bytes())
+        n = len(expected_ids(root))
+        assert wait_until(lambda: len(rx.spans) >= n, 30)
+        time.sleep(2.0)
+        if code is None:
+            second.send_signal(signal.SIGTERM)
+            second.wait(timeout=15)
+        assert (state / "ccotel.lock").exists()  # put back by the run that holds the state
+        stop(first, log)
+    err = (tmp_path / "b.log").read_text()
+    assert code == 75, f"the second run was not refused (exit {code}): {err}"
+    assert "is using the state dir" in err, err
+    twice = [k for k, v in Counter(s["span_id"] for s in rx.spans).items() if v > 1]
+    assert not twice, f"{len(twice)} spans exported twice"

@@ -18,8 +18,9 @@ from ccotel.commands.doctor.lock import probe_lock
 from ccotel.commands.doctor.wording import user_name
 from ccotel.read.procs import cmdline
 from ccotel.store.backends import backend_missing
-from ccotel.store.sqlite import LOCK_NAME, SCHEMA_VERSION
+from ccotel.store.sqlite import SCHEMA_VERSION
 from ccotel.store.state import default_state_dir, is_url
+from ccotel.store.statedir import LOCK_NAME
 
 __all__ = ["check_state"]
 
