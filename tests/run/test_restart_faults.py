@@ -150,3 +150,26 @@ def test_deleting_the_lock_file_does_not_let_a_second_run_start(tmp_path):
     assert "is using the state dir" in err, err
     twice = [k for k, v in Counter(s["span_id"] for s in rx.spans).items() if v > 1]
     assert not twice, f"{len(twice)} spans exported twice"
+
+
+def test_a_run_whose_state_dir_is_moved_away_stops_with_exit_1(tmp_path):
+    import os
+
+    from tests.support.otlp import OtlpReceiver
+    from tests.whole.test_faults import run_live
+
+    root = tmp_path / "claude"
+    history(root, sessions=2)
+    state = tmp_path / "state"
+    with OtlpReceiver() as rx:
+        log = tmp_path / "a.log"
+        proc = run_live(root, state, rx.endpoint, log)
+        os.rename(state, tmp_path / "state.old")
+        try:
+            code = proc.wait(timeout=20)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    err = log.read_text()
+    assert code == 1, err
+    assert "was moved, replaced or deleted while this ccotel ran on it" in err and "Traceback" not in err, err
