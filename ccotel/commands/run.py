@@ -190,7 +190,7 @@ def _metrics_server(args: argparse.Namespace, metrics: Metrics) -> None:
 
 def cmd_run(args: argparse.Namespace, stopper: Stopper | None = None) -> int:
     stopper = stopper or Stopper()
-    lock = _lock(args)  # noqa: F841  (held until the process ends)
+    lock = _lock(args)  # held until the process ends, and checked while following
     from ccotel.metrics.genai import GenAIMetrics  # the OpenTelemetry metrics SDK: only for run
 
     genai = GenAIMetrics.from_env()  # None unless an OTLP metrics endpoint is configured
@@ -221,7 +221,7 @@ def cmd_run(args: argparse.Namespace, stopper: Stopper | None = None) -> int:
     pipeline.forget_gone()
     log.info("caught up: %d files, %d spans; following live (%s)", pipeline.stats.files,
              pipeline.stats.spans, watcher.mode)
-    status = follow(wired, watcher, stopper, metrics, None if args.no_status else line)
+    status = follow(wired, watcher, stopper, metrics, None if args.no_status else line, lock)
     if line is not None:
         line.detach()
     wired.close()

@@ -260,9 +260,12 @@ class Metrics:
     """Counter values keyed by name and label values; thread-safe.
 
     Channels: "pending" (from spans built but not final yet: exposed, never checkpointed),
-    "delivered" (from final spans, saved with their span ids in one transaction) and "read"
-    (lines, parse errors, detectors, orchestrator logs: saved with the offsets). The exposition
-    adds them.
+    "delivered" (from final spans, saved with their span ids in one transaction), "read"
+    (lines, parse errors, detectors, orchestrator logs: saved with the offsets, since a restart
+    reads again what the offsets do not cover and counts it then) and "own" (what ccotel's own
+    work met: export attempts and checkpoint writes that failed; nothing is read again for them,
+    so they are saved whenever they changed, with any commit or alone). ``changes`` tells a
+    commit whether a channel moved since it was last saved. The exposition adds them.
     """
 
     def __init__(self, gauges: Callable[[], dict[str, float]] | None = None,
@@ -271,7 +274,8 @@ class Metrics:
         self.cap = LabelCap(max_label_values)
         self.genai = genai  # GenAI semantic-convention metrics over OTLP, counted with these
         # "pending": counted from spans not final yet (exposed, never checkpointed)
-        self._channels: dict[str, dict[Key, float]] = {"read": {}, "delivered": {}, "pending": {}}
+        self._channels: dict[str, dict[Key, float]] = {"read": {}, "delivered": {}, "own": {}, "pending": {}}
+        self._changes = dict.fromkeys(self._channels, 0)  # per channel: how many times it changed
         self._pending: dict[int, list[tuple[Key, float]]] = {}  # span key -> increments held (not final)
         self._buckets = _BucketKeys()
         self._text_keys: dict[Key, str] = {}  # encode_key of each series saved (as many as the series)
@@ -285,6 +289,7 @@ class Metrics:
         assert len(labels) == len(spec.labels), (name, labels)
         with self._lock:
             _add(self._channels[channel], self.cap.fold(((_key(name, labels), value),)))
+            self._changes[channel] += 1
 
     def observe_span(self, s: SpanRecord, span_key: int | None = None) -> None:
         """Count what a span says happened, when it is built: metrics never wait for the trace
@@ -298,6 +303,7 @@ class Metrics:
             incs = self.cap.fold(incs)
             if span_key is None:
                 _add(self._channels["delivered"], incs)
+                self._changes["delivered"] += 1
             else:
                 self._pending.setdefault(span_key, []).extend(incs)
         if self.genai is not None:
@@ -333,13 +339,20 @@ class Metrics:
                 held = pending.pop(span_key, None)
                 if held is not None:
                     _add(delivered, held)
+                    self._changes["delivered"] += 1
 
     # -- persistence -------------------------------------------------------------
 
-    def snapshot(self, channel: str | None = None) -> dict[str, float]:
-        """Values to checkpoint, keys prefixed by channel ("read:"/"delivered:"); all if None."""
+    def changes(self, channel: str) -> int:
+        """A number that grows whenever the channel's values change: read it before a
+        ``snapshot`` and save it with the snapshot; if it is the same later, so is the channel."""
         with self._lock:
-            channels = [channel] if channel else ["read", "delivered"]
+            return self._changes[channel]
+
+    def snapshot(self, channel: str | None = None) -> dict[str, float]:
+        """Values to checkpoint, keys prefixed by channel ("read:"/"delivered:"/"own:"); all if None."""
+        with self._lock:
+            channels = [channel] if channel else ["read", "delivered", "own"]
             return {f"{c}:{self._encoded(k)}": v for c in channels for k, v in self._channels[c].items()}
 
     def _encoded(self, k: Key) -> str:

@@ -111,15 +111,15 @@ def spans_dropped(metrics: Metrics, reason: str, n: int) -> None:
 
 
 def export_failed(metrics: Metrics) -> None:
-    """An export attempt that failed and will be tried again."""
-    metrics.inc("ccotel_export_failures")
+    """An export attempt that failed and will be tried again (ccotel's own work: saved whenever it changed)."""
+    metrics.inc("ccotel_export_failures", channel="own")
 
 
 def checkpoint_failed(metrics: Metrics, reason: str) -> None:
     """A checkpoint write that failed: held and retried, nothing lost."""
-    metrics.inc("ccotel_checkpoint_errors", reason)
+    metrics.inc("ccotel_checkpoint_errors", reason, channel="own")
 
 
 def ledger_write_failed(metrics: Metrics) -> None:
     """A usage-ledger write that failed: its rows are kept and written again; tracing and counting go on."""
-    metrics.inc("ccotel_checkpoint_errors", "ledger")
+    metrics.inc("ccotel_checkpoint_errors", "ledger", channel="own")

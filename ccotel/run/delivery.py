@@ -59,6 +59,7 @@ class Delivery:
         # claimed by another host, not delivered yet: span id -> (owner, span, anchor of its file)
         self._elsewhere: dict[int, tuple[Owner, SpanRecord, int]] = {}
         self._elsewhere_at = 0.0
+        self._saved = {"delivered": 0, "own": 0}  # Metrics.changes of these channels as last committed
 
     # -- handing spans over ------------------------------------------------------
 
@@ -190,13 +191,18 @@ class Delivery:
 
     def take_acked(self, commit: Commit) -> None:
         """Add the acknowledgements kept back (``coalesce``) to ``commit``, with the counters they
-        settled: taken under the lock, so the ids and the counts they fed are written together."""
+        settled: taken under the lock, so the ids and the counts they fed are written together.
+        The delivered counters also when they changed without an acknowledgement to keep (spans
+        of another source, counted on delivery): every count settled under this lock has its
+        ids here or already written, so they are always safe to write."""
         with self.lock:
-            if not self._acked:
+            changed = self.metrics is not None and self.metrics.changes("delivered") != self._saved["delivered"]
+            if not self._acked and not changed:
                 return
             commit.acked += self._acked
             self._acked = []
             if self.metrics is not None:
+                self._saved["delivered"] = self.metrics.changes("delivered")  # before the snapshot: never later
                 commit.counters.update(self.metrics.snapshot("delivered"))
 
     def stop_coalescing(self) -> None:
@@ -207,7 +213,7 @@ class Delivery:
         with self.lock:
             self.coalesce = False
             self.take_acked(commit)
-            if self.state is not None and commit.acked:
+            if self.state is not None and not commit.empty():
                 self.state.commit(commit)
 
     def unsent(self, spans: list[SpanRecord]) -> None:
@@ -269,7 +275,8 @@ class Delivery:
         for log_ in reader.logs:
             if log_.tailer.offset != log_.saved_offset:
                 log_.saved_offset = log_.tailer.offset
-                commit.offsets[log_.path] = (log_.tailer.identity, log_.saved_offset, log_.saved_offset)
+                commit.offsets[log_.path] = (log_.tailer.identity, log_.saved_offset, log_.saved_offset,
+                                             log_.tailer.checkpoint_marker())
         paths, reader.dirty = reader.dirty | moved, set()
         for path in paths:
             st = reader.files.get(path)
@@ -279,7 +286,7 @@ class Delivery:
             safe = min(min(blocking.values()) if blocking else 1 << 62, st.tailer.offset)
             if safe != st.saved_offset or st.read_to != st.saved_read_to:
                 st.saved_offset, st.saved_read_to = safe, st.read_to
-                commit.offsets[path] = (st.tailer.identity, safe, st.read_to)
+                commit.offsets[path] = (st.tailer.identity, safe, st.read_to, st.tailer.checkpoint_marker())
 
     def anchor_replays(self, commit: Commit, replays: list[tuple[str, int, str]]) -> None:
         """A copy in another file holds the calls and prompts it replays too: they are kept while
@@ -307,9 +314,19 @@ class Delivery:
         return out
 
     def write(self, commit: Commit) -> None:
-        if self.state is not None and not commit.empty():
-            if self.metrics is not None:
+        """Commit, with the "read" counters if anything else is written (they go with the offsets)
+        and the "own" counters whenever they changed (with nothing else if need be): a failure
+        counted after the last checkpoint is kept by the next commit, and by a stop."""
+        if self.state is None:
+            return
+        if self.metrics is not None:
+            if not commit.empty():
                 commit.counters.update(self.metrics.snapshot("read"))
+            own = self.metrics.changes("own")
+            if own != self._saved["own"] or not commit.empty():
+                self._saved["own"] = own  # read before the snapshot: a change in between is written again
+                commit.counters.update(self.metrics.snapshot("own"))
+        if not commit.empty():
             self.state.commit(commit)
 
 

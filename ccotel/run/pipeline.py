@@ -373,6 +373,11 @@ class Pipeline:
         self.delivery.take_acked(commit)
         self.delivery.write(commit)
 
+    def keep_own_counts(self) -> None:
+        """Stopped where no offset may move (a catch-up interrupted): commit the "own" counters
+        alone (failed exports and checkpoint writes), which no line read again would count."""
+        self.delivery.write(Commit())
+
     def _emit(self) -> None:
         """Spans for what the assembler finished: built, handed to the delivery, emitted."""
         counting = self.detectors.counting()

@@ -123,8 +123,9 @@ class Reader:
         if state is None:
             ckpt = self.checkpoints.get(tf.path)
             if ckpt is not None:
-                ident, offset, read_to = ckpt
-                tailer = Tailer(tf.path, offset=offset, identity=ident, max_line_bytes=self.max_line_bytes)
+                ident, offset, read_to, marker = ckpt
+                tailer = Tailer(tf.path, offset=offset, identity=ident, max_line_bytes=self.max_line_bytes,
+                                marker=marker)
             else:
                 tailer = Tailer(tf.path, max_line_bytes=self.max_line_bytes)
                 offset = read_to = 0
@@ -142,7 +143,7 @@ class Reader:
 
     def follow_log(self, path: str, source: str, patterns: tuple[Pattern, ...]) -> None:
         ckpt = self.checkpoints.get(path)
-        tailer = Tailer(path, offset=ckpt[1], identity=ckpt[0]) if ckpt else Tailer(path)
+        tailer = Tailer(path, offset=ckpt[1], identity=ckpt[0], marker=ckpt[3]) if ckpt else Tailer(path)
         log_ = OrchestratorLog(path, source, tailer, patterns, saved_offset=ckpt[1] if ckpt else -1)
         if ckpt is None:
             log_.read(None, count=False)  # what the log held before ccotel followed it is history
@@ -256,6 +257,7 @@ class Reader:
         if res.reset:
             self.stats.file_resets += 1
             state.read_to = 0
+            state.saved_read_to = -1  # the next commit writes its new identity and marker
         for err, end in zip(res.errors, res.error_ends, strict=False):
             if end < 0:  # the file itself (unreadable): once until it reads again
                 if not state.unreadable:

@@ -29,7 +29,7 @@ from ccotel.store.backends import open_state
 from ccotel.store.ledger import FILLING_CATCH_UP, FILLING_REBUILD, LEDGER_FILE, Ledger, LedgerError
 from ccotel.store.ledger_recovery import open_or_rebuild
 from ccotel.store.sqlite import SqliteState
-from ccotel.store.state import State, host_id, is_url
+from ccotel.store.state import State, StateLock, host_id, is_url
 
 if TYPE_CHECKING:
     from ccotel.read.watch import Watcher
@@ -185,6 +185,7 @@ def read_history(wired: Wired, progress: Callable[[int, int], None] | None, stop
         kept = wired.pipeline.backfill(progress, close_all=close_all)
     except Interrupted:
         wired.queue.abandon(stopper.deadline(0.8))
+        wired.pipeline.keep_own_counts()
         raise
     stopper.hard = False
     return kept
@@ -237,16 +238,18 @@ def _gather(watcher: Watcher, dirty: set[str], last_poll: float, gap_s: float) -
     return time.monotonic()
 
 
-def follow(wired: Wired, watcher: Watcher, stopper: Stopper, metrics: Metrics, status: StatusLine | None) -> int:
+def follow(wired: Wired, watcher: Watcher, stopper: Stopper, metrics: Metrics, status: StatusLine | None,
+           lock: StateLock | None = None) -> int:
     """Follow the files live until a signal; then let the batch on the wire be acknowledged,
     checkpoint, and return the exit status. ``status``: the terminal's status line the live
-    counts are drawn on every second (None: none)."""
+    counts are drawn on every second (None: none). ``lock``: the state's lock, checked every
+    second: taken from under this process, it stops (EXIT_ERROR) as for a signal."""
     pipeline, queue, state = wired.pipeline, wired.queue, wired.state
     current = [pipeline]  # replaced when the traces catch up
     metrics.gauges = lambda: {**current[0].gauges(), "ccotel_export_queue_spans": float(queue.pending()),
                               "ccotel_checkpoint_pending": float(state.pending if state is not None else 0)}
     pipeline.go_live(COMMIT_EVERY_S)
-    last_rescan = last_status = last_retry = time.monotonic()
+    last_rescan = last_status = last_retry = last_lock = time.monotonic()
     last_tick = last_poll = 0.0
     gap = POLL_GAP_S
     while not stopper.is_set():
@@ -273,6 +276,13 @@ def follow(wired: Wired, watcher: Watcher, stopper: Stopper, metrics: Metrics, s
         if state is not None and state.failures and now - last_retry > 1:
             last_retry = now
             state.retry()  # a full disk: the next commit may be a while away
+        if lock is not None and now - last_lock > 1:
+            last_lock = now
+            lost = lock.check()
+            if lost is not None:
+                log.error("%s", lost)
+                stopper.give_up("the state was taken from under this ccotel")
+                break
         if now - last_rescan > 120:  # a safety net: inotify reports new files and directories
             last_rescan = now
             watcher.ensure_roots()
@@ -293,4 +303,4 @@ def follow(wired: Wired, watcher: Watcher, stopper: Stopper, metrics: Metrics, s
     queue.abandon(stopper.deadline(0.7))
     pipeline.process_acks()
     written = settle_state(state, stopper.deadline(0.85))
-    return 0 if written else EXIT_ERROR
+    return 0 if written and stopper.reason is None else EXIT_ERROR

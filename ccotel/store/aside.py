@@ -12,15 +12,16 @@ __all__ = ["set_aside"]
 _SUFFIXES = ("", "-wal", "-shm")
 
 
-def set_aside(path: str) -> str:
-    """Rename ``path`` (and its ``-wal``/``-shm``) to ``<path>.corrupt-<UTC time>`` (``-2``, ``-3``...
-    if that name is taken) and return the new name. OSError if a rename fails."""
+def set_aside(path: str, kind: str = "corrupt") -> str:
+    """Rename ``path`` (and its ``-wal``/``-shm``) to ``<path>.<kind>-<UTC time>`` (``-2``, ``-3``...
+    if that name is taken) and return the new name. OSError if a rename fails. ``kind``: ``corrupt``,
+    or ``unusable`` for a file that holds none of ccotel's data (0 bytes, another program's database)."""
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    aside = f"{path}.corrupt-{stamp}"
+    aside = f"{path}.{kind}-{stamp}"
     n = 1
     while any(os.path.exists(aside + s) for s in _SUFFIXES):
         n += 1
-        aside = f"{path}.corrupt-{stamp}-{n}"
+        aside = f"{path}.{kind}-{stamp}-{n}"
     for suffix in _SUFFIXES:
         if os.path.exists(path + suffix):
             os.replace(path + suffix, aside + suffix)

@@ -3,8 +3,9 @@
 
 from __future__ import annotations
 
-from ccotel.store.sqlite import SqliteState, lock_state_dir
+from ccotel.store.sqlite import SqliteState
 from ccotel.store.state import State, StateLock, claim_lease, host_id, is_url
+from ccotel.store.statedir import lock_state_dir
 
 __all__ = ["open_state", "lock_state", "backend_missing", "FLEET_EXTRA"]
 

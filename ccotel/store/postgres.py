@@ -51,7 +51,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
 from ccotel.assemble.digests import digest64
-from ccotel.read.tail import FileIdentity
+from ccotel.read.tail import FileIdentity, Marker
 from ccotel.store.state import (
     Claimed,
     Commit,
@@ -124,7 +124,11 @@ ALTER TABLE ccotel.hosts ADD COLUMN lease_until timestamptz NOT NULL DEFAULT 'in
 ALTER TABLE ccotel.claims ADD COLUMN done boolean NOT NULL DEFAULT true;
 CREATE INDEX claims_open ON ccotel.claims (hid) WHERE NOT done;
 """
-MIGRATIONS: tuple[str, ...] = (_V1, _V2_LEASES)  # MIGRATIONS[i] takes schema i to i + 1
+# Offset markers (tail.Marker) with the checkpoints; those written before have none (trusted).
+_V3_MARKERS = """
+ALTER TABLE ccotel.files ADD COLUMN marker text;
+"""
+MIGRATIONS: tuple[str, ...] = (_V1, _V2_LEASES, _V3_MARKERS)  # MIGRATIONS[i] takes schema i to i + 1
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
@@ -290,12 +294,12 @@ class PgState:
                         from None
                 time.sleep(0.5)
 
-    def files(self) -> dict[str, tuple[FileIdentity | None, int, int]]:
+    def files(self) -> dict[str, tuple[FileIdentity | None, int, int, Marker | None]]:
         rows = self._read(lambda c: c.execute(
-            "SELECT path, dev, ino, head_len, fingerprint, read_offset, read_to FROM ccotel.files WHERE hid = %s",
-            (self._hid,)).fetchall())
-        return {p: (FileIdentity(dev, ino, hl, fp) if fp is not None else None, off, rt)
-                for p, dev, ino, hl, fp, off, rt in rows}
+            "SELECT path, dev, ino, head_len, fingerprint, read_offset, read_to, marker FROM ccotel.files WHERE "
+            "hid = %s", (self._hid,)).fetchall())
+        return {p: (FileIdentity(dev, ino, hl, fp) if fp is not None else None, off, rt, Marker.parse(m))
+                for p, dev, ino, hl, fp, off, rt, m in rows}
 
     def acked(self) -> set[int]:
         out: set[int] = set()
@@ -507,9 +511,10 @@ class PgState:
             cur = conn.cursor()
             if c.offsets:
                 cur.executemany(
-                    "INSERT INTO ccotel.files VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (hid, path) DO "
+                    "INSERT INTO ccotel.files VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (hid, path) DO "
                     "UPDATE SET dev = excluded.dev, ino = excluded.ino, head_len = excluded.head_len, fingerprint = "
-                    "excluded.fingerprint, read_offset = excluded.read_offset, read_to = excluded.read_to",
+                    "excluded.fingerprint, read_offset = excluded.read_offset, read_to = excluded.read_to, "
+                    "marker = excluded.marker",
                     [(hid, *row) for row in c.file_rows()])
             if c.forget_files:
                 anchors = [self._anchor(anchor_of(p)) for p in c.forget_files]

@@ -1,5 +1,5 @@
 """A fleet host's lock and its lease on claims (PostgreSQL): what ``run`` and ``backfill`` hold
-for their life (``lock_host``), as sqlite.DirLock on one machine.
+for their life (``lock_host``), as statedir.DirLock on one machine.
 
 The lock: ``pg_try_advisory_lock`` on a connection of the lock's own, so two ccotel with one host
 id cannot both send and count its spans. The lease: the host's ``hosts.lease_until``, renewed on
@@ -27,7 +27,7 @@ log = logging.getLogger("ccotel.state")
 class HostLock:
     """This host id's session lock in PostgreSQL (``pg_try_advisory_lock``), held on a
     connection of its own for the life of the process: two ccotel with one host id would send
-    and count the same spans, as two on one state dir would (sqlite.DirLock). The same
+    and count the same spans, as two on one state dir would (statedir.DirLock). The same
     connection renews the host's lease on its claims (every quarter of ``lease_s``, from a thread
     of its own, so a long read or commit never lets it lapse); a lost connection is opened
     again, the lock taken again."""
@@ -39,6 +39,7 @@ class HostLock:
         self.lease_s = lease_s
         self._conn: psycopg.Connection[Any] | None = conn
         self._stop = threading.Event()
+        self._taken: str | None = None  # why this process must stop: its host id taken by another
         self._renewer = threading.Thread(target=self._renew_until_released, name="ccotel-lease", daemon=True)
         self._renewer.start()
 
@@ -50,8 +51,9 @@ class HostLock:
                     self._close()
                     self._conn = connect(self.url)
                     if not _try_lock(self._conn, self.host):
-                        log.error("the host id %r was taken by another ccotel while the state %s was away",
-                                  self.host, self.path)
+                        self._taken = (f"the host id {self.host!r} was taken by another ccotel while the state "
+                                       f"{self.path} was away: two would send and count the same spans")
+                        log.error("%s", self._taken)
                 _renew(self._conn, self.host, self.lease_s)
                 if failing:
                     log.warning("lease of host %r on its claims renewed again", self.host)
@@ -63,6 +65,11 @@ class HostLock:
                               "the spans it claimed and has not delivered", self.host,
                               scrub(str(exc).strip(), self.url), self.lease_s)
                 failing = True
+
+    def check(self) -> str | None:
+        """Why this process must stop (its host id taken by another ccotel while the connection
+        was lost), else None: the advisory lock lives with its connection, nothing on disk to take."""
+        return self._taken
 
     def _close(self) -> None:
         if self._conn is not None:

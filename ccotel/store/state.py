@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Protocol
 from ccotel.assemble.digests import digest64
 
 if TYPE_CHECKING:  # the transcript reader (slow to import) is not needed to name a file's identity
-    from ccotel.read.tail import FileIdentity
+    from ccotel.read.tail import FileIdentity, Marker
 
 __all__ = ["State", "StateLock", "Commit", "Claimed", "anchor_of", "PERMANENT", "StateError", "StateUnavailable",
            "StateLocked", "default_state_dir", "is_url", "resolve_state", "host_id", "claim_lease",
@@ -60,8 +60,9 @@ class State(Protocol):
     on_error: Callable[[str], None] | None
     failures: int  # failed commit attempts since the last one written
 
-    def files(self) -> dict[str, tuple[FileIdentity | None, int, int]]:
-        """path -> (identity, offset of the first line not fully delivered, bytes already read)."""
+    def files(self) -> dict[str, tuple[FileIdentity | None, int, int, Marker | None]]:
+        """path -> (identity, offset of the first line not fully delivered, bytes already read,
+        the offset marker: a digest of the last bytes read, None where none was kept)."""
         ...
 
     def acked(self) -> set[int]:
@@ -129,12 +130,16 @@ class State(Protocol):
 
 
 class StateLock(Protocol):
-    """The state taken for this process (sqlite.DirLock: the state dir's flock; postgres_lease.HostLock:
-    this host id's lock in PostgreSQL), held for its life; ``release`` gives it up."""
+    """The state taken for this process (statedir.DirLock: the state dir's flock; postgres_lease.HostLock:
+    this host id's lock in PostgreSQL), held for its life; ``release`` gives it up; ``check``
+    (cheap, about once a second while running) says why this process must stop if the state was
+    taken from under it, else None."""
 
     path: str
 
     def release(self) -> None: ...
+
+    def check(self) -> str | None: ...
 
 
 class StateError(RuntimeError):
@@ -168,7 +173,8 @@ class Claimed:
 class Commit:
     """Everything one transaction writes."""
 
-    offsets: dict[str, tuple[FileIdentity | None, int, int]] = field(default_factory=dict)  # ident, offset, read_to
+    # ident, offset, read_to, marker (tail.Marker: the last bytes read, to tell a rewrite in place)
+    offsets: dict[str, tuple[FileIdentity | None, int, int, Marker | None]] = field(default_factory=dict)
     forget_files: list[str] = field(default_factory=list)
     acked: list[tuple[int, str]] = field(default_factory=list)
     done_owners: list[str] = field(default_factory=list)
@@ -200,12 +206,13 @@ class Commit:
     def size(self) -> int:
         return len(self.offsets) + len(self.forget_files) + len(self.acked) + len(self.done_owners)
 
-    def file_rows(self) -> list[tuple[str, int | None, int | None, int | None, str | None, int, int]]:
+    def file_rows(self) -> list[tuple[str, int | None, int | None, int | None, str | None, int, int, str | None]]:
         """The checkpoints as both backends' ``files`` tables hold them: path, dev, ino, head_len,
-        fingerprint (all four None for a file without an identity), offset, read_to."""
+        fingerprint (all four None for a file without an identity), offset, read_to, marker (its
+        ``Marker.text``, None without one)."""
         return [(path, ident.dev if ident else None, ident.ino if ident else None, ident.head_len if ident else None,
-                 ident.fingerprint if ident else None, offset, read_to)
-                for path, (ident, offset, read_to) in self.offsets.items()]
+                 ident.fingerprint if ident else None, offset, read_to, marker.text() if marker else None)
+                for path, (ident, offset, read_to, marker) in self.offsets.items()]
 
     def acked_by_owner(self) -> list[tuple[str, bytes]]:
         """The acknowledged span ids packed per owner (``pack_ids``): one row per owner and

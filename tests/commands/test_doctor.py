@@ -40,8 +40,9 @@ from ccotel.commands.doctor.wording import user_name
 from ccotel.metrics.counters import Metrics, serve
 from ccotel.read.discover import scan
 from ccotel.rules.versions import TESTED_CLAUDE_CODE_VERSIONS, VersionStanding, judge_version
-from ccotel.store.sqlite import SCHEMA_VERSION, lock_state_dir
+from ccotel.store.sqlite import SCHEMA_VERSION
 from ccotel.store.state import StateLocked
+from ccotel.store.statedir import lock_state_dir
 from tests.harness.install import VERSIONS
 from tests.support import ccusage as _ccusage
 from tests.support.fixtures import missing_component
@@ -365,6 +366,12 @@ def test_state_faults(tmp_path: Path) -> None:
     db.close()
     failed = of(doctor.diagnose(config(tmp_path, state_dir=str(state_dir))), "state")[1]
     assert failed.level is Level.FAIL and "schema 99" in failed.message and "refuse" in failed.message
+    db = sqlite3.connect(state_dir / "state.db")
+    with db:
+        db.execute("UPDATE meta SET value='2' WHERE key='schema'")  # an older ccotel's: migrated, not refused
+    db.close()
+    older = of(doctor.diagnose(config(tmp_path, state_dir=str(state_dir))), "state")[1]
+    assert older.level is Level.OK and "migrates it" in older.message
 
     (state_dir / "state.db").write_bytes(b"this is not a database" * 100)
     corrupt = of(doctor.diagnose(config(tmp_path, state_dir=str(state_dir))), "state")[1]
@@ -381,11 +388,13 @@ def test_state_faults(tmp_path: Path) -> None:
 
 HOLD_LOCK = (  # a running ccotel, as far as the state dir can tell: the lock, and a database open for writing
     "import sys\n"
-    "from ccotel.store.sqlite import SqliteState as State, lock_state_dir\n"
+    "from ccotel.store.sqlite import SqliteState as State\n"
+    "from ccotel.store.statedir import lock_state_dir\n"
     "from ccotel.store.state import Commit\n"
     "lock = lock_state_dir(sys.argv[1])\n"
     "state = State(sys.argv[1])\n"
-    "assert state.commit(Commit(offsets={f'/r/projects/p/{i}.jsonl': (None, 10 * i, 10 * i) for i in range(3)}))\n"
+    "assert state.commit(Commit(offsets={f'/r/projects/p/{i}.jsonl': (None, 10 * i, 10 * i, None)\n"
+    "                                    for i in range(3)}))\n"
     "print('locked', flush=True)\n"
     "sys.stdin.read()\n"
 )
