@@ -1,11 +1,16 @@
-"""``python -m ccotel`` and the ``ccotel`` command. ``hook`` is answered before the command line parser,
-logging and the other commands are loaded (Claude Code runs it for every hook event it is set for)."""
+"""``python -m ccotel`` and the ``ccotel`` command. ``statusline`` and ``hook`` are answered before the
+command line parser, logging and the other commands are loaded (Claude Code runs the status line after
+every message, a hook for every event it is set for)."""
 
 import sys
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["statusline"] and "-h" not in argv and "--help" not in argv:
+        from ccotel.commands.statusline import main as statusline
+
+        return statusline(argv[1:])
     if argv[:1] == ["hook"] and "-h" not in argv and "--help" not in argv:
         from ccotel.commands.hook import main as hook
 

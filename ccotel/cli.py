@@ -8,7 +8,7 @@ import argparse
 import logging
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from ccotel import __version__
 from ccotel.commands.options import add_common, add_durable, add_label_cap, add_tracing, price_file
@@ -46,7 +46,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 def _run_options(sp: argparse.ArgumentParser) -> None:
     add_common(sp)
     add_tracing(sp)
-    add_durable(sp)
+    add_durable(sp, lease=True)
     sp.add_argument("--orchestrator-log", action="append", default=[], metavar="PATH[=SOURCE]",
                     help="an orchestrator's log to count resets, aborts and watchdog kills from (repeatable)")
     sp.add_argument("--orchestrator-patterns", metavar="FILE",
@@ -64,7 +64,7 @@ def _run_options(sp: argparse.ArgumentParser) -> None:
 def _backfill_options(sp: argparse.ArgumentParser) -> None:
     add_common(sp)
     add_tracing(sp)
-    add_durable(sp)
+    add_durable(sp, lease=True)
     sp.add_argument("--close-all", action="store_true",
                     help="close every open turn, even ones whose session may still be running")
 
@@ -105,6 +105,15 @@ def _sessions_options(sp: argparse.ArgumentParser) -> None:
     sessions.add_arguments(sp)
 
 
+def _top_options(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument("--root", action="append", default=None)
+    sp.add_argument("--prices", type=price_file, default=None, metavar="FILE")
+    sp.add_argument("-v", "--verbose", action="store_true")
+    from ccotel.commands import top
+
+    top.add_arguments(sp)
+
+
 def _doctor_options(sp: argparse.ArgumentParser) -> None:
     add_common(sp)
     add_durable(sp)
@@ -126,6 +135,16 @@ def _relay_options(sp: argparse.ArgumentParser) -> None:
     relay.add_arguments(sp)
 
 
+def _statusline_options(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument("--root", action="append", default=None,
+                    help="Claude config dir the transcript must be under (repeatable; default "
+                         "$CLAUDE_CONFIG_DIR or ~/.claude)")
+    sp.add_argument("--state", "--state-dir", dest="state", default=None,
+                    help="ccotel's state dir (its ledger; default $CCOTEL_STATE or ~/.local/state/ccotel; none: none)")
+    sp.add_argument("--no-ledger", action="store_true", help="the session's transcript only")
+    sp.add_argument("-v", "--verbose", action="store_true", help=argparse.SUPPRESS)
+
+
 _COMMAND_OPTIONS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = {
     "run": ("catch up on history, then follow transcripts live", _run_options),
     "backfill": ("export history once, then exit", _backfill_options),
@@ -133,8 +152,11 @@ _COMMAND_OPTIONS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]
     "report": ("usage, cost, tool calls and health by day, week, month, session or project", _report_options),
     "trace": ("a turn's spans as a waterfall in the terminal (no trace backend needed)", _trace_options),
     "sessions": ("recent sessions: tokens, cost and state (live, idle, ghost, killed, ...)", _sessions_options),
+    "top": ("the sessions running now, live: cost rate, running tool, subagents, stalls", _top_options),
     "doctor": ("check roots, versions, state, trace backend, metrics port: exit 1 if any fail", _doctor_options),
     "relay": ("pass `claude -p --output-format stream-json` through and export it live", _relay_options),
+    "statusline": ("one line for Claude Code's statusLine setting: cost, today, the 5-hour block, what is wrong",
+                   _statusline_options),
     "hook": ("Claude Code's hook handler: spool the event on stdin for `ccotel run`, exit 0", _hook_options),
 }
 _COMMANDS = tuple(_COMMAND_OPTIONS)
@@ -163,10 +185,29 @@ def _config_error(args: argparse.Namespace) -> str | None:
             missing = backend_missing(location)
             if missing is not None:
                 return missing
-    if args.command in ("run", "backfill", "relay") and args.traces_exporter == "otlp":
+            if args.command != "report":
+                from ccotel.store.state import claim_lease
+
+                try:
+                    claim_lease(args.claim_lease)
+                except ValueError as exc:
+                    return f"--claim-lease or $CCOTEL_CLAIM_LEASE: {exc}"
+    return otlp_problem(args.command, os.environ, traces=getattr(args, "traces_exporter", None) == "otlp")
+
+
+def otlp_problem(command: str, env: Mapping[str, str], traces: bool = True) -> str | None:
+    """What in the OTEL_* variables no export could work with, for ``command``: the traces
+    exporter's settings (``traces``: it exports OTLP), and for ``run`` the GenAI metrics'."""
+    if traces and command in ("run", "backfill", "relay"):
         from ccotel.export.sinks import otlp_config_error
 
-        return otlp_config_error()
+        problem = otlp_config_error(dict(env))
+        if problem is not None:
+            return problem
+    if command == "run":
+        from ccotel.metrics.genai import metrics_config_error
+
+        return metrics_config_error(env)
     return None
 
 
@@ -217,12 +258,20 @@ def _command(args: argparse.Namespace) -> int:
     if args.command == "sessions":
         from ccotel.commands.sessions import run as cmd_sessions
         return cmd_sessions(args)
+    if args.command == "top":
+        from ccotel.commands.top import run as cmd_top
+        return cmd_top(args)
     if args.command == "doctor":
         from ccotel.commands.doctor.command import run as cmd_doctor
         return cmd_doctor(args)
     if args.command == "relay":
         from ccotel.commands.relay import run as cmd_relay
         return cmd_relay(args)
+    if args.command == "statusline":  # reached through cli only from main(argv) (python -m ccotel takes a shorter way)
+        from ccotel.commands.statusline import main as cmd_statusline
+        argv = [*(f"--root={r}" for r in args.root or ()), *([f"--state={args.state}"] if args.state else []),
+                *(["--no-ledger"] if args.no_ledger else [])]
+        return cmd_statusline(argv)
     if args.command == "hook":
         from ccotel.commands.hook import run as cmd_hook
         return cmd_hook(args)

@@ -156,6 +156,7 @@ class Entry:
     progress_type: str | None = None
     progress_agent_id: str | None = None
     parent_tool_use_id: str | None = None
+    no_type: bool = False  # a line with no "type" read as the assistant line its message says it is
 
 
 class SpanKind(int, Enum):

@@ -22,7 +22,7 @@ Two things, both read from the session's transcript files as the CLI writes them
    snapshot, ``toolUseResult``, ...), or None for messages no line stands for (init, task
    events, results). How a message finds its line is in sdk_match.py. The CLI writes its
    transcript in batches, well under a second after the message reached the SDK (seen with
-   2.1.330): a message waits for its line at most ``raw_timeout_s`` (1 s), polled every
+   2.1.330 and 2.1.332): a message waits for its line at most ``raw_timeout_s`` (1 s), polled every
    ``retry_step_s``. Messages behind it wait in the SDK's buffer meanwhile, so the delay does
    not add up. ``pairs()`` yields ``(message, raw)`` for code that wants it typed.
 2. Live spans: the real pipeline (ccotel.pipeline.Pipeline, no state) follows the session's

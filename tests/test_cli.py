@@ -168,7 +168,9 @@ def test_a_named_command_parses_as_with_every_command_built():
 
     argvs = [["run", "--root", "/r", "--metrics-addr", "none", "--poll"], ["backfill", "--workers", "1", "--close-all"],
              ["check", "abc", "--json"], ["report", "daily", "--json", "--state-dir", "/s"],
-             ["trace", "abc", "--root", "/r"], ["sessions", "--root", "/r"], ["doctor", "--root", "/r"], ["relay"],
+             ["trace", "abc", "--root", "/r"], ["sessions", "--root", "/r"],
+             ["top", "--root", "/r", "--once"], ["doctor", "--root", "/r"], ["relay"],
+             ["statusline", "--root", "/r", "--state", "none"],
              ["hook", "--state", "/s"]]
     assert sorted(a[0] for a in argvs) == sorted(_COMMANDS)
     for argv in argvs:

@@ -165,7 +165,7 @@ class _LateWriter:
         del self.todo[: self.per_wait]
 
 
-@pytest.mark.parametrize("version", ["2.1.197", "2.1.330"])
+@pytest.mark.parametrize("version", ["2.1.197", "2.1.330", "2.1.332"])
 def test_flush_race_lines_written_after_their_message(tmp_path: Path, version: str) -> None:
     """No line is on disk when its message arrives; the bounded retry reads the lines as they are
     written (subagent files and meta.json included) and every message gets its own line."""
@@ -340,7 +340,8 @@ def _ids(spans: Any) -> set[tuple[int, int, int | None, str]]:
 
 
 @pytest.mark.parametrize("name", ["2.1.330-s03_parallel_subagents", "2.1.330-s04_background_subagent",
-                                  "2.1.330-s05_nested_subagent", "s03_parallel_subagents"])
+                                  "2.1.330-s05_nested_subagent", "s03_parallel_subagents",
+                                  "2.1.332-s03_parallel_subagents", "2.1.332-s04_background_subagent"])
 def test_spans_have_the_sidecars_ids(name: str) -> None:
     """The observer's spans (the real pipeline in its thread, then closed) have the ids and
     parents the sidecar's pipeline builds from the same transcripts."""

@@ -12,11 +12,12 @@ counted once: the digests of calls and prompts already traced are kept across se
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable
 
 from ccotel.assemble.closing import Timeouts, flush_session, open_owners, release_superseded, tick_session
 from ccotel.assemble.digests import Digests, digest64
-from ccotel.assemble.model import AgentRun, Call, Finished, Owner, Session, Turn
+from ccotel.assemble.model import AgentRun, Call, Correction, Finished, Owner, Session, Turn
 from ccotel.assemble.outbox import Outbox
 from ccotel.assemble.placement import agent, agent_owner, link_agent, resolve_leftover_agents, start_turn
 from ccotel.assemble.tools import close_tools, is_repair, open_tools
@@ -44,6 +45,9 @@ class Assembler:
         # (kind "call"/"prompt", digest, path) of copies seen in another file: that file holds them too
         self.replays: list[tuple[str, int, str]] = []
         self._path = ""  # the file of the line being added
+        self._in_agent_file = False  # the line being added is in a subagent's file
+        # digests of the message ids of the calls traced: a sidechain's replay under a new requestId
+        self._seen_messages = Digests()
         self._unseen_agents: dict[tuple[str, str], int] = {}  # named subagents with no line yet
         self._active: set[str] = set()  # sessions with open owners: the only ones tick looks at
         self.new_owners: list[Owner] = []  # every owner created since the pipeline last looked
@@ -61,11 +65,20 @@ class Assembler:
             if len(sent) < 1024:  # answered ones are removed; a bound for requests never answered
                 sent[entry.api_request_id] = entry.timestamp_ns
             return
-        if session_id is None or entry.uuid is None:
-            return  # summaries, snapshots, queue operations: not part of the conversation tree
+        if session_id is None:
+            return
+        if entry.uuid is None:
+            if entry.type != "assistant" or not rules.counts_a_call(entry.message_id, entry.usage is not None):
+                return  # summaries, snapshots, queue operations: not part of the conversation tree
+            # A call written without its envelope (other tools' lines in Claude Code's format):
+            # counted, placed where its session's lines lead, named by its place in its file.
+            key = rules.call_key(entry.message_id or "", entry.request_id)
+            entry = dataclasses.replace(entry, uuid=f"line:{key}@{entry.offset}")
         sess = self._session(session_id)
+        self._in_agent_file = src.kind is not FileKind.MAIN
         if entry.uuid in sess.owner_of:
             self._count("duplicate_uuid")
+            self._copy_snapshot(entry, sess.owner_of[entry.uuid][0], session_id)
             return  # the same line again (a file read again from its start, a re-emitted line)
         kind = _classify_user(entry) if entry.type == "user" else None
         repair = kind == "tool_result" and is_repair(entry)
@@ -94,8 +107,10 @@ class Assembler:
                 self._unseen_agents.pop((sess.session_id, owner.agent_id), None)
             owner.first_offsets[src.path] = entry.offset
             self.new_owners.append(owner)  # its lines in this file hold that file's checkpoint
-        sess.owner_of[entry.uuid] = (owner, ts)
-        owner.uuids.append(entry.uuid)
+        uuid = entry.uuid
+        assert uuid is not None  # given above to a line without one
+        sess.owner_of[uuid] = (owner, ts)
+        owner.uuids.append(uuid)
         owner.last_ns = max(owner.last_ns, ts)
         owner.last_arrival_ns = max(owner.last_arrival_ns, arrival_ns)
         owner.version = entry.version or owner.version
@@ -222,6 +237,10 @@ class Assembler:
     def drain(self) -> list[Finished]:
         return self._outbox.drain()
 
+    def drain_corrections(self) -> list[Correction]:
+        """Later, larger snapshots (maybe) of calls whose spans were built (pipeline._correct)."""
+        return self._outbox.drain_corrections()
+
     def open_count(self) -> int:
         return sum(len(open_owners(s)) for s in self._sessions.values())
 
@@ -245,14 +264,16 @@ class Assembler:
                               self.capture_content)
         parent = e.parent_uuid or e.logical_parent_uuid
         found = sess.owner_of.get(parent) if parent else None
-        if found is not None and not found[0].closed:
-            return found[0]
-        if sess.current_turn is not None and not sess.current_turn.closed:
-            return sess.current_turn
-        if e.type == "assistant" and e.message_id and rules.is_api_call(e.model, e.made_by, e.is_api_error):
-            key = digest64(rules.call_key(e.message_id, e.request_id))
+        owner = found[0] if found is not None and not found[0].closed else (
+            turn if turn is not None and not turn.closed else None)
+        if owner is not None and not self._calls_after_final_answer(owner, e):
+            return owner
+        line_key = rules.line_call_key(e.message_id, e.request_id, e.uuid if e.usage is not None else None)
+        if e.type == "assistant" and line_key is not None and rules.is_api_call(e.model, e.made_by, e.is_api_error):
+            key = digest64(line_key)
             if key in self._seen_calls:
                 self.replays.append(("call", key, self._path))  # a copy of a call traced before
+                self._copy_snapshot(e, None, sess.session_id, line_key)
             elif not (e.uuid and digest64(e.uuid) in self._seen_prompts):
                 # Lines that answer no prompt we saw (a continuation after a closed turn, a file
                 # read from a checkpoint): their calls still get a trace.
@@ -260,16 +281,37 @@ class Assembler:
                                   self._seen_prompts, self.capture_content)
         return None
 
+    def _calls_after_final_answer(self, owner: Owner, e: Entry) -> bool:
+        """Is ``e`` the first line of a new API call of a turn whose final answer is written? Such a
+        call starts a turn of its own (a continuation), as it does once the turn closed: a turn ends at
+        its final answer in the transcript, not when it is read (docs/spans.md, "Where a line goes")."""
+        line_key = rules.line_call_key(e.message_id, e.request_id, e.uuid if e.usage is not None else None)
+        if not (isinstance(owner, Turn) and owner.final_seen and e.type == "assistant" and line_key is not None
+                and rules.is_api_call(e.model, e.made_by, e.is_api_error)):
+            return False
+        call = owner.current
+        if call is not None and e.message_id and call.message_id == e.message_id:
+            return False  # another line of the final answer
+        return (digest64(line_key) not in self._seen_calls
+                and not (e.uuid and digest64(e.uuid) in self._seen_prompts))
+
     # -- line handlers -----------------------------------------------------------
 
     def _assistant(self, sess: Session, owner: Owner, e: Entry, ts: int) -> None:
-        if e.message_id is None or not rules.is_api_call(e.model, e.made_by, e.is_api_error):
+        if not rules.is_api_call(e.model, e.made_by, e.is_api_error):
             return  # a line Claude Code wrote itself ("No response requested.", a repair): no API call
         call = owner.current
-        if e.request_id is None and call is not None and call.message_id == e.message_id:
+        if e.message_id and e.request_id is None and call is not None and call.message_id == e.message_id:
             key = call.key  # a line of the current response that lost its requestId
         else:
-            key = rules.call_key(e.message_id, e.request_id)
+            line_key = rules.line_call_key(e.message_id, e.request_id, e.uuid if e.usage is not None else None)
+            if line_key is None:
+                return  # no message id and no usage: nothing to count
+            key = line_key
+        if e.message_id and rules.replays_parent_message(
+                self._in_agent_file, digest64(e.message_id) in self._seen_messages, digest64(key) in self._seen_calls):
+            self._count("replayed_message_lines")  # a /btw side question's copy of the parent's response
+            return
         if call is None or call.key != key:
             previous = owner.superseded
             if previous is not None and previous.key == key:
@@ -280,12 +322,11 @@ class Assembler:
             elif digest64(key) in self._seen_calls:
                 if key in owner.call_keys:
                     self._late_line(sess, owner, key, e, ts)
+                    self._copy_snapshot(e, owner, sess.session_id, key)  # it may carry a later snapshot
                     return
                 self._count("replayed_message_lines")
                 self.replays.append(("call", digest64(key), self._path))
-                live = self._outbox.open_calls.get(key)
-                if live is not None:  # counted once, with the final snapshot, whichever file has it
-                    self._merge_snapshot(live, e)
+                self._copy_snapshot(e, owner, sess.session_id, key)
                 return  # the same API response replayed (resume, copied session): counted once
             else:
                 call = self._new_call(sess, owner, key, e, ts)
@@ -305,6 +346,23 @@ class Assembler:
         # More lines of this response are due: the model owes them (stall timeout, not idle).
         owner.awaiting_model = not call.is_api_error and rules.response_continues(e, call.stop_reason,
                                                                                   bool(call.tool_ids))
+
+    def _copy_snapshot(self, e: Entry, owner: Owner | None, session_id: str, key: str | None = None) -> None:
+        """A copy of a call's line (another file, a line written again): counted once, with the
+        final snapshot whichever file has it, merged into the call while its span is not built;
+        once built, handed out as a Correction (the pipeline keeps the larger). ``owner``: the
+        copy's, None when no owner takes the line (a copied session's history: not corrected)."""
+        if e.type != "assistant" or e.usage is None or not rules.is_api_call(e.model, e.made_by, e.is_api_error):
+            return
+        key = key or rules.line_call_key(e.message_id, e.request_id, e.uuid)
+        if key is None:
+            return
+        live = self._outbox.unbuilt_call(key)
+        if live is not None:
+            self._merge_snapshot(live, e)
+        elif owner is not None and digest64(key) in self._seen_calls and not e.is_api_error:
+            self._outbox.correct(Correction(key, e.message_id or "", e.request_id, e.model, e.usage, session_id,
+                                            e.timestamp_ns or owner.last_ns, owner))
 
     @staticmethod
     def _merge_snapshot(call: Call, e: Entry) -> None:
@@ -348,6 +406,8 @@ class Assembler:
             sent_ns=sent, first_line_ns=ts,
         )
         self._seen_calls.add(digest64(key))
+        if e.message_id:
+            self._seen_messages.add(digest64(e.message_id))
         self._outbox.open_calls[key] = call
         owner.call_keys.append(key)
         owner.current = call

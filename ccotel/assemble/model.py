@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 
 from ccotel.records import AdvisorCall, Usage
 
-__all__ = ["AgentRun", "Call", "Finished", "Owner", "OwnerBase", "Session", "TaskTool", "ToolCall", "ToolError",
-           "Turn", "TurnOutcome"]
+__all__ = ["AgentRun", "Call", "Correction", "Finished", "Owner", "OwnerBase", "Session", "TaskTool", "ToolCall",
+           "ToolError", "Turn", "TurnOutcome"]
 
 
 class ToolError(enum.Enum):
@@ -167,6 +167,22 @@ class AgentRun(OwnerBase):
 
 
 Owner = Turn | AgentRun
+
+
+@dataclass(frozen=True)
+class Correction:
+    """A later, larger snapshot of a call whose span was already built (its final usage in a file
+    read after it went out): no span of its own; the counts and the ledger go by the difference
+    (run/pipeline.py). ``owner``: the owner of the line that brought it."""
+
+    key: str
+    message_id: str
+    request_id: str | None
+    model: str | None
+    usage: Usage
+    session_id: str
+    time_ns: int
+    owner: Turn | AgentRun
 
 
 @dataclass(frozen=True)

@@ -247,8 +247,12 @@ def _chain(h: Health, r: _Read) -> None:
                       tuple(f"compact_boundary {u} -> logicalParentUuid {p}" for u, p in lost[:10])))
     first = rules.first_line_blocks(r.first_type, h.version)
     if first is not None:
+        effect = ("`claude --resume` of this version may answer \"No conversation found\" "
+                  "(anthropics/claude-code#62851, seen with 2.1.143)" if first else
+                  "this version resumes it with the whole history (tested from 2.1.197); "
+                  "versions before 2.1.197 may answer \"No conversation found\"")
         h.add(Finding(FindingCode.FIRST_LINE_NOT_MESSAGE, first,
-                      f"the first line is a {r.first_type!r} line, not a message",
+                      f"the first line is a {r.first_type!r} line, not a message: {effect}",
                       (f"line 1 type {r.first_type}", f"version {h.version}")))
 
 
@@ -300,7 +304,7 @@ def render(h: Health) -> str:
     lines = [f"session {h.session_id}: {verdict}",
              f"  transcript  {h.path or '(none)'} ({h.lines} records, {h.bad_lines} bad)",
              f"  assistant   {'yes' if h.has_assistant_record else 'none'}",
-             f"  process     {h.process}", f"  idle        {h.idle_seconds:.0f}s"]
+             f"  process     {h.process}", f"  idle        {_idle(h.idle_seconds)}"]
     if h.orphaned_tool_use_ids:
         lines.append(f"  orphaned    {', '.join(h.orphaned_tool_use_ids)}")
     for f in h.findings:
@@ -326,3 +330,15 @@ def run(args: argparse.Namespace) -> int:
     out = orjson.dumps(health.as_dict(), option=orjson.OPT_INDENT_2).decode() if args.json else render(health)
     sys.stdout.write(out + "\n")
     return 0 if health.resumable else 1
+
+
+def _idle(seconds: float) -> str:
+    """``112d 14h (9721418 s)``: readable, and the seconds --json gives (idle_seconds)."""
+    s = int(seconds)
+    if s < 60:
+        return f"{s}s"
+    d, rest = divmod(s, 86400)
+    h, rest = divmod(rest, 3600)
+    m = rest // 60
+    readable = f"{d}d {h}h" if d else (f"{h}h {m:02d}m" if h else f"{m}m {rest % 60:02d}s")
+    return f"{readable} ({s} s)"

@@ -82,7 +82,8 @@ def add_label_cap(sp: argparse.ArgumentParser) -> None:
                          "later ones are counted as \"other\"")
 
 
-def add_durable(sp: argparse.ArgumentParser) -> None:
+def add_durable(sp: argparse.ArgumentParser, lease: bool = False) -> None:
+    """``lease``: the command holds a fleet host's claims on spans (run, backfill): --claim-lease."""
     sp.add_argument("--state", default=None, metavar="DIR|URL",
                     help="checkpoints, counter totals and the usage ledger: a dir (SQLite, one host; default "
                          "$CCOTEL_STATE or $XDG_STATE_HOME/ccotel), a postgresql:// URL (one state for a fleet; "
@@ -90,3 +91,8 @@ def add_durable(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("--state-dir", default=None, help="the same as --state (a dir)")
     sp.add_argument("--host-id", default=None,
                     help="this host's name in a shared (PostgreSQL) state (default $CCOTEL_HOST_ID, the host name)")
+    if lease:
+        sp.add_argument("--claim-lease", default=None, metavar="SECONDS",
+                        help="a fleet (PostgreSQL state): how long after this host was last seen alive other "
+                             "hosts take over the spans it claimed and did not deliver (default $CCOTEL_CLAIM_LEASE "
+                             "or 60)")

@@ -117,7 +117,7 @@ def _lock(args: argparse.Namespace) -> StateLock | None:
     if location is None:
         log.warning("--state none: no checkpoints; every start reads, sends and counts the whole history again")
         return None
-    return lock_state(location, args.host_id)
+    return lock_state(location, args.host_id, getattr(args, "claim_lease", None))
 
 
 def _catch_up_in_parallel(args: argparse.Namespace, progress: _Progress, close_all: bool = False,
@@ -201,7 +201,7 @@ def _metrics_server(args: argparse.Namespace, metrics: Metrics) -> None:
 
 def cmd_run(args: argparse.Namespace, stopper: Stopper | None = None) -> int:
     stopper = stopper or Stopper()
-    lock = _lock(args)  # noqa: F841  (held until the process ends)
+    lock = _lock(args)  # held until the process ends, and checked while following
     from ccotel.metrics.genai import GenAIMetrics  # the OpenTelemetry metrics SDK: only for run
 
     genai = GenAIMetrics.from_env()  # None unless an OTLP metrics endpoint is configured
@@ -232,7 +232,7 @@ def cmd_run(args: argparse.Namespace, stopper: Stopper | None = None) -> int:
     pipeline.forget_gone()
     log.info("caught up: %d files, %d spans; following live (%s)", pipeline.stats.files,
              pipeline.stats.spans, watcher.mode)
-    status = follow(wired, watcher, stopper, metrics, None if args.no_status else line)
+    status = follow(wired, watcher, stopper, metrics, None if args.no_status else line, lock)
     if line is not None:
         line.detach()
     wired.close()

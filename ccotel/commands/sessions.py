@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import time
 from collections import Counter
@@ -31,7 +32,7 @@ from rich.text import Text
 from ccotel.assemble.closing import Timeouts
 from ccotel.commands.check import CheckError, Health, check_session
 from ccotel.commands.report.usage import session_usage
-from ccotel.commands.terminal import PipeConsole
+from ccotel.commands.terminal import dollars, left_cut, short_model, stdout_console
 from ccotel.read.discover import default_roots
 from ccotel.read.layout import SessionIdError, resolve_session_id
 from ccotel.read.shard import Group
@@ -59,7 +60,9 @@ __all__ = [
     "collect_spans",
     "find_session",
     "is_error",
+    "Listing",
     "list_sessions",
+    "select_sessions",
     "options_from_args",
     "run",
     "session_refs",
@@ -298,24 +301,49 @@ def summarize(ss: SessionSpans, health: Health, short_id: str) -> SessionSummary
     )
 
 
-def list_sessions(options: Options, since_ns: int | None = None, limit: int | None = 20,
-                  now_ns: int | None = None) -> list[SessionSummary]:
-    """The most recently written sessions under the roots, newest first, each read in full."""
-    refs = session_refs(options.roots, since_ns)
-    all_ids = sorted(r.session_id for r in refs)
-    refs.sort(key=lambda r: (r.last_write_ns, r.session_id), reverse=True)
-    if limit is not None and limit >= 0:
-        refs = refs[:limit]
-    out = []
+@dataclass(frozen=True)
+class Listing:
+    """The sessions a listing shows (newest first) and how many matched (``shown`` <= ``matched``)."""
+
+    sessions: tuple[SessionSummary, ...]
+    matched: int
+
+
+def select_sessions(options: Options, since_ns: int | None = None, limit: int | None = 20,
+                    now_ns: int | None = None) -> Listing:
+    """The most recently written sessions under the roots, newest first, each read in full.
+
+    ``since_ns``: only sessions with a turn started at or after it (the transcript's own times,
+    not the files' mtimes, which a copy or a restore changes); files last written before it are
+    not read, as they hold no such turn. Every candidate is then read to count the matches."""
+    every = session_refs(options.roots)
+    all_ids = sorted(r.session_id for r in every)  # short ids unique among all, not just the listed
+    refs = [r for r in every if since_ns is None or r.last_write_ns >= since_ns]
+    # newest first by the transcripts' own last time (a copy's or a restore's mtimes are all alike)
+    refs.sort(key=lambda r: (_last_record_ns(r), r.session_id), reverse=True)
+    out: list[SessionSummary] = []
     stall_s = options.timeouts.stall_ns / 1e9
     for ref in refs:
+        if since_ns is None and limit is not None and len(out) >= limit:
+            break
         try:
             health = check_session(ref.session_id, options.roots, stall_s=stall_s, now_ns=now_ns)
         except CheckError:
             continue  # gone (Claude Code's cleanup) since the scan
-        out.append(summarize(collect_spans(options, ref), health, _short_id(ref.session_id, all_ids)))
+        ss = collect_spans(options, ref)
+        if since_ns is not None and not any(s.start_ns >= since_ns for s in ss.spans
+                                            if s.parent_span_id is None and s.name == TURN_SPAN):
+            continue
+        out.append(summarize(ss, health, _short_id(ref.session_id, all_ids)))
     out.sort(key=lambda s: (s.last_ns, s.session_id), reverse=True)
-    return out
+    matched = len(out) if since_ns is not None else len(refs)
+    return Listing(tuple(out[:limit] if limit is not None else out), max(matched, len(out)))
+
+
+def list_sessions(options: Options, since_ns: int | None = None, limit: int | None = 20,
+                  now_ns: int | None = None) -> list[SessionSummary]:
+    """``select_sessions``' sessions."""
+    return list(select_sessions(options, since_ns, limit, now_ns).sessions)
 
 
 def _short_id(sid: str, sorted_ids: list[str], minimum: int = 8) -> str:
@@ -347,13 +375,27 @@ def run(args: argparse.Namespace) -> int:
     options = options_from_args(args)
     limit = args.limit if args.limit > 0 else None
     now = time.time_ns()
-    found = list_sessions(options, since_ns=getattr(args, "since", None), limit=limit, now_ns=now)
+    since = getattr(args, "since", None)
+    listing = select_sessions(options, since_ns=since, limit=limit, now_ns=now)
     if args.json:
-        doc = {"sessions": [s.as_dict() for s in found]}
+        doc = {"sessions": [s.as_dict() for s in listing.sessions]}
         sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
         return 0
-    console = PipeConsole(width=args.width, highlight=False) if args.width else PipeConsole(highlight=False)
-    console.print(render_sessions(found, now, console.width))
+    console = stdout_console(args.width)
+    if not listing.sessions:
+        where = ", ".join(options.roots)
+        console.print(f"no sessions since {_clock(since)} UTC under {where}" if since is not None
+                      else f"no sessions under {where}")
+        return 0
+    table, left_out = render_sessions(listing.sessions, now, console.width)
+    console.print(table)
+    notes = []
+    if len(listing.sessions) < listing.matched:
+        notes.append(f"{len(listing.sessions)} of {listing.matched} sessions (--limit 0: all)")
+    if left_out:
+        notes.append(f"not shown at this width: {', '.join(left_out)} (--json has every field)")
+    for note in notes:
+        console.print(note, style="dim")
     return 0
 
 
@@ -369,50 +411,49 @@ def _session_cells(s: SessionSummary, now_ns: int) -> dict[str, str | Text]:
         "started (UTC)": _short_clock(s.first_ns),
         "last": _ago(now_ns - s.last_ns),
         "version": s.versions[-1] if s.versions else "",
-        "model": ", ".join(s.models),
+        "model": ", ".join(short_model(m) for m in s.models),
         "turns": f"{s.turns}" + (f" ({s.open_turns} open)" if s.open_turns else ""),
         "calls": str(s.api_calls),
         "err": Text(str(errors), style="red" if errors else ""),
         "in": _compact(s.input_tokens + s.cache_read_tokens + s.cache_write_tokens),
         "out": _compact(s.output_tokens),
-        "cost": f"${s.cost_usd:.2f}" + ("*" if s.unpriced_models else ""),
+        "cost": f"${dollars(s.cost_usd)}" + ("*" if s.unpriced_models else ""),
         "state": Text(s.state, style=_STATE_STYLE.get(s.state, "")),
     }
 
 
-# Columns left out first when the terminal is narrow (the project column takes what is left).
-_OPTIONAL = ("model", "version", "started (UTC)")
+# Columns given up whole, first first, when the terminal is too narrow: a cell is never cut (a number
+# cut reads as a smaller one). The project takes what is left (at least _MIN_PROJECT), its path cut
+# from the left: its end is the project's own name. Session, turns, cost and state always stay.
+_GIVE_WAY = ("model", "version", "started (UTC)", "calls", "in", "out", "err", "last")
+_COLUMNS = ("session", "started (UTC)", "last", "version", "model", "turns", "calls", "err", "in", "out", "cost",
+            "state")
 _RIGHT = {"turns", "calls", "err", "in", "out", "cost", "last"}
+_MIN_PROJECT = 12
 
 
-def render_sessions(found: Sequence[SessionSummary], now_ns: int, width: int = 120) -> Table | Text:
-    """A table that fits ``width`` columns: the project path cut from the left (its end is the
-    project's name), and model, version and start time left out, in that order, when too narrow."""
-    if not found:
-        return Text("no sessions under the roots")
+def render_sessions(found: Sequence[SessionSummary], now_ns: int, width: int = 120) -> tuple[Table, list[str]]:
+    """A table that fits ``width`` columns, and the columns given up for it (to be named under it)."""
     rows = [_session_cells(s, now_ns) for s in found]
-    names = list(rows[0])
-    widths = {n: max(len(n), *(len(r[n]) for r in rows)) for n in names}
-    widths["model"] = min(widths["model"], 24)
-    min_project = 16
+    names = list(_COLUMNS)
+    widths = {n: max([len(n), *(len(r[n]) for r in rows)]) for n in names}
     projects = [s.cwd or s.project for s in found]
-    want_project = max(len("project"), *(len(p) for p in projects))
+    want_project = max([len("project"), *(len(p) for p in projects)])
     shown = list(names)
-    while True:
-        used = sum(widths[n] for n in shown) + len(shown)  # one space after each column
-        if width - used >= min_project or not any(n in shown for n in _OPTIONAL):
+    for name in _GIVE_WAY:
+        if sum(widths[n] for n in shown) + len(shown) + _MIN_PROJECT <= width:  # one space before each column
             break
-        shown.remove(next(n for n in _OPTIONAL if n in shown))
-    project_width = max(min_project, min(want_project, width - used))
+        shown.remove(name)
+    project_width = max(_MIN_PROJECT, min(want_project, width - sum(widths[n] for n in shown) - len(shown)))
     shown.insert(1, "project")
-    table = Table(box=None, pad_edge=False, padding=(0, 1, 0, 0), show_edge=False, header_style="bold")
+    widths["project"] = project_width
+    table = Table(box=None, pad_edge=False, padding=(0, 0, 0, 1), show_edge=False, header_style="bold")
     for n in shown:
-        table.add_column(n, justify="right" if n in _RIGHT else "left", no_wrap=True, overflow="ellipsis",
-                         width=project_width if n == "project" else widths[n])
+        table.add_column(n, justify="right" if n in _RIGHT else "left", no_wrap=True, width=widths[n])
     for row, project in zip(rows, projects, strict=True):
-        cells = dict(row, project=_left_ellipsis(project, project_width))
+        cells = dict(row, project=left_cut(project, project_width))
         table.add_row(*(cells[n] for n in shown))
-    return table
+    return table, [n for n in names if n not in shown]
 
 
 # -- formatting helpers (also used by commands/trace.py) ------------------------------------------------
@@ -423,6 +464,31 @@ def _mtime_ns(path: str) -> int:
         return os.stat(path).st_mtime_ns
     except OSError:
         return 0
+
+
+_TIMESTAMP = re.compile(rb'"timestamp":\s*"([0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]+Z?)"')
+
+
+def _last_record_ns(ref: SessionRef, tail: int = 32_768) -> int:
+    """The newest ``timestamp`` in the last ``tail`` bytes of the session's main file(s): its last
+    activity, without reading it whole; its files' mtime when none is found there."""
+    newest = 0
+    for path in ref.main_paths:
+        try:
+            with open(path, "rb") as fh:
+                fh.seek(max(0, os.fstat(fh.fileno()).st_size - tail))
+                chunk = fh.read(tail)
+        except OSError:
+            continue
+        for m in _TIMESTAMP.finditer(chunk):
+            try:
+                when = datetime.fromisoformat(m.group(1).decode().replace("Z", "+00:00"))
+            except ValueError:
+                continue
+            if when.tzinfo is None:
+                when = when.replace(tzinfo=timezone.utc)
+            newest = max(newest, int(when.timestamp() * 1e9))
+    return newest or ref.last_write_ns
 
 
 def _iso(ns: int | None) -> str | None:
@@ -462,8 +528,3 @@ def _compact(n: int) -> str:
     if n < 1_000_000:
         return f"{n / 1000:.0f}k"
     return f"{n / 1e6:.2f}M"
-
-
-def _left_ellipsis(text: str, width: int) -> str:
-    """Keep the end of a path (the project's own name) when it is too long."""
-    return text if len(text) <= width else "…" + text[-(width - 1):]

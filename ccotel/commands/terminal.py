@@ -1,4 +1,9 @@
-"""The rich console the commands print with.
+"""The rich console every command prints its tables with, and the one rule for its width.
+
+Width: ``--width`` when given; else on a terminal the terminal's width (rich asks it; COLUMNS,
+when set, wins as it does for every curses program); else, stdout being a pipe or a file,
+COLUMNS when set and else ``PIPE_WIDTH``: wide enough that no column of any command gives way,
+so ``ccotel report | grep`` or ``> file`` loses nothing, whatever width a terminal had.
 
 rich answers a closed stdout (`ccotel sessions | head`) by exiting with status 1; ccotel ends such
 a command quietly with status 0 (cli.main, as `yes | head` does), so the closed pipe is passed on as
@@ -8,10 +13,16 @@ the BrokenPipeError it is.
 from __future__ import annotations
 
 import errno
+import math
+import os
+import sys
+from typing import TextIO
 
 from rich.console import Console
 
-__all__ = ["PipeConsole"]
+__all__ = ["PIPE_WIDTH", "PipeConsole", "dollars", "left_cut", "output_width", "short_model", "stdout_console"]
+
+PIPE_WIDTH = 200  # off a terminal without COLUMNS
 
 
 class PipeConsole(Console):
@@ -20,3 +31,49 @@ class PipeConsole(Console):
     def on_broken_pipe(self) -> None:
         self.quiet = True  # nothing more is written to the closed pipe
         raise BrokenPipeError(errno.EPIPE, "stdout closed")
+
+
+def output_width(out: TextIO, width: int | None = None) -> int | None:
+    """The width to render for (module docstring); None: the terminal's, as rich finds it."""
+    if width is not None and width > 0:
+        return width
+    try:
+        tty = out.isatty()
+    except (AttributeError, ValueError):  # a closed or odd stream: not a terminal
+        tty = False
+    if tty:
+        return None
+    columns = os.environ.get("COLUMNS", "").strip()
+    return int(columns) if columns.isdigit() and int(columns) > 0 else PIPE_WIDTH
+
+
+def stdout_console(width: int | None = None, file: TextIO | None = None) -> PipeConsole:
+    """The console of a command's table: ``file`` (default stdout) at ``output_width``; colour only
+    on a terminal and without NO_COLOR (rich checks both)."""
+    out = file if file is not None else sys.stdout
+    return PipeConsole(file=out, width=output_width(out, width), highlight=False)
+
+
+def dollars(usd: float) -> str:
+    """The one rule for a cost in every table (report, sessions, trace): to the cent, and a cost
+    under a cent (one API call often is) to its first two significant digits, so it does not read
+    as 0.00. Never cut; the figures are estimates at list prices, and --json has them unrounded."""
+    if usd == 0 or abs(usd) >= 0.005:
+        return f"{usd:,.2f}"
+    places = min(8, 1 - math.floor(math.log10(abs(usd))))
+    return f"{usd:.{places}f}"
+
+
+def short_model(model: str) -> str:
+    """A model's name in a table: whole, never broken across lines, and short: without the
+    ``claude-`` every one has and without a date suffix (``claude-sonnet-4-20250514`` ->
+    ``sonnet-4``). --json has the full name."""
+    name = model[len("claude-"):] if model.startswith("claude-") else model
+    head, _, tail = name.rpartition("-")
+    return head if head and len(tail) == 8 and tail.isdigit() else name
+
+
+def left_cut(path: str, width: int) -> str:
+    """A path on one line of ``width``: its end (the project's own name) kept, the start cut to
+    ``…``. A path is no number: it may give way; --json has it whole."""
+    return path if len(path) <= width else "…" + path[-(max(width, 2) - 1):]

@@ -33,7 +33,7 @@ from ccotel.commands.sessions import (
     is_error,
     options_from_args,
 )
-from ccotel.commands.terminal import PipeConsole
+from ccotel.commands.terminal import dollars, short_model, stdout_console
 from ccotel.records import SpanRecord
 from ccotel.spans.attributes import (
     CLAUDE_CODE_ADVISOR,
@@ -51,6 +51,7 @@ from ccotel.spans.attributes import (
     ERROR_TYPE,
     GEN_AI_OPERATION_NAME,
     GEN_AI_RESPONSE_MODEL,
+    GEN_AI_TOOL_NAME,
     GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS,
     GEN_AI_USAGE_CACHE_WRITE_INPUT_TOKENS,
     GEN_AI_USAGE_INPUT_TOKENS,
@@ -192,52 +193,80 @@ def _duration(ns: int) -> str:
     return f"{int(s // 3600)}h{int(s % 3600 // 60):02d}m"
 
 
+def _token_items(a: dict[str, Any]) -> list[str]:
+    return [f"in {_compact(int(a.get(GEN_AI_USAGE_INPUT_TOKENS, 0)))}",
+            f"out {_compact(int(a.get(GEN_AI_USAGE_OUTPUT_TOKENS, 0)))}",
+            f"cr {_compact(int(a.get(GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS, 0)))}",
+            f"cw {_compact(int(a.get(GEN_AI_USAGE_CACHE_WRITE_INPUT_TOKENS, 0)))}"]
+
+
 def _tokens(a: dict[str, Any]) -> str:
-    text = (f"in {_compact(int(a.get(GEN_AI_USAGE_INPUT_TOKENS, 0)))} "
-            f"out {_compact(int(a.get(GEN_AI_USAGE_OUTPUT_TOKENS, 0)))} "
-            f"cr {_compact(int(a.get(GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS, 0)))} "
-            f"cw {_compact(int(a.get(GEN_AI_USAGE_CACHE_WRITE_INPUT_TOKENS, 0)))}")
+    return " ".join(_token_items(a))
+
+
+def _cost_cell(s: SpanRecord) -> str:
+    a = s.attributes
+    if GEN_AI_USAGE_OUTPUT_TOKENS not in a:
+        return ""
     cost = a.get(CLAUDE_CODE_COST_USD)
     if cost is not None:
-        text += f" ${float(cost):.4f}"
-    elif a.get(CLAUDE_CODE_COST_UNPRICED):
-        text += " unpriced"
-    return text
+        return dollars(float(cost))
+    return "unpriced" if a.get(CLAUDE_CODE_COST_UNPRICED) else ""
 
 
-def _info(s: SpanRecord, open_ids: frozenset[int]) -> Text:
+@dataclass(frozen=True)
+class _Part:
+    text: str
+    style: str = ""
+    whole: bool = False  # a figure: shown whole or left out, never cut
+
+
+def _info(s: SpanRecord, open_ids: frozenset[int]) -> list[_Part]:
+    """What the info column says of a span, in the order it gives way from the end (figures whole)."""
     a, kind = s.attributes, _kind(s)
-    parts: list[tuple[str, str]] = []
+    parts: list[_Part] = []
     if kind == "turn":
         outcome = "open (still running)" if s.span_id in open_ids else str(a.get(CLAUDE_CODE_TURN_OUTCOME, ""))
-        parts.append((outcome, "bold red" if is_error(s, open_ids) else "bold"))
-        parts.append((f" · {_n(int(a.get(CLAUDE_CODE_TURN_API_CALLS, 0)), 'call')}"
-                      f" · {_n(int(a.get(CLAUDE_CODE_TURN_TOOL_CALLS, 0)), 'tool')}", ""))
+        parts.append(_Part(outcome, "bold red" if is_error(s, open_ids) else "bold"))
         if a.get(CLAUDE_CODE_TURN_API_ERRORS):
-            parts.append((f" · {_n(int(a[CLAUDE_CODE_TURN_API_ERRORS]), 'API error')}", "red"))
+            parts.append(_Part(f" · {_n(int(a[CLAUDE_CODE_TURN_API_ERRORS]), 'API error')}", "red", True))
+        parts.append(_Part(f" · {_n(int(a.get(CLAUDE_CODE_TURN_API_CALLS, 0)), 'call')}", "", True))
+        parts.append(_Part(f" · {_n(int(a.get(CLAUDE_CODE_TURN_TOOL_CALLS, 0)), 'tool')}", "", True))
     elif kind in ("chat", "advisor"):
         if GEN_AI_USAGE_OUTPUT_TOKENS in a:
-            parts.append(((("advisor " if kind == "advisor" else "") + _tokens(a)), ""))
+            if kind == "advisor":
+                parts.append(_Part("advisor "))
+            parts.extend(_Part((" " if i else "") + item, "", True) for i, item in enumerate(_token_items(a)))
     elif kind == "agent":
         agent = str(a.get(CLAUDE_CODE_AGENT_ID, ""))[:8]
-        parts.append((f"agent {agent} · {_n(int(a.get(CLAUDE_CODE_TURN_API_CALLS, 0)), 'call')}", ""))
+        parts.append(_Part(f"agent {agent}"))
         if a.get(CLAUDE_CODE_AGENT_BACKGROUND):
-            parts.append((" · background", "cyan"))
+            parts.append(_Part(" · background", "cyan"))
+        parts.append(_Part(f" · {_n(int(a.get(CLAUDE_CODE_TURN_API_CALLS, 0)), 'call')}", "", True))
     elif kind == "tool":
         if a.get(CLAUDE_CODE_TOOL_BACKGROUND):
-            parts.append(("background", "cyan"))
+            parts.append(_Part("background", "cyan"))
         if _still_running(s, open_ids):
-            parts.append(("running: no result yet", "yellow"))
+            parts.append(_Part("running: no result yet", "yellow"))
     if s.span_id in open_ids and kind != "turn":
-        parts.append((" (open)", "yellow"))
+        parts.append(_Part(" (open)", "yellow"))
     if is_error(s, open_ids) and kind != "turn":
         err = str(a.get(ERROR_TYPE, "error"))
         msg = s.status_message or ""
         detail = f"✗ {err}" + (f": {msg}" if msg and msg != err else "")
-        parts.append(((" " if parts else "") + detail, "bold red"))
+        parts.insert(0, _Part(detail + (" " if parts else ""), "bold red"))  # listed in full under the table
+    return parts
+
+
+def _fit_info(parts: Sequence[_Part], width: int) -> Text:
+    """The parts in ``width`` cells: figures from the last back give way whole; a word may be cut
+    (by the column's ellipsis: errors are listed in full under the table)."""
+    kept = list(parts)
+    while sum(len(p.text) for p in kept) > width and any(p.whole for p in kept):
+        kept.remove(next(p for p in reversed(kept) if p.whole))
     text = Text()
-    for part, style in parts:
-        text.append(part, style=style)
+    for p in kept:
+        text.append(p.text.lstrip() if not text else p.text, style=p.style)
     return text
 
 
@@ -265,16 +294,17 @@ def _bar(s: SpanRecord, t0: int, total: int, width: int, style: str) -> Text:
 
 
 def _axis(total_ns: int, width: int) -> Text:
-    """Tick labels at 0, 1/2 and the end of the axis."""
+    """Tick labels at 0, the end and, when it fits with a blank either side, the middle."""
+    end = _duration(total_ns)
     cells = [" "] * width
-    labels = [(0, "0"), (width // 2, _duration(total_ns // 2)), (width, _duration(total_ns))]
-    for pos, label in labels:
-        at = max(0, min(pos - (len(label) if pos == width else 0), width - len(label)))
-        if pos == width // 2:
-            at = max(0, pos - len(label) // 2)
-        for i, ch in enumerate(label):
-            if at + i < width:
-                cells[at + i] = ch
+    cells[0] = "0"
+    at_end = max(1, width - len(end))
+    for i, ch in enumerate(end[:width - at_end]):
+        cells[at_end + i] = ch
+    mid = _duration(total_ns // 2)
+    at_mid = width // 2 - len(mid) // 2
+    if at_mid >= 2 and at_mid + len(mid) < at_end - 1:
+        cells[at_mid:at_mid + len(mid)] = list(mid)
     return Text("".join(cells), style="dim")
 
 
@@ -284,44 +314,73 @@ class _Layout:
     duration: int
     bar: int
     info: int
+    cost: int
+    short_names: bool  # `Bash` for `execute_tool Bash`, `chat opus-4-8` for `chat claude-opus-4-8`
 
 
-def _layout(width: int, names: Sequence[int], infos: Sequence[int]) -> _Layout:
-    """Column widths from what the rows hold: the info column as wide as its longest cell (up to
-    42% of the width), the bar at least a fifth of the width, the name what is left (at least
-    20, cut with an ellipsis: the model is in the header too), any surplus to the bar."""
-    duration, gaps = 6, 3
+_DURATION = 6
+
+
+def _layout(width: int, names: Sequence[int], short: Sequence[int], infos: Sequence[int], cost: int,
+            guide: int = 0) -> _Layout:
+    """Column widths from what the rows hold. The duration and the cost are whole always. The info
+    column is as wide as its longest cell up to 42% of the width, the bar at least a sixth of it;
+    the names are shortened (the tool's name without ``execute_tool``) before they are cut, and
+    the info column's figures give way whole when even so it is too narrow (a deep tree keeps 8
+    characters of name after its guide); surplus to the bar."""
+    gaps = 4 if cost else 3
+    room = width - _DURATION - cost - gaps
     info = min(max(infos, default=10), int(width * 0.42))
-    min_bar = max(16, width // 5)
-    name = max(20, min(max(names, default=10), width - duration - gaps - info - min_bar))
-    bar = max(min_bar, width - name - duration - gaps - info)
-    if name + duration + gaps + info + bar > width:  # very narrow: the info column gives way
-        info = max(10, width - name - duration - gaps - bar)
-    return _Layout(name, duration, bar, info)
+    min_bar = max(12, width // 6)
+    short_names = max(names, default=0) + info + min_bar > room
+    want = max(short if short_names else names, default=10)
+    name = max(12, min(want, guide + 8), min(want, room - info - min_bar))
+    info = max(0, min(info, room - name - min_bar))
+    bar = room - name - info
+    return _Layout(name, _DURATION, bar, info, cost, short_names)
+
+
+def _short_name(s: SpanRecord) -> str:
+    """A span's name for a narrow column: the tool's own name, the model without ``claude-``."""
+    a = s.attributes
+    if a.get(GEN_AI_OPERATION_NAME) == "execute_tool" and a.get(GEN_AI_TOOL_NAME):
+        return str(a[GEN_AI_TOOL_NAME])
+    op, _, rest = s.name.partition(" ")
+    return f"{op} {short_model(rest)}" if op == "chat" and rest else s.name
 
 
 def render_turn(turn: TurnTrace, ss: SessionSpans, count: int, width: int) -> RenderableType:
     rows = rows_of(turn)
     infos = [_info(r.span, ss.open_ids) for r in rows]
-    lay = _layout(width, [len(r.guide) + len(r.span.name) for r in rows], [len(i) for i in infos])
+    costs = [_cost_cell(r.span) for r in rows]
+    cost_width = max((len(c) for c in costs if c), default=0)
+    cost_width = max(cost_width, 1) if cost_width else 0
+    lay = _layout(width, [len(r.guide) + len(r.span.name) for r in rows],
+                  [len(r.guide) + len(_short_name(r.span)) for r in rows],
+                  [sum(len(p.text) for p in i) for i in infos], cost_width, max(len(r.guide) for r in rows))
     t0, total = turn.start_ns, max(turn.end_ns - turn.start_ns, 1)
-    table = Table(box=None, pad_edge=False, padding=(0, 1, 0, 0), show_edge=False, header_style="bold")
+    table = Table(box=None, pad_edge=False, padding=(0, 0, 0, 1), show_edge=False, header_style="bold")
     table.add_column("span", width=lay.name, no_wrap=True, overflow="ellipsis")
     table.add_column("took", width=lay.duration, justify="right", no_wrap=True)
     table.add_column(_axis(total, lay.bar), width=lay.bar, no_wrap=True)
-    table.add_column("tokens · cost · status", width=lay.info, no_wrap=True, overflow="ellipsis")
-    for r, info in zip(rows, infos, strict=True):
+    table.add_column("tokens · status"[:lay.info] if lay.info else "", width=lay.info, no_wrap=True,
+                     overflow="ellipsis")
+    if lay.cost:
+        table.add_column("$", width=lay.cost, justify="right", no_wrap=True)
+    for r, info, cost in zip(rows, infos, costs, strict=True):
         s = r.span
         error = is_error(s, ss.open_ids)
         style = "bold red" if error else ("yellow" if s.span_id in ss.open_ids else _STYLE[_kind(s)])
         name = Text()
         name.append(r.guide, style="dim")  # only the guide: a Text's own style would dim the name too
-        name.append(s.name, style=style)
-        table.add_row(name, _duration(s.end_ns - s.start_ns), _bar(s, t0, total, lay.bar, style), info)
-    return Group(*_header(turn, ss, count), table, *_errors(rows, ss.open_ids), _legend())
+        name.append(_short_name(s) if lay.short_names else s.name, style=style)
+        cells: list[str | Text] = [name, _duration(s.end_ns - s.start_ns), _bar(s, t0, total, lay.bar, style),
+                 _fit_info(info, lay.info)]
+        table.add_row(*cells, *([cost] if lay.cost else []))
+    return Group(*_header(turn, ss, count, width), table, *_errors(rows, ss.open_ids), _legend())
 
 
-def _header(turn: TurnTrace, ss: SessionSpans, count: int) -> list[Text]:
+def _header(turn: TurnTrace, ss: SessionSpans, count: int, width: int) -> list[Text]:
     root, spans = turn.root, turn.spans
     a = root.attributes
     chats = [s for s in spans if GEN_AI_USAGE_OUTPUT_TOKENS in s.attributes]
@@ -334,13 +393,16 @@ def _header(turn: TurnTrace, ss: SessionSpans, count: int) -> list[Text]:
     agents = [s for s in spans if _kind(s) == "agent"]
     outcome = "open (still running; shown as of now, not exported yet)" if turn.is_open else \
         str(a.get(CLAUDE_CODE_TURN_OUTCOME, "incomplete"))
-    title = Text(f"session {ss.ref.session_id}  turn {turn.index}/{count}  trace {turn.trace_id:032x}", style="bold")
-    when = Text(f"started {_clock(turn.start_ns)} UTC · took {_duration(turn.end_ns - turn.start_ns)} · outcome ")
-    when.append(outcome, style="bold red" if is_error(root, ss.open_ids) else
+    head, trace = f"session {ss.ref.session_id}  turn {turn.index}/{count}", f"trace {turn.trace_id:032x}"
+    title = Text(f"{head}  {trace}" if len(head) + 2 + len(trace) <= width else f"{head}\n{trace}", style="bold")
+    said = Text("outcome ")
+    said.append(outcome, style="bold red" if is_error(root, ss.open_ids) else
                 ("yellow" if turn.is_open else "bold green"))
+    when = [Text(f"started {_clock(turn.start_ns)} UTC"), Text(f"took {_duration(turn.end_ns - turn.start_ns)}"),
+            said]
     if a.get(CLAUDE_CODE_VERSION):
-        when.append(f" · Claude Code {a[CLAUDE_CODE_VERSION]}")
-    lines = [title, when]
+        when.append(Text(f"Claude Code {a[CLAUDE_CODE_VERSION]}"))
+    lines = [title, *_flow(when, width)]
     if a.get(CLAUDE_CODE_CWD):
         lines.append(Text(f"cwd {a[CLAUDE_CODE_CWD]}"))
     sums = {k: sum(int(s.attributes.get(k, 0)) for s in chats) for k in (
@@ -350,9 +412,10 @@ def _header(turn: TurnTrace, ss: SessionSpans, count: int) -> list[Text]:
     advisors = sum(1 for s in spans if _kind(s) == "advisor")
     tools = sum(1 for s in spans if _kind(s) == "tool")
     advised = f" + {_n(advisors, 'advisor call')}" if advisors else ""
-    lines.append(Text(f"{_n(len(calls), 'API call')} ({', '.join(models) or 'no model'}){advised} · "
-                      f"{_n(tools, 'tool call')} · {_n(len(agents), 'subagent')}"))
-    lines.append(Text(f"tokens {_tokens(sums)} · cost ${cost:.4f}{' + unpriced calls' if unpriced else ''}"))
+    lines += _flow([Text(f"{_n(len(calls), 'API call')} ({', '.join(models) or 'no model'}){advised}"),
+                    Text(_n(tools, 'tool call')), Text(_n(len(agents), 'subagent'))], width)
+    lines += _flow([Text(f"tokens {_tokens(sums)}"),
+                    Text(f"cost ${dollars(cost)}{' + unpriced calls' if unpriced else ''}")], width)
     if api_errors or tool_errors:
         err = Text("errors: ", style="bold red")
         err.append(", ".join(x for x in (_n(len(api_errors), "API error") if api_errors else "",
@@ -360,6 +423,18 @@ def _header(turn: TurnTrace, ss: SessionSpans, count: int) -> list[Text]:
                    style="red")
         lines.append(err)
     lines.append(Text(""))
+    return lines
+
+
+def _flow(pieces: Sequence[Text], width: int) -> list[Text]:
+    """Pieces joined by `` · `` on as few lines as fit ``width``: a line breaks between pieces only."""
+    lines = [Text()]
+    for piece in pieces:
+        if lines[-1] and len(lines[-1]) + 3 + len(piece) > width:
+            lines.append(Text())
+        if lines[-1]:
+            lines[-1].append(" · ")
+        lines[-1].append_text(piece)
     return lines
 
 
@@ -382,26 +457,45 @@ def _n(count: int, noun: str) -> str:
 
 
 def _legend() -> Text:
-    return Text("in = input incl. cache read (cr) and cache write (cw) · $ = estimate at list prices", style="dim")
+    return Text("in: input incl. cache read (cr) and write (cw) · $: estimate at list prices", style="dim")
 
 
-def render_turns(turns: Sequence[TurnTrace], ss: SessionSpans) -> RenderableType:
-    """``--list``: one line per turn."""
-    table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold",
-                  title=f"session {ss.ref.session_id}: {len(turns)} turns", title_justify="left")
-    for name, justify in (("#", "right"), ("started (UTC)", "left"), ("took", "right"), ("outcome", "left"),
-                          ("calls", "right"), ("tools", "right"), ("agents", "right"), ("in", "right"),
-                          ("out", "right"), ("cost $", "right"), ("errors", "right")):
-        table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+def render_turns(turns: Sequence[TurnTrace], ss: SessionSpans, width: int = 120) -> RenderableType:
+    """``--list``: one line per turn. No cell is cut: the start loses its year before columns give
+    way whole (named under the table)."""
+    rows: list[dict[str, str | Text]] = []
     for t in turns:
         s = _turn_summary(t)
         errors = int(s["apiErrors"]) + int(s["toolErrors"])
-        table.add_row(str(t.index), _clock(t.start_ns), _duration(t.end_ns - t.start_ns),
-                      Text(str(s["outcome"]), style="bold red" if is_error(t.root, t.open_ids) else ""),
-                      str(s["apiCalls"]), str(s["toolCalls"]), str(s["subagents"]),
-                      _compact(int(s["inputTokens"])), _compact(int(s["outputTokens"])), f"{float(s['cost']):.4f}",
-                      Text(str(errors), style="red" if errors else ""))
-    return table
+        rows.append({"#": str(t.index), "started (UTC)": _clock(t.start_ns), "took": _duration(t.end_ns - t.start_ns),
+                     "outcome": Text(str(s["outcome"]), style="bold red" if is_error(t.root, t.open_ids) else ""),
+                     "calls": str(s["apiCalls"]), "tools": str(s["toolCalls"]), "agents": str(s["subagents"]),
+                     "in": _compact(int(s["inputTokens"])), "out": _compact(int(s["outputTokens"])),
+                     "cost $": dollars(float(s["cost"])), "errors": Text(str(errors), style="red" if errors else "")})
+    names = ["#", "started (UTC)", "took", "outcome", "calls", "tools", "agents", "in", "out", "cost $", "errors"]
+
+    def need(shown: Sequence[str]) -> int:
+        return sum(max([len(n), *(len(r[n]) for r in rows)]) for n in shown) + len(shown) - 1
+
+    shown = list(names)
+    if need(shown) > width:
+        for r in rows:
+            r["started (UTC)"] = str(r["started (UTC)"])[5:]  # MM-DD HH:MM
+    for name in ("agents", "tools", "calls"):
+        if need(shown) <= width:
+            break
+        shown.remove(name)
+    table = Table(box=None, pad_edge=False, padding=(0, 0, 0, 1), show_edge=False, header_style="bold",
+                  title=f"session {ss.ref.session_id}: {_n(len(turns), 'turn')}", title_justify="left")
+    for name in shown:
+        table.add_column(name, justify="left" if name in ("started (UTC)", "outcome") else "right", no_wrap=True,
+                         min_width=max([len(name), *(len(r[name]) for r in rows)]))
+    for r in rows:
+        table.add_row(*(r[n] for n in shown))
+    left_out = [n for n in names if n not in shown]
+    note = Text(f"not shown at this width: {', '.join(left_out)} (--json has every field)" if left_out else "",
+                style="dim")
+    return Group(table, note) if left_out else table
 
 
 # -- JSON ------------------------------------------------------------------------------------------
@@ -495,9 +589,9 @@ def run(args: argparse.Namespace) -> int:
         doc = turns_json(turns, ss) if turn is None else turn_json(turn, ss, len(turns))
         sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode() + "\n")
         return 0
-    console = PipeConsole(width=args.width, highlight=False) if args.width else PipeConsole(highlight=False)
+    console = stdout_console(args.width)
     if turn is None:
-        console.print(render_turns(turns, ss))
+        console.print(render_turns(turns, ss, console.width))
     else:
         console.print(render_turn(turn, ss, len(turns), console.width))
     return 0

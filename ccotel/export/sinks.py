@@ -14,6 +14,7 @@ one batch the backend will never take must not stop the rest.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import random
 import socket
@@ -44,11 +45,13 @@ from ccotel.export.result import (
     Outcome,
 )
 from ccotel.export.transport import (
+    ConfigError,
     GrpcTransport,
-    HeaderError,
     HttpTransport,
     Transport,
     TransportConfig,
+    check_certificate,
+    check_endpoint,
     parse_headers,
 )
 from ccotel.records import SpanRecord
@@ -152,37 +155,69 @@ def _headers(env: dict[str, str]) -> tuple[tuple[str, str], ...]:
     return parse_headers(_env(env, "HEADERS") or "", name)
 
 
+def _endpoint(env: dict[str, str], protocol: str) -> tuple[str, str]:
+    """The traces endpoint and the variable it came from (checked: raises ConfigError)."""
+    endpoint = env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "").strip()
+    source = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
+    if not endpoint:
+        base = env.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").strip()
+        source = "OTEL_EXPORTER_OTLP_ENDPOINT"
+        if protocol == "grpc":
+            endpoint = base or "http://localhost:4317"
+        else:
+            endpoint = (base.rstrip("/") + "/v1/traces") if base else "http://localhost:4318/v1/traces"
+    check_endpoint(endpoint, protocol == "grpc", source)
+    return endpoint, source
+
+
+def _certificate(env: dict[str, str]) -> str | None:
+    path = _env(env, "CERTIFICATE")
+    if path is not None:
+        check_certificate(path, "OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE" if env.get(
+            "OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE", "").strip() else "OTEL_EXPORTER_OTLP_CERTIFICATE")
+    return path
+
+
+def _protocol(env: dict[str, str], warn: bool = True) -> str:
+    protocol = _env(env, "PROTOCOL") or "http/protobuf"
+    if protocol not in ("grpc", "http/protobuf"):
+        if warn:
+            log.warning("unsupported OTLP protocol %r, using http/protobuf", protocol)
+        protocol = "http/protobuf"
+    return protocol
+
+
 def otlp_config_error(env: dict[str, str] | None = None) -> str | None:
-    """Why the OTLP exporter's configuration cannot work (a header no request can carry), or None:
-    checked before a command that exports does any work, since no retry could ever send it."""
+    """Why the OTLP exporter's configuration cannot work (an endpoint that is not a URL, a header
+    no request can carry, a certificate that cannot be read), or None: checked before a command
+    that exports does any work, since no retry could ever send it."""
+    env = dict(os.environ) if env is None else env
     try:
-        _headers(dict(os.environ) if env is None else env)
-    except HeaderError as exc:
+        _headers(env)
+        _endpoint(env, _protocol(env, warn=False))
+        _certificate(env)
+    except ConfigError as exc:
         return str(exc)
     return None
 
 
 def otlp_settings(env: dict[str, str] | None = None) -> OtlpSettings:
-    """What the standard OTEL_EXPORTER_OTLP_* variables select; http/protobuf by default."""
+    """What the standard OTEL_EXPORTER_OTLP_* variables select; http/protobuf by default. Raises
+    ConfigError for what otlp_config_error refuses."""
     env = dict(os.environ) if env is None else env
-    protocol = _env(env, "PROTOCOL") or "http/protobuf"
-    if protocol not in ("grpc", "http/protobuf"):
-        log.warning("unsupported OTLP protocol %r, using http/protobuf", protocol)
-        protocol = "http/protobuf"
-    endpoint = env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "").strip()
-    if not endpoint:
-        base = env.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").strip()
-        if protocol == "grpc":
-            endpoint = base or "http://localhost:4317"
-        else:
-            endpoint = (base.rstrip("/") + "/v1/traces") if base else "http://localhost:4318/v1/traces"
+    protocol = _protocol(env)
+    endpoint, _source = _endpoint(env, protocol)
     timeout_s = 10.0
     raw_timeout = _env(env, "TIMEOUT")
     if raw_timeout:
         try:
-            timeout_s = max(float(raw_timeout) / 1000.0, 0.1)
+            ms = float(raw_timeout)
         except ValueError:
-            log.warning("ignoring OTEL_EXPORTER_OTLP_TIMEOUT=%r (milliseconds expected)", raw_timeout)
+            ms = math.nan
+        if math.isfinite(ms):
+            timeout_s = max(ms / 1000.0, 0.1)
+        else:  # as the OpenTelemetry spec asks of a number it cannot use: ignored, with a warning
+            log.warning("ignoring OTEL_EXPORTER_OTLP_TIMEOUT=%r (milliseconds expected)", raw_timeout[:40])
     compression = _env(env, "COMPRESSION")
     insecure = _env(env, "INSECURE")
     return OtlpSettings(protocol, TransportConfig(
@@ -191,7 +226,7 @@ def otlp_settings(env: dict[str, str] | None = None) -> OtlpSettings:
         timeout_s=timeout_s,
         compression="gzip" if compression == "gzip" else None,
         insecure=None if insecure is None else insecure.lower() == "true",
-        certificate=_env(env, "CERTIFICATE"),
+        certificate=_certificate(env),
     ))
 
 

@@ -11,6 +11,9 @@ sorts answers (https://opentelemetry.io/docs/specs/otlp/):
   retryable, RESOURCE_EXHAUSTED only when the status details hold a RetryInfo (its delay is
   honoured); the rest are permanent.
 - A connection refused, reset or timed out is retryable: nothing reached the backend.
+- An answer whose body is cut short (the backend closed before its Content-Length or last chunk)
+  means what its status means: a 2xx is delivered, and only its partial_success is not known
+  (sending again would duplicate the spans it took; docs/durability.md).
 - A redirect (3xx) is not followed; the spans are kept (RETRY) until the endpoint is corrected.
 
 Retrying, backoff and splitting are ExportQueue's (export/sinks.py).
@@ -24,9 +27,11 @@ import http.client
 import json
 import logging
 import math
+import os
 import re
 import socket
 import ssl
+import stat
 import time
 import urllib.parse
 from collections.abc import Mapping
@@ -56,6 +61,9 @@ __all__ = [
     "classify_http",
     "parse_headers",
     "HeaderError",
+    "ConfigError",
+    "check_endpoint",
+    "check_certificate",
     "parse_retry_after",
 ]
 
@@ -85,7 +93,13 @@ class Transport:
         raise NotImplementedError
 
 
-class HeaderError(ValueError):
+class ConfigError(ValueError):
+    """OTLP settings no export can work with (an endpoint that is not a URL, a header no request
+    can carry, a certificate that cannot be read): refused before any work, exit 2. The message
+    names the variable and never holds a header's value."""
+
+
+class HeaderError(ConfigError):
     """An OTLP header that cannot be sent: a configuration error (the message names the header,
     never its value, which is often a credential)."""
 
@@ -111,8 +125,50 @@ def parse_headers(raw: str, source: str = "OTEL_EXPORTER_OTLP_HEADERS") -> tuple
             if _CONTROL.search(text):
                 raise HeaderError(f"{source}: the value of header {name!r} holds a line break or another control "
                                   "character (its value is not shown)")
+            if not text.isascii():  # HTTP/1.1 would send other bytes than meant, gRPC refuses it
+                raise HeaderError(f"{source}: the value of header {name!r} holds a character outside ASCII "
+                                  "(percent-encode what the backend expects; its value is not shown)")
             out.append((name, text))
     return tuple(out)
+
+
+_URL_SPACE = re.compile(r"[\x00-\x20\x7f]")
+
+
+def check_endpoint(endpoint: str, grpc: bool, source: str) -> None:
+    """Raise ConfigError unless ``endpoint`` is a URL an exporter can use: OTLP/HTTP an http or
+    https URL with a host, gRPC that or host:port; a valid port; no space or control character
+    (it would end up in the request line). The message does not repeat the URL (it may hold a
+    user and password)."""
+    if _URL_SPACE.search(endpoint):
+        raise ConfigError(f"{source}: holds a space or a control character")
+    try:
+        url = urllib.parse.urlsplit(endpoint if not grpc or "://" in endpoint else f"http://{endpoint}")
+        port = url.port
+    except ValueError as exc:
+        raise ConfigError(f"{source}: not a URL ({_clean(str(exc).split(':')[0])})") from None
+    if url.scheme not in ("http", "https"):
+        raise ConfigError(f"{source}: an http:// or https:// URL expected")
+    if not url.hostname:
+        raise ConfigError(f"{source}: the URL has no host")
+    if port == 0:
+        raise ConfigError(f"{source}: port 0")
+
+
+def check_certificate(path: str, source: str) -> None:
+    """Raise ConfigError unless ``path`` is a regular file that can be opened (the TLS roots;
+    opened without blocking: a FIFO would wait for a writer)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as exc:
+        raise ConfigError(f"{source}: {_clean(repr(path))} cannot be read ({exc.strerror or type(exc).__name__})") \
+            from None
+    try:
+        regular = stat.S_ISREG(os.fstat(fd).st_mode)
+    finally:
+        os.close(fd)
+    if not regular:
+        raise ConfigError(f"{source}: {_clean(repr(path))} is not a regular file")
 
 
 def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
@@ -230,14 +286,16 @@ _ILLEGAL_VALUE = re.compile(r"\n(?![ \t])|\r(?![ \t\n])")
 
 @dataclass(frozen=True)
 class _Answer:
-    """An HTTP answer: headers with their names lower-cased, the body (at most the limit), and
-    whether the connection may carry the next request."""
+    """An HTTP answer: headers with their names lower-cased, the body (at most the limit),
+    whether the connection may carry the next request, and whether the body ended before its
+    framing said (the peer closed mid-body, or sent a bad chunk size)."""
 
     status: int
     reason: str
     headers: dict[str, str]
     body: bytes
     keep: bool
+    cut: bool = False
 
 
 class _Connection:
@@ -270,13 +328,14 @@ class _Connection:
         keep = version == "HTTP/1.1" and "close" not in headers.get("connection", "").lower()
         if status in (204, 304):
             return _Answer(status, reason, headers, b"", keep)
+        cut = False
         if "chunked" in headers.get("transfer-encoding", "").lower():
-            body, whole = self._chunked(limit)
+            body, whole, cut = self._chunked(limit)
         elif "content-length" in headers:
-            body, whole = self._sized(headers["content-length"], limit)
+            body, whole, cut = self._sized(headers["content-length"], limit)
         else:  # delimited by the close
             body, whole = self.rfile.read(limit), False
-        return _Answer(status, reason, headers, body, keep and whole)
+        return _Answer(status, reason, headers, body, keep and whole, cut)
 
     def _line(self) -> bytes:
         line = self.rfile.readline(_MAX_LINE + 1)
@@ -310,7 +369,8 @@ class _Connection:
             headers[last] = value.strip()
         raise http.client.HTTPException(f"got more than {_MAX_HEADERS} headers")
 
-    def _sized(self, length: str, limit: int) -> tuple[bytes, bool]:
+    def _sized(self, length: str, limit: int) -> tuple[bytes, bool, bool]:
+        """The body, whether it was read to its end, whether it was cut short."""
         try:
             n = int(length)
         except ValueError:
@@ -318,9 +378,11 @@ class _Connection:
         if n < 0:
             raise http.client.HTTPException(f"bad Content-Length {length!r}")
         body = self.rfile.read(min(n, limit))  # short if the peer closed early: the status still holds
-        return body, n <= limit and len(body) == n
+        return body, n <= limit and len(body) == n, len(body) < min(n, limit)
 
-    def _chunked(self, limit: int) -> tuple[bytes, bool]:
+    def _chunked(self, limit: int) -> tuple[bytes, bool, bool]:
+        """The body, whether it was read to its end, whether it was cut short (the peer closed,
+        or a chunk size that is not one): as a body cut short by Content-Length, the status holds."""
         parts: list[bytes] = []
         size_so_far = 0
         while True:
@@ -328,18 +390,18 @@ class _Connection:
             try:
                 size = int(line.split(b";", 1)[0].strip(), 16)
             except ValueError:
-                raise http.client.IncompleteRead(b"".join(parts)) from None
+                return b"".join(parts), False, True
             if size == 0:
                 while self._line() not in (b"\r\n", b"\n", b""):
                     pass  # trailers
-                return b"".join(parts), True
+                return b"".join(parts), True, False
             if size_so_far + size > limit:  # more than anything OTLP answers: not read to its end
                 parts.append(self.rfile.read(limit - size_so_far))
-                return b"".join(parts), False
+                return b"".join(parts), False, False
             data = self.rfile.read(size)
-            if len(data) < size:
-                raise http.client.IncompleteRead(b"".join(parts) + data, size - len(data))
             parts.append(data)
+            if len(data) < size:
+                return b"".join(parts), False, True
             size_so_far += size
             self.rfile.read(2)  # the CRLF after the chunk
 
@@ -357,6 +419,7 @@ class HttpTransport(Transport):
         host = f"[{self._host}]" if ":" in self._host else self._host
         self._host_header = host if self._port == (443 if self._https else 80) else f"{host}:{self._port}"
         self._conn: _Connection | None = None
+        self._cut_answers = 0
 
     def _connection(self) -> _Connection:
         if self._conn is None:
@@ -426,12 +489,25 @@ class HttpTransport(Transport):
         if not answer.keep:
             self.close()  # the backend closes it, or an answer larger than anything OTLP sends
         raw = answer.body
+        if answer.cut and 200 <= answer.status < 300:
+            self._cut_answer(answer)
         if answer.headers.get("content-encoding", "").lower() == "gzip":
             try:
                 raw = gzip.decompress(raw)
             except (OSError, EOFError):
                 raw = b""
         return classify_http(answer.status, answer.reason, answer.headers, raw, spans)
+
+    def _cut_answer(self, answer: _Answer) -> None:
+        """A 2xx whose body was cut short: the status says the backend took the spans, so they are
+        delivered and not sent again (OTLP success is the status; sending again would duplicate
+        what it took, and spans it rejected in a partial_success are not to be retried anyway).
+        What is lost is only that answer's count of rejected spans: said once at WARNING."""
+        self._cut_answers += 1
+        log.log(logging.WARNING if self._cut_answers == 1 else logging.DEBUG,
+                "the trace backend answered HTTP %d and its answer was cut short (%d bytes read): the spans are "
+                "counted as delivered; any it rejected in that answer (partial success) are not known%s",
+                answer.status, len(answer.body), "" if self._cut_answers == 1 else f" ({self._cut_answers} so far)")
 
     def _late_answer(self, conn: _Connection, spans: int) -> ExportResult | None:
         try:

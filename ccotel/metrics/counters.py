@@ -40,6 +40,7 @@ from ccotel.spans.attributes import (
     GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS,
     GEN_AI_USAGE_OUTPUT_TOKENS,
 )
+from ccotel.spans.correction import CORRECTION_OPERATION as _CORRECTION
 
 if TYPE_CHECKING:  # prometheus_client is loaded when metrics are served: catch-up workers only count
     from wsgiref.simple_server import WSGIServer
@@ -86,6 +87,13 @@ METRICS: dict[str, Spec] = {
     "ccotel_tokens": Spec("counter", "Tokens by model and type (input, output, cache_read, cache_creation).",
                           ("model", "type")),
     "ccotel_cost_usd": Spec("counter", "Estimated cost in USD at list prices.", ("model",)),
+    "ccotel_corrected_tokens": Spec("counter", "Tokens a later, larger snapshot of an API call already counted "
+                                    "added to ccotel_tokens_total (its final usage in a line read after its span "
+                                    "went out, e.g. a compaction agent's copy), by model and type.",
+                                    ("model", "type")),
+    "ccotel_calls_without_envelope": Spec("counter", "Assistant lines with a message id and usage that lack an "
+                                          "envelope field, counted as API calls all the same, by the first field "
+                                          "they lack (type, uuid, sessionId).", ("missing",)),
     "ccotel_subagents": Spec("counter", "Subagents run, by type.", ("type",)),
     "ccotel_compactions": Spec("counter", "Context compactions, by trigger.", ("trigger",)),
     "ccotel_lines_read": Spec("counter", "Transcript lines read."),
@@ -262,9 +270,12 @@ class Metrics:
     """Counter values keyed by name and label values; thread-safe.
 
     Channels: "pending" (from spans built but not final yet: exposed, never checkpointed),
-    "delivered" (from final spans, saved with their span ids in one transaction) and "read"
-    (lines, parse errors, detectors, orchestrator logs: saved with the offsets). The exposition
-    adds them.
+    "delivered" (from final spans, saved with their span ids in one transaction), "read"
+    (lines, parse errors, detectors, orchestrator logs: saved with the offsets, since a restart
+    reads again what the offsets do not cover and counts it then) and "own" (what ccotel's own
+    work met: export attempts and checkpoint writes that failed; nothing is read again for them,
+    so they are saved whenever they changed, with any commit or alone). ``changes`` tells a
+    commit whether a channel moved since it was last saved. The exposition adds them.
     """
 
     def __init__(self, gauges: Callable[[], dict[str, float]] | None = None,
@@ -273,7 +284,8 @@ class Metrics:
         self.cap = LabelCap(max_label_values)
         self.genai = genai  # GenAI semantic-convention metrics over OTLP, counted with these
         # "pending": counted from spans not final yet (exposed, never checkpointed)
-        self._channels: dict[str, dict[Key, float]] = {"read": {}, "delivered": {}, "pending": {}}
+        self._channels: dict[str, dict[Key, float]] = {"read": {}, "delivered": {}, "own": {}, "pending": {}}
+        self._changes = dict.fromkeys(self._channels, 0)  # per channel: how many times it changed
         self._pending: dict[int, list[tuple[Key, float]]] = {}  # span key -> increments held (not final)
         self._buckets = _BucketKeys()
         self._text_keys: dict[Key, str] = {}  # encode_key of each series saved (as many as the series)
@@ -287,6 +299,7 @@ class Metrics:
         assert len(labels) == len(spec.labels), (name, labels)
         with self._lock:
             _add(self._channels[channel], self.cap.fold(((_key(name, labels), value),)))
+            self._changes[channel] += 1
 
     def inc_many(self, incs: Iterable[tuple[Key, float]], channel: str = "read") -> None:
         """Several increments at once (a histogram's observation: histogram_increments)."""
@@ -305,6 +318,7 @@ class Metrics:
             incs = self.cap.fold(incs)
             if span_key is None:
                 _add(self._channels["delivered"], incs)
+                self._changes["delivered"] += 1
             else:
                 self._pending.setdefault(span_key, []).extend(incs)
         if self.genai is not None:
@@ -340,13 +354,20 @@ class Metrics:
                 held = pending.pop(span_key, None)
                 if held is not None:
                     _add(delivered, held)
+                    self._changes["delivered"] += 1
 
     # -- persistence -------------------------------------------------------------
 
-    def snapshot(self, channel: str | None = None) -> dict[str, float]:
-        """Values to checkpoint, keys prefixed by channel ("read:"/"delivered:"); all if None."""
+    def changes(self, channel: str) -> int:
+        """A number that grows whenever the channel's values change: read it before a
+        ``snapshot`` and save it with the snapshot; if it is the same later, so is the channel."""
         with self._lock:
-            channels = [channel] if channel else ["read", "delivered"]
+            return self._changes[channel]
+
+    def snapshot(self, channel: str | None = None) -> dict[str, float]:
+        """Values to checkpoint, keys prefixed by channel ("read:"/"delivered:"/"own:"); all if None."""
+        with self._lock:
+            channels = [channel] if channel else ["read", "delivered", "own"]
             return {f"{c}:{self._encoded(k)}": v for c in channels for k, v in self._channels[c].items()}
 
     def _encoded(self, k: Key) -> str:
@@ -523,6 +544,14 @@ def _span_increments(s: SpanRecord, buckets: _BucketKeys | None = None) -> list[
             out.append((("ccotel_cost_usd", model), float(a[CLAUDE_CODE_COST_USD])))
         elif a.get(CLAUDE_CODE_COST_UNPRICED):
             out.append((("ccotel_unpriced_calls", model), 1.0))
+    elif op == _CORRECTION:  # a later snapshot of a call counted before: the difference (spans/correction.py)
+        model = str(a.get(GEN_AI_RESPONSE_MODEL) or "unknown")
+        for kind, attr in _TOKEN_ATTRS:
+            if a.get(attr):
+                out.append((("ccotel_tokens", model, kind), float(a[attr])))
+                out.append((("ccotel_corrected_tokens", model, kind), float(a[attr])))
+        if CLAUDE_CODE_COST_USD in a:
+            out.append((("ccotel_cost_usd", model), float(a[CLAUDE_CODE_COST_USD])))
     elif op == "execute_tool":
         tool = str(a.get(GEN_AI_TOOL_NAME, "unknown"))
         outcome = str(a.get(ERROR_TYPE, "ok")) if s.status is StatusCode.ERROR else "ok"

@@ -14,6 +14,7 @@ from ccotel.metrics.counters import Metrics
 
 __all__ = [
     "abort",
+    "call_without_envelope",
     "checkpoint_failed",
     "declare_alerted_series",
     "export_failed",
@@ -42,6 +43,12 @@ def read(metrics: Metrics, lines: int, nbytes: int) -> None:
 def parse_error(metrics: Metrics, reason: str) -> None:
     """A line or file that could not be read, by the reason parse and tail name."""
     metrics.inc("ccotel_parse_errors", reason)
+
+
+def call_without_envelope(metrics: Metrics, missing: str) -> None:
+    """An assistant line with a message id and usage that lacks an envelope field (type, uuid,
+    sessionId): its call is counted all the same, by the first field it lacks."""
+    metrics.inc("ccotel_calls_without_envelope", missing)
 
 
 def format_unknown(metrics: Metrics, version: str, kind: str, name: str) -> None:
@@ -104,15 +111,15 @@ def spans_dropped(metrics: Metrics, reason: str, n: int) -> None:
 
 
 def export_failed(metrics: Metrics) -> None:
-    """An export attempt that failed and will be tried again."""
-    metrics.inc("ccotel_export_failures")
+    """An export attempt that failed and will be tried again (ccotel's own work: saved whenever it changed)."""
+    metrics.inc("ccotel_export_failures", channel="own")
 
 
 def checkpoint_failed(metrics: Metrics, reason: str) -> None:
     """A checkpoint write that failed: held and retried, nothing lost."""
-    metrics.inc("ccotel_checkpoint_errors", reason)
+    metrics.inc("ccotel_checkpoint_errors", reason, channel="own")
 
 
 def ledger_write_failed(metrics: Metrics) -> None:
-    """A usage-ledger write that failed: those rows are missing from reports; tracing and counting go on."""
-    metrics.inc("ccotel_checkpoint_errors", "ledger")
+    """A usage-ledger write that failed: its rows are kept and written again; tracing and counting go on."""
+    metrics.inc("ccotel_checkpoint_errors", "ledger", channel="own")

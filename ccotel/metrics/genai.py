@@ -41,6 +41,7 @@ Nothing is built (no thread, no socket) unless an OTLP metrics endpoint is confi
 from __future__ import annotations
 
 import logging
+import math
 import os
 import threading
 from collections.abc import Iterable, Mapping, Sequence
@@ -49,7 +50,7 @@ from typing import TYPE_CHECKING, Any
 
 from ccotel import __version__
 from ccotel.export.sinks import resource_attributes
-from ccotel.export.transport import parse_headers
+from ccotel.export.transport import ConfigError, check_certificate, check_endpoint, parse_headers
 from ccotel.records import SpanRecord, StatusCode
 from ccotel.spans.attributes import (
     CLAUDE_CODE_ADVISOR,
@@ -140,24 +141,16 @@ def _millis(env: Mapping[str, str], name: str, default: float) -> float:
     try:
         value = float(raw)
     except ValueError:
-        log.warning("ignoring %s=%r (milliseconds expected)", name, raw)
+        value = math.nan
+    if not math.isfinite(value):  # as the OpenTelemetry spec asks of a number it cannot use
+        log.warning("ignoring %s=%r (milliseconds expected)", name, raw[:40])
         return default
     return value if value > 0 else default
 
 
-def metrics_settings(env: Mapping[str, str] | None = None) -> MetricsSettings | None:
-    """None unless OTLP metrics are asked for: ``OTEL_EXPORTER_OTLP_METRICS_ENDPOINT``, or
-    ``OTEL_METRICS_EXPORTER=otlp`` (with ``OTEL_EXPORTER_OTLP_ENDPOINT`` or the default
-    localhost endpoint). ``OTEL_METRICS_EXPORTER=none`` turns them off whatever else is set."""
-    env = os.environ if env is None else env
-    exporters = {v.strip().lower() for v in env.get("OTEL_METRICS_EXPORTER", "").split(",") if v.strip()}
+def _metrics_endpoint(env: Mapping[str, str], protocol: str) -> str:
+    """The metrics endpoint (checked: raises transport.ConfigError)."""
     specific = env.get("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "").strip()
-    if "none" in exporters or not (specific or "otlp" in exporters):
-        return None
-    protocol = _var(env, "PROTOCOL") or "http/protobuf"
-    if protocol not in ("grpc", "http/protobuf"):
-        log.warning("unsupported OTLP metrics protocol %r, using http/protobuf", protocol)
-        protocol = "http/protobuf"
     base = env.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").strip()
     if specific:
         endpoint = specific  # used as given (OTLP exporter spec)
@@ -165,15 +158,68 @@ def metrics_settings(env: Mapping[str, str] | None = None) -> MetricsSettings | 
         endpoint = base or "http://localhost:4317"
     else:
         endpoint = (base.rstrip("/") + "/v1/metrics") if base else "http://localhost:4318/v1/metrics"
+    check_endpoint(endpoint, protocol == "grpc", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT" if specific
+                   else "OTEL_EXPORTER_OTLP_ENDPOINT")
+    return endpoint
+
+
+def _metrics_headers(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    source = "OTEL_EXPORTER_OTLP_METRICS_HEADERS" if env.get("OTEL_EXPORTER_OTLP_METRICS_HEADERS", "").strip() \
+        else "OTEL_EXPORTER_OTLP_HEADERS"
+    return parse_headers(_var(env, "HEADERS") or "", source)
+
+
+def _metrics_certificate(env: Mapping[str, str]) -> str | None:
+    path = _var(env, "CERTIFICATE")
+    if path is not None:
+        check_certificate(path, "OTEL_EXPORTER_OTLP_METRICS_CERTIFICATE" if env.get(
+            "OTEL_EXPORTER_OTLP_METRICS_CERTIFICATE", "").strip() else "OTEL_EXPORTER_OTLP_CERTIFICATE")
+    return path
+
+
+def metrics_config_error(env: Mapping[str, str] | None = None) -> str | None:
+    """Why the OTLP metrics configuration cannot work (as sinks.otlp_config_error for traces), or
+    None; also None when no OTLP metrics are asked for."""
+    env = os.environ if env is None else env
+    if not _wanted(env):
+        return None
+    protocol = _var(env, "PROTOCOL") or "http/protobuf"
+    try:
+        _metrics_headers(env)
+        _metrics_endpoint(env, protocol if protocol == "grpc" else "http/protobuf")
+        _metrics_certificate(env)
+    except ConfigError as exc:
+        return str(exc)
+    return None
+
+
+def _wanted(env: Mapping[str, str]) -> bool:
+    exporters = {v.strip().lower() for v in env.get("OTEL_METRICS_EXPORTER", "").split(",") if v.strip()}
+    specific = env.get("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "").strip()
+    return "none" not in exporters and bool(specific or "otlp" in exporters)
+
+
+def metrics_settings(env: Mapping[str, str] | None = None) -> MetricsSettings | None:
+    """None unless OTLP metrics are asked for: ``OTEL_EXPORTER_OTLP_METRICS_ENDPOINT``, or
+    ``OTEL_METRICS_EXPORTER=otlp`` (with ``OTEL_EXPORTER_OTLP_ENDPOINT`` or the default
+    localhost endpoint). ``OTEL_METRICS_EXPORTER=none`` turns them off whatever else is set."""
+    env = os.environ if env is None else env
+    if not _wanted(env):
+        return None
+    protocol = _var(env, "PROTOCOL") or "http/protobuf"
+    if protocol not in ("grpc", "http/protobuf"):
+        log.warning("unsupported OTLP metrics protocol %r, using http/protobuf", protocol)
+        protocol = "http/protobuf"
+    endpoint = _metrics_endpoint(env, protocol)
     temporality = (_var(env, "TEMPORALITY_PREFERENCE") or "cumulative").lower()
     return MetricsSettings(
         protocol=protocol,
         endpoint=endpoint,
-        headers=parse_headers(_var(env, "HEADERS") or ""),
+        headers=_metrics_headers(env),
         timeout_s=max(_millis(env, "OTEL_EXPORTER_OTLP_METRICS_TIMEOUT",
                               _millis(env, "OTEL_EXPORTER_OTLP_TIMEOUT", 10_000.0)) / 1000.0, 0.1),
         gzip=_var(env, "COMPRESSION") == "gzip",
-        certificate=_var(env, "CERTIFICATE"),
+        certificate=_metrics_certificate(env),
         interval_ms=_millis(env, "OTEL_METRIC_EXPORT_INTERVAL", 60_000.0),
         export_timeout_ms=_millis(env, "OTEL_METRIC_EXPORT_TIMEOUT", 30_000.0),
         delta=temporality in ("delta", "lowmemory"),

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from ccotel.read.layout import AGENT_PREFIX, SUBAGENTS, agent_meta, projects_dir
 from ccotel.read.parse_time import parse_timestamp
 from ccotel.read.shard import Group
-from ccotel.read.tail import FileIdentity
+from ccotel.read.tail import FileIdentity, Marker
 from ccotel.records import FileKind, TranscriptFile
 
 __all__ = ["default_roots", "classify", "scan", "ScanCache", "within_root", "find", "unread_bytes", "session_groups",
@@ -29,7 +29,8 @@ __all__ = ["default_roots", "classify", "scan", "ScanCache", "within_root", "fin
 
 log = logging.getLogger("ccotel.read")
 
-Checkpoint = tuple[FileIdentity | None, int, int]  # a file's checkpoint (state.files()): identity, offset, read_to
+# A file's checkpoint (state.files()): identity, offset, read_to, the offset marker (None: trusted).
+Checkpoint = tuple[FileIdentity | None, int, int, Marker | None]
 
 
 def default_roots(env: dict[str, str] | None = None) -> list[str]:
@@ -270,7 +271,7 @@ def find(roots: tuple[str, ...], since_ns: int | None, checkpoints: Mapping[str,
 
 
 def unread_bytes(path: str, checkpoints: Mapping[str, Checkpoint]) -> int:
-    return max(size_of(path) - checkpoints.get(path, (None, 0, 0))[1], 0)
+    return max(size_of(path) - checkpoints.get(path, (None, 0, 0, None))[1], 0)
 
 
 def session_groups(files: list[tuple[str, TranscriptFile]],

@@ -233,8 +233,11 @@ def to_entry(obj: dict[str, Any], offset: int, capture: bool, errors: list[str])
     get = obj.get
     etype = get("type")
     if not isinstance(etype, str):
-        errors.append("bad_field")
-        return None
+        if etype is not None or not _counts_a_call(get("message")):
+            errors.append("bad_field")
+            return None
+        etype = "assistant"  # no type, but a call to count: read as the assistant line it is
+    no_type = etype is not get("type")
     ts_raw = get("timestamp")
     ts = parse_timestamp(ts_raw)
     if ts is None and ts_raw is not None:
@@ -266,6 +269,8 @@ def to_entry(obj: dict[str, Any], offset: int, capture: bool, errors: list[str])
         "entrypoint": strs[8],
         "subtype": strs[9],
     }
+    if no_type:
+        kw["no_type"] = True
     if etype == "assistant":
         _assistant(obj, kw, capture, errors)
     elif etype == "user":
@@ -279,6 +284,12 @@ def to_entry(obj: dict[str, Any], offset: int, capture: bool, errors: list[str])
     elif etype == "cost-state":
         _cost_state(obj, kw, errors)
     return _new_entry(kw)
+
+
+def _counts_a_call(msg: Any) -> bool:
+    """A message with an id and a usage object: an API call, whatever its line lacks."""
+    return isinstance(msg, dict) and isinstance(msg.get("id"), str) and \
+        rules.counts_a_call(msg["id"], isinstance(msg.get("usage"), dict))
 
 
 def _cost_state(obj: dict[str, Any], kw: dict[str, Any], errors: list[str]) -> None:
@@ -326,6 +337,8 @@ def _assistant(obj: dict[str, Any], kw: dict[str, Any], capture: bool, errors: l
         kw["model"] = _str(msg, "model", errors)
         kw["stop_reason"] = _str(msg, "stop_reason", errors)
     kw["usage"], kw["advisors"] = _usage(get("usage"), errors)
+    if kw["message_id"] is None and get("id") is not None:
+        kw["usage"], kw["advisors"] = None, ()  # an id it cannot read: not a call without one (bad_field)
     content = msg.get("content")
     if isinstance(content, str):
         kw["blocks"] = (_new_block({"type": "text", "text": _keep_text(content, capture)}),)

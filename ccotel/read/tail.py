@@ -5,6 +5,15 @@ an unterminated last line is taken only when the caller says the file is quiet a
 parse as JSON (files of a session that died keep no final newline). Lines longer than the
 limit are skipped with bounded memory and counted. A file that shrank or was replaced
 (other inode, other first bytes) is read again from the start.
+
+A file rewritten in place (the same inode and first bytes, as long as what was read or longer)
+would otherwise be read on from the old offset, in the middle of other lines. An offset marker
+guards it, as Fluent Bit's and Vector's do: the last bytes read before the furthest offset read,
+kept with the checkpoint as a digest (``Marker``). When the file changed (its size or mtime)
+and once after a restart, those bytes are read again (one pread of at most _MARKER_BYTES); if the
+file is now shorter than the marker's end or they differ, it was rewritten: it is read again from
+the start, as a replaced file is. While following, the bytes themselves are held and compared
+(no digest per read); the digest is made when a checkpoint is written.
 """
 
 from __future__ import annotations
@@ -17,12 +26,17 @@ from dataclasses import dataclass, field
 from ccotel.read.parse import is_complete_json
 from ccotel.records import RawLine
 
-__all__ = ["FileIdentity", "Tailer", "ReadResult", "identity_of", "lines_with"]
+__all__ = ["FileIdentity", "Marker", "Tailer", "ReadResult", "identity_of", "lines_with"]
 
 _CHUNK = 1 << 20
 # A read asks this much past the size the fstat gave: a short read then shows the end of the file.
 _SLACK = 1 << 12
 _FINGERPRINT_BYTES = 256
+# The offset marker covers this many bytes before the offset (fewer at the start of a file): a
+# record's last fields (its uuid, timestamp, request id), which no other line of the file holds
+# at the same position; most real lines are longer, so the marker is taken from the line just
+# read, without a read of its own; and checking it is one pread within a page.
+_MARKER_BYTES = 512
 
 
 @dataclass(frozen=True)
@@ -31,6 +45,42 @@ class FileIdentity:
     ino: int
     head_len: int  # how many first bytes the fingerprint covers (fewer while the file is small)
     fingerprint: str  # digest of the first bytes; catches inode reuse and rewrites in place
+
+
+@dataclass(frozen=True)
+class Marker:
+    """The last ``length`` bytes before ``end`` (a position read up to), by digest: if the file
+    no longer holds them there, it was rewritten. Kept in the state as ``text()``."""
+
+    end: int
+    length: int
+    digest: str
+
+    def text(self) -> str:
+        return f"{self.end}:{self.length}:{self.digest}"
+
+    @staticmethod
+    def parse(text: str | None) -> Marker | None:
+        """A marker from ``text()``; None for none or one not understood (the offset is trusted)."""
+        if not text:
+            return None
+        try:
+            end, length, digest = text.split(":")
+            return Marker(int(end), int(length), digest)
+        except ValueError:
+            return None
+
+
+def _marker_of(data: bytes, end: int) -> Marker:
+    return Marker(end, len(data), hashlib.blake2b(data, digest_size=8).hexdigest())
+
+
+def _holds(fd: int, end: int, length: int, expected: bytes | Marker) -> bool:
+    """The file still holds, before ``end``, the bytes ``expected`` (or those a marker digests)."""
+    data = _pread_exactly(fd, length, end - length)
+    if isinstance(expected, Marker):
+        return len(data) == length and _marker_of(data, end) == expected
+    return data == expected
 
 
 def _fingerprint(fd: int, length: int) -> tuple[int, str] | None:
@@ -82,6 +132,11 @@ class Tailer:
     offset: int = 0  # always the start of a line: everything before it was read
     identity: FileIdentity | None = None
     max_line_bytes: int = 32 << 20
+    marker: Marker | None = None  # a checkpoint's marker, until this process reads past it (None: trusted)
+    _last: bytes = field(default=b"", repr=False)  # the last bytes this process read ...
+    _last_end: int = field(default=0, repr=False)  # ... before this offset (0: none)
+    _saved: Marker | None = field(default=None, repr=False)  # their digest, once asked for
+    _seen: tuple[int, int] | None = field(default=None, repr=False)  # (size, mtime) the marker was checked at
 
     def read(self, accept_unterminated: bool = False, max_bytes: int = 1 << 62,
              force_tail: bool = False, quiet_before_ns: int | None = None,
@@ -112,11 +167,14 @@ class Tailer:
                 return res
             res.size, res.mtime_ns = st.st_size, st.st_mtime_ns
             self._check_identity(st, res, fd)
+            if not res.reset:
+                self._check_marker(st, res, fd)
             if st.st_size <= self.offset:
                 return res
             force_tail = force_tail or (quiet_before_ns is not None and st.st_mtime_ns <= quiet_before_ns)
             end = self._read_lines(fd, res, accept_unterminated or force_tail, force_tail, max_bytes, st.st_size)
             res.size = max(res.size, end)
+            self._mark(fd, res)
         except OSError:
             res.error("unreadable")
         finally:
@@ -142,8 +200,50 @@ class Tailer:
         fp = _fingerprint(fd, self.identity.head_len)
         return fp is not None and fp == (self.identity.head_len, self.identity.fingerprint)
 
+    def checkpoint_marker(self) -> Marker | None:
+        """The marker to keep with a checkpoint: of the last bytes read, or the checkpoint's own
+        while a restart re-reads the lines before it (None: no marker, the offset is trusted)."""
+        if not self._last_end:
+            return self.marker
+        if self._saved is None or self._saved.end != self._last_end:
+            self._saved = _marker_of(self._last, self._last_end)
+        return self._saved
+
+    def _check_marker(self, st: os.stat_result, res: ReadResult, fd: int) -> None:
+        """Rewritten in place? Checked when the file changed since the last check (its size or
+        mtime; the first read after a restart always): an idle poll reads nothing again."""
+        seen, self._seen = self._seen, (st.st_size, st.st_mtime_ns)
+        if seen == self._seen:
+            return
+        expected: bytes | Marker
+        if self._last_end:
+            end, length, expected = self._last_end, len(self._last), self._last
+        elif self.marker is not None:
+            end, length, expected = self.marker.end, self.marker.length, self.marker
+        else:
+            return
+        if st.st_size < end or not _holds(fd, end, length, expected):
+            self._restart(res)
+            self.identity = _identity(fd, st)
+
+    def _mark(self, fd: int, res: ReadResult) -> None:
+        """Hold the last bytes before the offset now reached, if it is past what is held (a
+        restart re-reads up to the checkpoint's marker first): from the last line read when it
+        covers _MARKER_BYTES, else read back."""
+        end = self.offset
+        if end <= max(self._last_end, self.marker.end if self.marker is not None else 0):
+            return
+        data = b""
+        if res.lines and res.lines[-1].end == end:
+            last = res.lines[-1]
+            data = last.data if last.end - last.offset == len(last.data) else last.data + b"\n"
+        if len(data) < _MARKER_BYTES:
+            data = _pread_exactly(fd, min(_MARKER_BYTES, end), end - min(_MARKER_BYTES, end))
+        self._last, self._last_end = data[-_MARKER_BYTES:], end
+
     def _restart(self, res: ReadResult) -> None:
         self.offset = 0
+        self.marker, self._last, self._last_end = None, b"", 0
         res.reset = True
 
     def _read_lines(self, fd: int, res: ReadResult, take_tail: bool, force_tail: bool,

@@ -66,6 +66,9 @@ __all__ = [
     "TASK_TOOLS",
     "advisor_calls",
     "call_key",
+    "line_call_key",
+    "counts_a_call",
+    "replays_parent_message",
     "cache_write_split",
     "classify_user",
     "ends_turn",
@@ -123,6 +126,30 @@ def call_key(message_id: str, request_id: str | None) -> str:
     return message_id if not request_id else f"{message_id}:{request_id}"
 
 
+def line_call_key(message_id: str | None, request_id: str | None, uuid: str | None) -> str | None:
+    """The call a line with usage records. With a message.id: ``call_key``. Without one there is
+    nothing to dedup it by (ccusage never dedups such a line): it is a call of its own, named by its
+    uuid. None: neither, nothing names it."""
+    if message_id:
+        return call_key(message_id, request_id)
+    return f"line:{uuid}" if uuid else None
+
+
+def counts_a_call(message_id: str | None, has_usage: bool) -> bool:
+    """A line that counts its call whatever envelope fields it lacks (uuid, parentUuid, sessionId,
+    type): it has a message id and usage. Other tools write Claude Code's format without them."""
+    return bool(message_id) and has_usage
+
+
+def replays_parent_message(in_agent_file: bool, message_seen: bool, key_seen: bool) -> bool:
+    """A line of a subagent file (a /btw side question's is subagents/agent-aside_question-<id>.jsonl)
+    whose message.id was already counted under another requestId replays that response (ccusage
+    #913: /btw replays the parent's messages with new request ids): the same API call, not a new
+    one. A message id names one API response; only a subagent file is known to replay one under
+    a new requestId."""
+    return in_agent_file and message_seen and not key_seen
+
+
 def is_api_call(model: str | None, made_by: str | None, is_api_error: bool) -> bool:
     """Does an assistant line record an API call? Lines Claude Code wrote itself do not, except
     API errors (a failed call: counted as an error, never billed)."""
@@ -165,7 +192,11 @@ def is_final_snapshot(a: Usage, b: Usage) -> bool:
 def writes_final_usage(version: str | None) -> bool:
     """From 2.1.231 every line of a response carries its final usage and stop_reason (docs/format.md
     4.2): a copy with ``stop_reason: null`` is an early snapshot, whose final one may be in another
-    file. Older versions leave stop_reason null on most lines: nothing to wait for."""
+    file, so following live its call is held until its owner closes. Older versions leave
+    stop_reason null on most lines (holding every call would hold whole turns): their calls go out
+    as they finish. Either way the count does not depend on the version: a backfill builds no
+    span before the session's every file is read, and a later, larger snapshot of a call already
+    sent corrects the counts and the ledger by the difference (assemble/assembler.py)."""
     if not version:
         return False
     try:
@@ -263,8 +294,9 @@ def classify_user(e: Entry) -> str:
 
 
 # -- the format as known: every line type and top-level field seen in shared/realdata (Claude Code
-# 1.0.17 to 2.1.237) and in the real-CLI fixtures (2.1.197, 2.1.330). Anything else is drift: a
-# new release changed the format (drift.py counts it by version).
+# 1.0.17 to 2.1.237) and in the real-CLI fixtures (2.1.197, 2.1.330, 2.1.332). Anything else is drift:
+# a new release changed the format (drift.py counts it by version). Known is not always used: what each
+# field means and which ccotel reads is in docs/format.md.
 _ENVELOPE = frozenset({
     "agentId", "cwd", "entrypoint", "gitBranch", "isSidechain", "parentUuid", "sessionId", "sessionKind",
     "session_id", "slug", "timestamp", "type", "userType", "uuid", "version", "logicalParentUuid", "isMeta",
@@ -274,7 +306,7 @@ KNOWN_FIELDS: dict[str, frozenset[str]] = {
     "user": _ENVELOPE | {
         "classifierMetaLines", "imagePasteIds", "isCompactSummary", "isVisibleInTranscriptOnly", "message",
         "origin", "permissionDecision", "permissionMode", "planContent", "promptSource", "queuePriority",
-        "queueSkipAttachments", "sandboxed", "sourceToolAssistantUUID", "sourceToolUseID",
+        "queueSkipAttachments", "rowSource", "sandboxed", "sentAtMs", "sourceToolAssistantUUID", "sourceToolUseID",
         "summarizedTurnPromptUuids", "thinkingMetadata", "todos", "toolDenialKind", "toolUseResult",
         "turnCompanion", "turnOrigin", "turnPosition", "userFeedback"},
     "assistant": _ENVELOPE | {
@@ -305,8 +337,9 @@ KNOWN_FIELDS: dict[str, frozenset[str]] = {
     "relocated": frozenset({"relocatedCwd", "sessionId", "type"}),
     "worktree-state": frozenset({"sessionId", "type", "worktreeSession"}),
     "tools-used": frozenset({"sessionId", "tools", "type"}),
-    "api-request": frozenset({"agentId", "base", "cacheControl", "id", "keep", "params", "querySource",
-                              "requestDigest", "sessionId", "shapeHash", "tail", "timestamp", "type", "version"}),
+    "api-request": frozenset({"agentId", "base", "cacheControl", "echoWireToolInputs", "id", "keep", "params",
+                              "querySource", "requestDigest", "sessionId", "shapeHash", "tail", "thread",
+                              "timestamp", "type", "version"}),
     "api-request-blob": frozenset({"agentId", "hash", "message", "sessionId", "type"}),
     "api-request-shape": frozenset({"agentId", "sessionId", "shape", "shapeHash", "timestamp", "type", "version"}),
     "cost-state": frozenset({"hasUnknownModelCost", "modelUsage", "sessionId", "startTime", "totalAPIDuration",

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 __all__ = ["TESTED_CLAUDE_CODE_VERSIONS", "VersionStanding", "VersionVerdict", "parse_version", "judge_version"]
 
 #: Oldest first: every scenario is recorded with the real CLI of each (tests/fixtures).
-TESTED_CLAUDE_CODE_VERSIONS: tuple[str, ...] = ("2.1.197", "2.1.330")
+TESTED_CLAUDE_CODE_VERSIONS: tuple[str, ...] = ("2.1.197", "2.1.330", "2.1.332")
 
 # MAJOR.MINOR[.PATCH] of ASCII digits, then nothing or a suffix that is not more of the number.
 _VERSION = re.compile(r"(\d+)\.(\d+)(?:\.(\d+))?(?![\d.])", re.ASCII)

@@ -229,6 +229,7 @@ def _worker(options: Options, state_dir: str, exporter: str, groups: list[Group]
             stopper.check()
         stopper.check()
     except Interrupted as stop:
+        pipeline.keep_own_counts()  # failed exports while the backend was away
         die(stop.signum)
     queue.close(timeout_s=None)
     pipeline.process_acks()

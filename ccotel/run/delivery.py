@@ -3,7 +3,10 @@
 Checkpoint rule: a file's offset moves past a line only when every span built from it was
 acknowledged (or dropped for good). Lines of a turn still open (or not yet delivered) are
 re-read after a restart; spans of it already delivered are not sent again (state.acked). In a
-fleet sharing one state, a span goes out from the one host whose claim on its id won (``take``).
+fleet sharing one state, a span goes out from the one host whose claim on its id won (``take``);
+one another host claimed and has not delivered is held here, its owner not done, and claimed
+again every ``ELSEWHERE_EVERY_S`` (``take_over``) until that host delivered it or its lease ran
+out (it died: the span is this host's to send now, postgres.py).
 ``acknowledge`` runs on the export thread; everything else on the pipeline's thread; the lock
 keeps the two apart.
 
@@ -17,7 +20,9 @@ sent again with the same ids, counted once (the counters go in the same transact
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Set as AbstractSet
 
 from ccotel.assemble.digests import digest64
 from ccotel.assemble.model import Owner, Turn
@@ -26,9 +31,11 @@ from ccotel.metrics import events
 from ccotel.metrics.counters import Metrics
 from ccotel.records import SpanRecord
 from ccotel.run.reader import Reader
-from ccotel.store.state import PERMANENT, Commit, State, anchor_of
+from ccotel.store.state import PERMANENT, Claimed, Commit, State, anchor_of
 
-__all__ = ["Delivery"]
+__all__ = ["Delivery", "ELSEWHERE_EVERY_S"]
+
+ELSEWHERE_EVERY_S = 1.0  # spans another host claimed are claimed again this often
 
 
 class Delivery:
@@ -49,6 +56,10 @@ class Delivery:
         self.last_export_ns = 0
         self.coalesce = False  # acknowledgements wait for the pipeline thread's next commit (live)
         self._acked: list[tuple[int, str]] = []  # acknowledged, not committed yet (coalesce)
+        # claimed by another host, not delivered yet: span id -> (owner, span, anchor of its file)
+        self._elsewhere: dict[int, tuple[Owner, SpanRecord, int]] = {}
+        self._elsewhere_at = 0.0
+        self._saved = {"delivered": 0, "own": 0}  # Metrics.changes of these channels as last committed
 
     # -- handing spans over ------------------------------------------------------
 
@@ -73,31 +84,69 @@ class Delivery:
 
     def take(self, owner: Owner, spans: Sequence[SpanRecord]) -> list[SpanRecord]:
         """The spans of an owner about to be sent: those not delivered before a restart, now in
-        flight, and counted at once (metrics never wait for the trace backend)."""
-        out = []
+        flight, and counted at once (metrics never wait for the trace backend). Those another
+        host claimed and has not delivered are held (``take_over``)."""
         fresh = [s for s in spans if s.span_id not in self.acked_before]  # not delivered before a restart
-        mine = self._claimed(owner, fresh)
+        claimed, anchor = self._claimed(owner, fresh)
         with self.lock:
             for span in fresh:
-                if span.span_id not in mine:
-                    continue  # another host of the fleet sends and counts it (a synced copy of its file)
-                owner.pending += 1
-                self._inflight[span.span_id] = (owner, owner.live)
-                out.append(span)
-                if self.metrics is not None and owner.live:
-                    self.metrics.observe_span(span, span.span_id)  # counted now, not on delivery
+                if span.span_id in claimed.elsewhere:
+                    owner.pending += 1  # its owner (and its file's checkpoint) waits for that host
+                    self._elsewhere[span.span_id] = (owner, span, anchor)
+            return self._in_flight(owner, fresh, claimed.mine)
+
+    def take_over(self) -> list[SpanRecord]:
+        """The spans held for other hosts (at most every ELSEWHERE_EVERY_S): those delivered since
+        are final here too, not sent nor counted; those whose host's lease ran out are this
+        host's now: in flight and counted, as ``take`` returns them."""
+        if self.state is None or not self._elsewhere or time.monotonic() - self._elsewhere_at < ELSEWHERE_EVERY_S:
+            return []
+        self._elsewhere_at = time.monotonic()
+        with self.lock:
+            by_anchor: dict[int, list[int]] = {}
+            for span_id, (_owner, _span, anchor) in self._elsewhere.items():
+                by_anchor.setdefault(anchor, []).append(span_id)
+        out: list[SpanRecord] = []
+        for anchor, ids in by_anchor.items():
+            claimed = self.state.claim(ids, anchor)
+            with self.lock:
+                for span_id in ids:
+                    if span_id in claimed.elsewhere or span_id not in self._elsewhere:
+                        continue
+                    owner, span, _anchor = self._elsewhere.pop(span_id)
+                    owner.pending -= 1
+                    if span_id in claimed.mine:
+                        out += self._in_flight(owner, [span], claimed.mine)
+                    elif owner.pending == 0:
+                        self._maybe_done.add(owner.token)  # the other host delivered it
         return out
 
-    def _claimed(self, owner: Owner, spans: Iterable[SpanRecord]) -> set[int]:
-        """The span ids this process may send: a shared state (PostgreSQL) gives each to the
-        first host that claims it; one on this host alone (SQLite, or none) gives them all."""
-        ids = [s.span_id for s in spans]
-        if self.state is None or not ids:
-            return set(ids)
-        path = next(iter(owner.first_offsets), None)
-        return self.state.claim(ids, anchor_of(path) if path is not None else PERMANENT)
+    def _in_flight(self, owner: Owner, spans: Sequence[SpanRecord], mine: AbstractSet[int]) -> list[SpanRecord]:
+        """Those of the owner's ``spans`` in ``mine``, now in flight and counted; the caller holds the lock."""
+        out = []
+        for span in spans:
+            if span.span_id not in mine:
+                continue  # another host of the fleet sends and counts it (a synced copy of its file)
+            owner.pending += 1
+            self._inflight[span.span_id] = (owner, owner.live)
+            out.append(span)
+            if self.metrics is not None and owner.live:
+                self.metrics.observe_span(span, span.span_id)  # counted now, not on delivery
+        return out
 
-    def acknowledge(self, spans: Sequence[SpanRecord], result: ExportResult | None = None, others: int = 0) -> None:
+    def _claimed(self, owner: Owner, spans: Iterable[SpanRecord]) -> tuple[Claimed, int]:
+        """The span ids this process may send, and the anchor they were claimed with: a shared
+        state (PostgreSQL) gives each to the first host that claims it; one on this host alone
+        (SQLite, or none) gives them all."""
+        ids = [s.span_id for s in spans]
+        path = next(iter(owner.first_offsets), None)
+        anchor = anchor_of(path) if path is not None else PERMANENT
+        if self.state is None or not ids:
+            return Claimed(frozenset(ids)), anchor
+        return self.state.claim(ids, anchor), anchor
+
+    def acknowledge(self, spans: Sequence[SpanRecord], result: ExportResult | None = None, others: int = 0,
+                    exported: bool = True) -> None:
         """These spans are final (called from the export thread): the backend took them, or
         ``result.drops`` says how many it rejected (or could not be encoded), by reason. Dropped
         spans will never be delivered either, so checkpoints move past both; only delivered
@@ -106,6 +155,8 @@ class Delivery:
         Their ids and the counters they feed are committed at once, in one transaction, so a
         crash right after cannot make a restart send them again or count them twice. ``others``:
         spans of this batch another source owns (an agent registry's): counted the same way.
+        ``exported=False``: records never sent (a usage correction, spans/correction.py), final
+        once counted: neither exported nor an export.
         """
         commit = Commit()
         settled: list[int] = []
@@ -118,7 +169,7 @@ class Delivery:
                     settled.append(span.span_id)
             if self.metrics is not None and settled:
                 self.metrics.settle(settled)  # counted when built; now final, so checkpointed
-            delivered = len(commit.acked) + others
+            delivered = len(commit.acked) + others if exported else 0
             for reason, n in result.drops if result is not None else ():
                 n = min(n, delivered)
                 delivered -= n
@@ -126,7 +177,7 @@ class Delivery:
                     events.spans_dropped(self.metrics, reason, n)
             if self.metrics is not None and delivered:
                 events.spans_exported(self.metrics, delivered)
-            if delivered or result is None:
+            if exported and (delivered or result is None):
                 self.last_export_ns = self.clock()
             if self.state is None or not commit.acked:
                 return
@@ -140,13 +191,18 @@ class Delivery:
 
     def take_acked(self, commit: Commit) -> None:
         """Add the acknowledgements kept back (``coalesce``) to ``commit``, with the counters they
-        settled: taken under the lock, so the ids and the counts they fed are written together."""
+        settled: taken under the lock, so the ids and the counts they fed are written together.
+        The delivered counters also when they changed without an acknowledgement to keep (spans
+        of another source, counted on delivery): every count settled under this lock has its
+        ids here or already written, so they are always safe to write."""
         with self.lock:
-            if not self._acked:
+            changed = self.metrics is not None and self.metrics.changes("delivered") != self._saved["delivered"]
+            if not self._acked and not changed:
                 return
             commit.acked += self._acked
             self._acked = []
             if self.metrics is not None:
+                self._saved["delivered"] = self.metrics.changes("delivered")  # before the snapshot: never later
                 commit.counters.update(self.metrics.snapshot("delivered"))
 
     def stop_coalescing(self) -> None:
@@ -157,7 +213,7 @@ class Delivery:
         with self.lock:
             self.coalesce = False
             self.take_acked(commit)
-            if self.state is not None and commit.acked:
+            if self.state is not None and not commit.empty():
                 self.state.commit(commit)
 
     def unsent(self, spans: list[SpanRecord]) -> None:
@@ -219,7 +275,8 @@ class Delivery:
         for log_ in reader.logs:
             if log_.tailer.offset != log_.saved_offset:
                 log_.saved_offset = log_.tailer.offset
-                commit.offsets[log_.path] = (log_.tailer.identity, log_.saved_offset, log_.saved_offset)
+                commit.offsets[log_.path] = (log_.tailer.identity, log_.saved_offset, log_.saved_offset,
+                                             log_.tailer.checkpoint_marker())
         paths, reader.dirty = reader.dirty | moved, set()
         for path in paths:
             st = reader.files.get(path)
@@ -229,7 +286,7 @@ class Delivery:
             safe = min(min(blocking.values()) if blocking else 1 << 62, st.tailer.offset)
             if safe != st.saved_offset or st.read_to != st.saved_read_to:
                 st.saved_offset, st.saved_read_to = safe, st.read_to
-                commit.offsets[path] = (st.tailer.identity, safe, st.read_to)
+                commit.offsets[path] = (st.tailer.identity, safe, st.read_to, st.tailer.checkpoint_marker())
 
     def anchor_replays(self, commit: Commit, replays: list[tuple[str, int, str]]) -> None:
         """A copy in another file holds the calls and prompts it replays too: they are kept while
@@ -257,9 +314,19 @@ class Delivery:
         return out
 
     def write(self, commit: Commit) -> None:
-        if self.state is not None and not commit.empty():
-            if self.metrics is not None:
+        """Commit, with the "read" counters if anything else is written (they go with the offsets)
+        and the "own" counters whenever they changed (with nothing else if need be): a failure
+        counted after the last checkpoint is kept by the next commit, and by a stop."""
+        if self.state is None:
+            return
+        if self.metrics is not None:
+            if not commit.empty():
                 commit.counters.update(self.metrics.snapshot("read"))
+            own = self.metrics.changes("own")
+            if own != self._saved["own"] or not commit.empty():
+                self._saved["own"] = own  # read before the snapshot: a change in between is written again
+                commit.counters.update(self.metrics.snapshot("own"))
+        if not commit.empty():
             self.state.commit(commit)
 
 

@@ -123,8 +123,9 @@ class Reader:
         if state is None:
             ckpt = self.checkpoints.get(tf.path)
             if ckpt is not None:
-                ident, offset, read_to = ckpt
-                tailer = Tailer(tf.path, offset=offset, identity=ident, max_line_bytes=self.max_line_bytes)
+                ident, offset, read_to, marker = ckpt
+                tailer = Tailer(tf.path, offset=offset, identity=ident, max_line_bytes=self.max_line_bytes,
+                                marker=marker)
             else:
                 tailer = Tailer(tf.path, max_line_bytes=self.max_line_bytes)
                 offset = read_to = 0
@@ -142,7 +143,7 @@ class Reader:
 
     def follow_log(self, path: str, source: str, patterns: tuple[Pattern, ...]) -> None:
         ckpt = self.checkpoints.get(path)
-        tailer = Tailer(path, offset=ckpt[1], identity=ckpt[0]) if ckpt else Tailer(path)
+        tailer = Tailer(path, offset=ckpt[1], identity=ckpt[0], marker=ckpt[3]) if ckpt else Tailer(path)
         log_ = OrchestratorLog(path, source, tailer, patterns, saved_offset=ckpt[1] if ckpt else -1)
         if ckpt is None:
             log_.read(None, count=False)  # what the log held before ccotel followed it is history
@@ -256,6 +257,7 @@ class Reader:
         if res.reset:
             self.stats.file_resets += 1
             state.read_to = 0
+            state.saved_read_to = -1  # the next commit writes its new identity and marker
         for err, end in zip(res.errors, res.error_ends, strict=False):
             if end < 0:  # the file itself (unreadable): once until it reads again
                 if not state.unreadable:
@@ -311,6 +313,11 @@ class Reader:
             self._reported_cost(state, entry, fresh)
         if rules.is_assistant_record(entry):
             state.has_assistant = True
+            if entry.message_id is not None and entry.usage is not None and fresh and self.metrics is not None \
+                    and self.counting():
+                missing = _missing_envelope(entry)
+                if missing is not None:
+                    events.call_without_envelope(self.metrics, missing)
         elif etype == "user":
             state.has_user = True
         self.assembler.add(entry, state.tf, arrival_ns)
@@ -373,6 +380,15 @@ class Reader:
                 if written >= since_ns:
                     lag = max(lag, (now - written) / 1e9)
         return max(lag, 0.0)
+
+
+def _missing_envelope(e: Entry) -> str | None:
+    """The first envelope field an assistant line with a call lacks, if any."""
+    if e.no_type:
+        return "type"
+    if e.uuid is None:
+        return "uuid"
+    return "sessionId" if e.session_id is None else None
 
 
 def _previous_costs(path: str, before: int, process_start: str, max_line_bytes: int) -> dict[str, float]:

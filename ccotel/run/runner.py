@@ -26,9 +26,10 @@ from ccotel.records import SpanRecord
 from ccotel.run.pipeline import Options, Pipeline
 from ccotel.run.stopping import EXIT_ERROR, EXIT_LOCKED, STOP_GRACE_S, Interrupted, Stopper, die, settle_state
 from ccotel.store.backends import open_state
-from ccotel.store.ledger import Ledger, LedgerError
+from ccotel.store.ledger import FILLING_CATCH_UP, FILLING_REBUILD, LEDGER_FILE, Ledger, LedgerError
+from ccotel.store.ledger_recovery import open_or_rebuild
 from ccotel.store.sqlite import SqliteState
-from ccotel.store.state import State, host_id, is_url
+from ccotel.store.state import State, StateLock, host_id, is_url
 
 if TYPE_CHECKING:
     from ccotel.read.watch import Watcher
@@ -121,22 +122,36 @@ def _ledger(state_dir: str | None, roots: tuple[str, ...], host: str | None = No
 
 
 def fill_ledger(options: Options, state_dir: str | None, stopper: Stopper) -> None:
-    """A state written before the usage ledger existed (an upgrade): its checkpoints hold the
-    history, which the pipeline will never build spans for again, so the ledger is filled from
-    the transcripts once, before anything is recorded in it. Stoppable between files (the next
-    start fills it, from an empty ledger, again)."""
-    if state_dir is None or is_url(state_dir) or not os.path.exists(os.path.join(state_dir, "state.db")):
+    """A writer's start: the ledger is checked (a damaged one is set aside and a new one started:
+    ledger_recovery.py) and, when it lacks history the state's checkpoints have passed (a state
+    that predates it, a ledger set aside, a fill stopped before its end), filled from the
+    transcripts still on disk before anything is recorded in it. A ledger started with a fresh
+    state is filled by the first catch-up. Either way it is marked as filling until that ends
+    (reports then read every transcript). Stoppable between files (the next start fills it again)."""
+    if state_dir is None or is_url(state_dir):
         return  # a PostgreSQL state was never without its ledger
-    state = SqliteState(state_dir)
-    checkpoints = state.files()
-    state.close()
-    ledger = _ledger(state_dir, options.roots)
-    if ledger is None:
+    try:
+        ledger, aside = open_or_rebuild(os.path.join(state_dir, LEDGER_FILE), options.roots)
+    except LedgerError as exc:
+        log.error("the usage ledger cannot be used (%s); reports will read the transcripts only", exc)
         return
     try:
-        if not checkpoints or ledger.coverage().updated_ns:
+        checkpoints: dict[str, object] = {}
+        if os.path.exists(os.path.join(state_dir, "state.db")):
+            state = SqliteState(state_dir)
+            checkpoints = dict(state.files())
+            state.close()
+        cover = ledger.coverage()
+        new = ledger.created or aside is not None
+        if not checkpoints:  # a first start: the catch-up fills the ledger with the state
+            if new:
+                ledger.filling(FILLING_CATCH_UP)
             return
-        log.info("filling the usage ledger from the transcripts (once: this state predates it)")
+        if not (new or cover.filling == FILLING_REBUILD or not cover.updated_ns):
+            return
+        ledger.filling(FILLING_REBUILD)
+        why = "in place of the damaged one" if aside else "a fill was stopped" if cover.filling else "a state before it"
+        log.info("filling the usage ledger from the transcripts (%s)", why)
         filler = Pipeline(options, emit=lambda _spans: None, state=None, ledger=ledger)
         filler.backfill(lambda _done, _total: stopper.check(), close_all=True)
         log.info("usage ledger: %d API calls", ledger.coverage().calls)
@@ -170,6 +185,7 @@ def read_history(wired: Wired, progress: Callable[[int, int], None] | None, stop
         kept = wired.pipeline.backfill(progress, close_all=close_all)
     except Interrupted:
         wired.queue.abandon(stopper.deadline(0.8))
+        wired.pipeline.keep_own_counts()
         raise
     stopper.hard = False
     return kept
@@ -223,16 +239,18 @@ def _gather(watcher: Watcher, dirty: set[str], last_poll: float, gap_s: float) -
     return time.monotonic()
 
 
-def follow(wired: Wired, watcher: Watcher, stopper: Stopper, metrics: Metrics, status: StatusLine | None) -> int:
+def follow(wired: Wired, watcher: Watcher, stopper: Stopper, metrics: Metrics, status: StatusLine | None,
+           lock: StateLock | None = None) -> int:
     """Follow the files live until a signal; then let the batch on the wire be acknowledged,
     checkpoint, and return the exit status. ``status``: the terminal's status line the live
-    counts are drawn on every second (None: none)."""
+    counts are drawn on every second (None: none). ``lock``: the state's lock, checked every
+    second: taken from under this process, it stops (EXIT_ERROR) as for a signal."""
     pipeline, queue, state = wired.pipeline, wired.queue, wired.state
     current = [pipeline]  # replaced when the traces catch up
     metrics.gauges = lambda: {**current[0].gauges(), "ccotel_export_queue_spans": float(queue.pending()),
                               "ccotel_checkpoint_pending": float(state.pending if state is not None else 0)}
     pipeline.go_live(COMMIT_EVERY_S)
-    last_rescan = last_status = last_retry = time.monotonic()
+    last_rescan = last_status = last_retry = last_lock = time.monotonic()
     last_tick = last_poll = 0.0
     gap = POLL_GAP_S
     while not stopper.is_set():
@@ -259,6 +277,13 @@ def follow(wired: Wired, watcher: Watcher, stopper: Stopper, metrics: Metrics, s
         if state is not None and state.failures and now - last_retry > 1:
             last_retry = now
             state.retry()  # a full disk: the next commit may be a while away
+        if lock is not None and now - last_lock > 1:
+            last_lock = now
+            lost = lock.check()
+            if lost is not None:
+                log.error("%s", lost)
+                stopper.give_up("the state was taken from under this ccotel")
+                break
         if now - last_rescan > 120:  # a safety net: inotify reports new files and directories
             last_rescan = now
             watcher.ensure_roots()
@@ -279,4 +304,4 @@ def follow(wired: Wired, watcher: Watcher, stopper: Stopper, metrics: Metrics, s
     queue.abandon(stopper.deadline(0.7))
     pipeline.process_acks()
     written = settle_state(state, stopper.deadline(0.85))
-    return 0 if written else EXIT_ERROR
+    return 0 if written and stopper.reason is None else EXIT_ERROR

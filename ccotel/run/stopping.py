@@ -78,6 +78,7 @@ class Stopper:
         self.hard = True
         self.wakers: list[Callable[[], None]] = []
         self.closed = False  # stopped because stdout was closed, not by a signal
+        self.reason: str | None = None  # stopped from within (``give_up``), not by a signal
 
     def stdout_closed(self) -> None:
         """From any thread: stdout's reader went away (the console exporter found its pipe
@@ -93,8 +94,20 @@ class Stopper:
             wake()
 
     def why(self) -> str:
-        """What stopped the command: the signal's name, or "stdout closed"."""
+        """What stopped the command: the signal's name, "stdout closed", or the reason given up for."""
+        if self.reason is not None:
+            return self.reason
         return "stdout closed" if self.closed else signal.Signals(self.signum).name
+
+    def give_up(self, reason: str) -> None:
+        """Stop from within, as for a signal but without one (the state was taken from under this
+        process): the loops that watch ``is_set`` end and the command exits with EXIT_ERROR."""
+        if self.event.is_set():
+            return
+        self.reason, self.at = reason, time.monotonic()
+        self.event.set()
+        for wake in self.wakers:
+            wake()
 
     def install(self) -> Stopper:
         for sig in (signal.SIGINT, signal.SIGTERM):

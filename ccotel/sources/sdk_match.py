@@ -4,8 +4,8 @@ The SDK (``claude-agent-sdk``) reads the CLI's stream-json; the CLI writes the s
 its transcript with what the stream lacks (parentUuid, timestamp, isSidechain, agentId, the final
 usage, toolUseResult). Each stream message is matched to its transcript line:
 
-* by uuid: the CLI gives a stream record the uuid of its transcript line (seen in 2.1.197 and
-  2.1.330);
+* by uuid: the CLI gives a stream record the uuid of its transcript line (seen in 2.1.197, 2.1.330
+  and 2.1.332);
 * otherwise by a content signature of its first block: ``tool_use:{id}``, ``tool_result:{id}``,
   or ``text:``/``thinking:`` plus a hash of its first 200 normalised characters, within the same
   agent context (the main file, or the subagent file the message's ``parent_tool_use_id`` leads

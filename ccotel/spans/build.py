@@ -233,7 +233,8 @@ def chat_attributes(attrs: dict[str, Any], model: str | None, request_model: str
     answering ``model`` unless a fallback answered)."""
     attrs[GEN_AI_OPERATION_NAME] = "chat"
     attrs[GEN_AI_PROVIDER_NAME] = PROVIDER
-    attrs[GEN_AI_RESPONSE_ID] = message_id
+    if message_id:  # a line with usage and no message.id is a call all the same
+        attrs[GEN_AI_RESPONSE_ID] = message_id
     attrs[CLAUDE_CODE_IS_SIDECHAIN] = is_sidechain
     attrs[CLAUDE_CODE_MESSAGE_LINES] = lines
     if model:
@@ -348,7 +349,7 @@ def _chat(c: Call, f: Finished, conventions: Conventions, pricing: Pricing) -> S
 
 def usage_attributes(attrs: dict[str, Any], model: str | None, u: Usage, conventions: Conventions,
                      cost: float | None, output: bool = True) -> None:
-    """A chat span's usage and cost: ``cost`` None is unpriced when there is a ``model`` to price;
+    """A chat span's usage and cost: ``cost`` None is unpriced (a model without a price, or none named);
     ``output`` False leaves out an output count that is not final yet."""
     attrs[GEN_AI_USAGE_INPUT_TOKENS] = u.total_input
     if output:
@@ -365,8 +366,8 @@ def usage_attributes(attrs: dict[str, Any], model: str | None, u: Usage, convent
         attrs[CLAUDE_CODE_USAGE_CACHE_CREATION_EPHEMERAL_1H_INPUT_TOKENS] = u.cache_creation_1h
     if cost is not None:
         attrs[CLAUDE_CODE_COST_USD] = round(cost, 9)
-    elif model is not None:
-        attrs[CLAUDE_CODE_COST_UNPRICED] = True  # never a silent $0
+    else:
+        attrs[CLAUDE_CODE_COST_UNPRICED] = True  # never a silent $0 (nor for a line that names no model)
 
 
 def _advisor(c: Call, index: int, chat: SpanRecord, conventions: Conventions, pricing: Pricing) -> SpanRecord:

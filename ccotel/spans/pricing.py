@@ -273,8 +273,9 @@ def _no_constant(name: str) -> Any:
 
 def _checked_price(path: str, model: str, p: dict[str, Any], key: str) -> float:
     v = p[key]
-    # bool is an int to Python; a price written as true is a mistake, not 1 USD
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not 0 <= v <= MAX_PRICE:
+    # bool is an int to Python; a price written as true is a mistake, not 1 USD. The range is
+    # checked before finiteness: an int too large for a float would raise in math.isfinite.
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= MAX_PRICE or not math.isfinite(v):
         raise PriceFileError(f"--prices {path}: {model!r} {key} must be a number of USD per million tokens from 0 "
                              f"to {MAX_PRICE:,.0f}, not {v!r}")
     return float(v)
@@ -291,6 +292,8 @@ def load_overrides(path: str) -> dict[str, Price]:
         if isinstance(exc, PriceFileError):
             raise
         raise PriceFileError(f"--prices {path}: not JSON ({exc})") from None
+    except RecursionError:  # arrays or objects nested deeper than json can parse: no price table is
+        raise PriceFileError(f"--prices {path}: nested too deeply to be a table of prices") from None
     if not isinstance(raw, dict):
         raise PriceFileError(f"--prices {path}: expected an object of model -> prices")
     out = {}

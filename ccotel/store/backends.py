@@ -3,8 +3,9 @@
 
 from __future__ import annotations
 
-from ccotel.store.sqlite import SqliteState, lock_state_dir
-from ccotel.store.state import State, StateLock, host_id, is_url
+from ccotel.store.sqlite import SqliteState
+from ccotel.store.state import State, StateLock, claim_lease, host_id, is_url
+from ccotel.store.statedir import lock_state_dir
 
 __all__ = ["open_state", "lock_state", "backend_missing", "FLEET_EXTRA"]
 
@@ -35,10 +36,11 @@ def open_state(location: str, host: str | None = None, verify: bool = True) -> S
     return SqliteState(location, verify=verify)
 
 
-def lock_state(location: str, host: str | None = None) -> StateLock:
-    """The state for this process: the dir's flock, or this host id's lock in PostgreSQL."""
+def lock_state(location: str, host: str | None = None, lease_s: str | float | None = None) -> StateLock:
+    """The state for this process: the dir's flock, or this host id's lock in PostgreSQL with its
+    lease on claims (``lease_s``: --claim-lease; state.claim_lease)."""
     if is_url(location):
-        from ccotel.store.postgres import lock_host
+        from ccotel.store.postgres_lease import lock_host
 
-        return lock_host(location, host_id(host))
+        return lock_host(location, host_id(host), claim_lease(lease_s))
     return lock_state_dir(location)

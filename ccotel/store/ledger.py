@@ -26,230 +26,27 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from ccotel.store.ledger_schema import FILL_TOOL_TOTALS, FILL_TOTALS, SCHEMA, SLOT_NS, TOTALS, USAGE, split_sql
+
 if TYPE_CHECKING:  # the write side's imports (rules, records: slow to import) are not the report's
-    from ccotel.records import SpanRecord
+    from ccotel.records import SpanRecord, Usage
     from ccotel.store.ledger_rows import Rows
 
-__all__ = ["LEDGER_FILE", "SCHEMA_VERSION", "CallRow", "Ledger", "LedgerError", "LedgerWriteError", "ToolRow",
-           "TurnRow", "AgentRow", "UPSERT_CALL_SET", "SLOT_NS", "nano_usd"]
+__all__ = ["LEDGER_FILE", "SCHEMA_VERSION", "CallRow", "Ledger", "LedgerError", "LedgerCorrupt", "LedgerWriteError",
+           "FILLING_CATCH_UP", "FILLING_REBUILD", "ToolRow", "TurnRow", "AgentRow", "UPSERT_CALL_SET", "SLOT_NS",
+           "nano_usd"]
 
 LEDGER_FILE = "ledger.db"
+# Why a ledger holds only part of the history on disk (meta ``filling``; reports then read every
+# transcript): the first catch-up fills it along with the state; a rebuild fills it from the
+# transcripts (a ledger set aside, or one the state predates) before anything else is read.
+FILLING_CATCH_UP = "catch-up"
+FILLING_REBUILD = "rebuild"
 SCHEMA_VERSION = 2  # 2: call_totals, kept by triggers
-# The quarter hour the totals are kept per: zone offsets change on quarter hours, so a report's
-# local dates (and --since/--until) are decided per slot.
-SLOT_NS = 900 * 1_000_000_000
-
-_SCHEMA_V1 = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS calls (
-    key TEXT PRIMARY KEY,
-    session_id TEXT NOT NULL,
-    time_ns INTEGER NOT NULL,
-    start_ns INTEGER NOT NULL,
-    cwd TEXT,
-    project TEXT,
-    model TEXT,
-    agent_id TEXT,
-    api_error INTEGER NOT NULL,
-    input INTEGER NOT NULL,
-    output INTEGER NOT NULL,
-    cache_read INTEGER NOT NULL,
-    cache_write INTEGER NOT NULL,
-    cache_write_5m INTEGER NOT NULL,
-    cache_write_1h INTEGER NOT NULL,
-    reasoning INTEGER NOT NULL,
-    cost REAL,
-    priced INTEGER NOT NULL,
-    version TEXT
-);
-CREATE INDEX IF NOT EXISTS calls_time ON calls (time_ns);CREATE TABLE IF NOT EXISTS tools (
-    session_id TEXT NOT NULL,
-    tool_use_id TEXT NOT NULL,
-    time_ns INTEGER NOT NULL,
-    end_ns INTEGER NOT NULL,
-    name TEXT NOT NULL,
-    agent_id TEXT,
-    error_type TEXT,
-    repaired INTEGER NOT NULL,
-    PRIMARY KEY (session_id, tool_use_id)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS agents (
-    session_id TEXT NOT NULL,
-    agent_key TEXT NOT NULL,
-    time_ns INTEGER NOT NULL,
-    end_ns INTEGER NOT NULL,
-    agent_type TEXT NOT NULL,
-    background INTEGER NOT NULL,
-    interrupted INTEGER NOT NULL,
-    PRIMARY KEY (session_id, agent_key)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS turns (
-    session_id TEXT NOT NULL,
-    span_id TEXT NOT NULL,
-    time_ns INTEGER NOT NULL,
-    end_ns INTEGER NOT NULL,
-    cwd TEXT,
-    project TEXT,
-    version TEXT,
-    outcome TEXT NOT NULL,
-    api_calls INTEGER NOT NULL,
-    tool_calls INTEGER NOT NULL,
-    api_errors INTEGER NOT NULL,
-    orphaned_tools INTEGER NOT NULL,
-    lost_tools INTEGER NOT NULL,
-    stalled INTEGER NOT NULL,
-    PRIMARY KEY (session_id, span_id)
-) WITHOUT ROWID;
-{totals}"""
-
-
-def _slot_of(col: str) -> str:
-    """SQL for Python's ``col // SLOT_NS`` (floor, also below zero: SQLite's / truncates)."""
-    return f"(CASE WHEN {col} >= 0 THEN {col} / {SLOT_NS} ELSE -((-{col} + {SLOT_NS - 1}) / {SLOT_NS}) END)"
-
-
-def _nano_of(col: str) -> str:
-    """SQL for ``nano_usd(col)`` (0 when NULL): SQLite's round() is nano_usd's arithmetic."""
-    return f"(CASE WHEN {col} IS NULL THEN 0 ELSE CAST(round({col} * 1e9) AS INTEGER) END)"
-
-
-def _group_of(row: str) -> str:
-    """The call_totals row of the call ``row`` (new or old in a trigger)."""
-    return (f"session_id = {row}.session_id AND model = coalesce({row}.model, '') "
-            f"AND failed = ({row}.api_error != 0) AND slot = {_slot_of(row + '.time_ns')}")
-
-
-_USAGE = ("input", "output", "cache_read", "cache_write", "cache_write_5m", "cache_write_1h", "reasoning")
-
-
-def _add(row: str) -> str:
-    """Add the call ``row`` to its group (a new group if it has none)."""
-    return (f"INSERT INTO call_totals VALUES ({row}.session_id, coalesce({row}.model, ''), {row}.api_error != 0, "
-            f"{_slot_of(row + '.time_ns')}, 1, " + ", ".join(f"{row}.{u}" for u in _USAGE)
-            + f", {row}.cost IS NOT NULL, {_nano_of(row + '.cost')}, "
-            f"CASE WHEN {row}.time_ns != 0 THEN {row}.time_ns END, {row}.time_ns) "
-            "ON CONFLICT DO UPDATE SET calls = calls + 1, "
-            + "".join(f"{u} = {u} + excluded.{u}, " for u in _USAGE)
-            + "priced = priced + excluded.priced, cost_nano = cost_nano + excluded.cost_nano, "
-            "first_ns = CASE WHEN first_ns IS NULL OR excluded.first_ns < first_ns THEN excluded.first_ns "
-            "ELSE first_ns END, last_ns = max(last_ns, excluded.last_ns);")
-
-
-def _subtract(row: str) -> str:
-    """Take the call ``row`` out of its group (the group goes when it has no call left); its first
-    and last times are set afterwards by _recompute (a min or max cannot be subtracted)."""
-    return ("UPDATE call_totals SET calls = calls - 1, " + "".join(f"{u} = {u} - {row}.{u}, " for u in _USAGE)
-            + f"priced = priced - ({row}.cost IS NOT NULL), cost_nano = cost_nano - {_nano_of(row + '.cost')} "
-            f"WHERE {_group_of(row)};\n"
-            f"DELETE FROM call_totals WHERE {_group_of(row)} AND calls = 0;")
-
-
-def _recompute(row: str) -> str:
-    """The first (non-zero) and last time of the group ``row`` was in, read again from its calls
-    (one session's quarter hour: index calls_session), when ``row``'s time was one of them."""
-    lo = f"{_slot_of(row + '.time_ns')} * {SLOT_NS}"
-    calls = (f"FROM calls WHERE session_id = {row}.session_id AND time_ns >= {lo} AND time_ns < {lo} + {SLOT_NS} "
-             f"AND coalesce(model, '') = coalesce({row}.model, '') AND (api_error != 0) = ({row}.api_error != 0)")
-    return (f"UPDATE call_totals SET first_ns = (SELECT min(time_ns) {calls} AND time_ns != 0), "
-            f"last_ns = (SELECT max(time_ns) {calls}) "
-            f"WHERE {_group_of(row)} AND (first_ns = {row}.time_ns OR last_ns = {row}.time_ns);")
-
-
-# A tool call that failed; one that never got a real result (orphaned, or repaired by a resume).
-_TOOL_FAILED = "(error_type IS NOT NULL)"
-_TOOL_ORPHANED = "(CASE WHEN error_type = 'orphaned' OR repaired != 0 THEN 1 ELSE 0 END)"
-
-
-def _tool_add(row: str) -> str:
-    """Add the tool call ``row`` to its (session, quarter hour)."""
-    failed, orphaned = (x.replace("error_type", f"{row}.error_type").replace("repaired", f"{row}.repaired")
-                        for x in (_TOOL_FAILED, _TOOL_ORPHANED))
-    return (f"INSERT INTO tool_totals VALUES ({row}.session_id, {_slot_of(row + '.time_ns')}, 1, {failed}, "
-            f"{orphaned}) ON CONFLICT DO UPDATE SET tools = tools + 1, failed = failed + excluded.failed, "
-            "orphaned = orphaned + excluded.orphaned;")
-
-
-def _tool_subtract(row: str) -> str:
-    """Take the tool call ``row`` out of its (session, quarter hour)."""
-    failed, orphaned = (x.replace("error_type", f"{row}.error_type").replace("repaired", f"{row}.repaired")
-                        for x in (_TOOL_FAILED, _TOOL_ORPHANED))
-    group = f"session_id = {row}.session_id AND slot = {_slot_of(row + '.time_ns')}"
-    return (f"UPDATE tool_totals SET tools = tools - 1, failed = failed - {failed}, orphaned = orphaned - {orphaned} "
-            f"WHERE {group};\nDELETE FROM tool_totals WHERE {group} AND tools = 0;")
-
-
-def _kept_by_triggers(table: str, add: Callable[[str], str], subtract: Callable[[str], str],
-                      recompute: Callable[[str], str] | None = None) -> str:
-    """The triggers that keep ``table``'s totals as its rows are inserted (``add`` the new row),
-    updated (``subtract`` the old row, ``add`` the new one) and deleted (``subtract`` the old);
-    ``recompute``: what to do after the old row went out (the group's first and last times)."""
-    after = "" if recompute is None else f"\n{recompute('old')}"
-    return (f"CREATE TRIGGER IF NOT EXISTS {table}_totals_insert AFTER INSERT ON {table} BEGIN\n{add('new')}\nEND;\n"
-            f"CREATE TRIGGER IF NOT EXISTS {table}_totals_update AFTER UPDATE ON {table} BEGIN\n{subtract('old')}\n"
-            f"{add('new')}{after}\nEND;\n"
-            f"CREATE TRIGGER IF NOT EXISTS {table}_totals_delete AFTER DELETE ON {table} BEGIN\n{subtract('old')}"
-            f"{after}\nEND;")
-
-
-# Per (session, model, failed, quarter hour) totals of the calls, kept by SQLite as calls are
-# inserted, updated (an upsert of a later snapshot: the old row out, the new one in) and deleted,
-# so a report reads a few thousand groups rather than every call, and a call is never counted
-# twice. model '' stands for NULL (a key column); costs are summed as integer nano-dollars
-# (nano_usd), exact and in any order. first_ns is NULL when every time in the group is 0.
-_TOTALS = f"""
-CREATE TABLE IF NOT EXISTS call_totals (
-    session_id TEXT NOT NULL,
-    model TEXT NOT NULL,
-    failed INTEGER NOT NULL,
-    slot INTEGER NOT NULL,
-    calls INTEGER NOT NULL,
-    {" INTEGER NOT NULL, ".join(_USAGE)} INTEGER NOT NULL,
-    priced INTEGER NOT NULL,
-    cost_nano INTEGER NOT NULL,
-    first_ns INTEGER,
-    last_ns INTEGER NOT NULL,
-    PRIMARY KEY (session_id, model, failed, slot)
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS calls_session ON calls (session_id, time_ns);
-{_kept_by_triggers("calls", _add, _subtract, _recompute)}
-CREATE TABLE IF NOT EXISTS tool_totals (
-    session_id TEXT NOT NULL,
-    slot INTEGER NOT NULL,
-    tools INTEGER NOT NULL,
-    failed INTEGER NOT NULL,
-    orphaned INTEGER NOT NULL,
-    PRIMARY KEY (session_id, slot)
-) WITHOUT ROWID;
-{_kept_by_triggers("tools", _tool_add, _tool_subtract)}
-"""
-# Filling the totals of a ledger written before them (schema 1), once.
-_FILL_TOOL_TOTALS = (
-    f"INSERT INTO tool_totals SELECT session_id, {_slot_of('time_ns')}, count(*), sum({_TOOL_FAILED}), "
-    f"sum({_TOOL_ORPHANED}) FROM tools GROUP BY 1, 2")
-_FILL_TOTALS = (
-    f"INSERT INTO call_totals SELECT session_id, coalesce(model, ''), api_error != 0, {_slot_of('time_ns')}, "
-    f"count(*), {', '.join(f'sum({u})' for u in _USAGE)}, count(cost), sum({_nano_of('cost')}), "
-    "min(CASE WHEN time_ns != 0 THEN time_ns END), max(time_ns) FROM calls GROUP BY 1, 2, 3, 4")
-_SCHEMA = _SCHEMA_V1.replace("{totals}", _TOTALS)
-_SCHEMA_V1 = _SCHEMA_V1.replace("{totals}", "")
-
-
-def _split_sql(script: str) -> list[str]:
-    """The statements of a script (a trigger's body is one statement with its own ';'): executed
-    one by one inside a transaction, which executescript would commit first."""
-    out, part = [], ""
-    for line in script.splitlines(keepends=True):
-        part += line
-        if sqlite3.complete_statement(part):
-            out.append(part.strip())
-            part = ""
-    return out
-
-
 def nano_usd(cost: float) -> int:
     """A cost in USD as an integer of nano-dollars, as SQLite's ``CAST(round(cost * 1e9) AS
     INTEGER)`` makes it (half away from zero, truncating casts; |cost| below 9e9 USD): report
@@ -284,6 +81,11 @@ _UPSERT_TURN = "INSERT OR REPLACE INTO turns VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?
 
 class LedgerError(RuntimeError):
     """The ledger cannot be used (another schema version, not a database)."""
+
+
+class LedgerCorrupt(LedgerError):
+    """The file is damaged (not a database, fails SQLite's quick check, or emptied): a writer sets it
+    aside and rebuilds the ledger (ledger_recovery.py); another schema version is not this."""
 
 
 class LedgerWriteError(sqlite3.OperationalError):
@@ -342,39 +144,55 @@ class TurnRow(NamedTuple):
 @dataclass(frozen=True)
 class Coverage:
     """What the ledger holds: ``updated_ns`` when it was last written (0: never), ``calls`` rows,
-    ``roots`` the Claude config dirs its spans were read from."""
+    ``roots`` the Claude config dirs its spans were read from, ``filling``: why it holds only part
+    of the transcripts' history yet (a first catch-up or a rebuild still running), or None."""
 
     updated_ns: int
     calls: int
     roots: frozenset[str]
+    filling: str | None = None
 
 
 class Ledger:
     """``ledger.db``: ``record(spans)`` as the pipeline builds them, read back by ``ccotel report``."""
 
-    def __init__(self, path: str, roots: Sequence[str] = (), clock: Any = time.time_ns) -> None:
+    def __init__(self, path: str, roots: Sequence[str] = (), clock: Any = time.time_ns, verify: bool = False) -> None:
         """Open (or create) the ledger at ``path`` (``:memory:`` for a throwaway one). ``roots``:
-        the Claude config dirs the spans come from; the report uses the ledger only for them."""
+        the Claude config dirs the spans come from; the report uses the ledger only for them.
+        ``verify``: check the file first (a writer's start, once): LedgerCorrupt if it is damaged.
+        ``created``: the file was made by this open (it did not exist)."""
         self.path = path
         self.clock = clock
+        self._backlog: list[Rows] = []  # rows of failed writes, written with the next one
+        self.created = path == ":memory:" or not os.path.exists(path)
         if path != ":memory:":
             os.makedirs(os.path.dirname(os.path.abspath(path)), mode=0o700, exist_ok=True)
+            if verify and not self.created and os.path.getsize(path) == 0:  # SQLite takes it for a new one
+                raise LedgerCorrupt(f"{path}: an empty file (0 bytes)")
         try:
             self.db = sqlite3.connect(path, timeout=30.0, isolation_level=None, check_same_thread=False)
             if path != ":memory:":
                 os.chmod(path, 0o600)  # sessions, projects and usage: private like the state
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute("PRAGMA synchronous=NORMAL")
+            if verify:
+                problems = [row[0] for row in self.db.execute("PRAGMA quick_check(3)")]
+                if problems != ["ok"]:
+                    raise sqlite3.DatabaseError("quick_check: " + "; ".join(problems))
             version = self._meta("schema_version")
             if version is None:
-                self.db.executescript(f"BEGIN IMMEDIATE; {_SCHEMA}; INSERT OR REPLACE INTO meta VALUES "
+                self.db.executescript(f"BEGIN IMMEDIATE; {SCHEMA}; INSERT OR REPLACE INTO meta VALUES "
                                       f"('schema_version', '{SCHEMA_VERSION}'); COMMIT;")
             elif version == "1":
                 self._upgrade_from_1()
             elif version != str(SCHEMA_VERSION):
                 raise LedgerError(f"{path}: ledger schema {version}, this ccotel reads {SCHEMA_VERSION}")
         except sqlite3.DatabaseError as exc:
-            raise LedgerError(f"{path}: {exc}") from exc
+            if hasattr(self, "db"):
+                self.db.close()
+            if isinstance(exc, sqlite3.OperationalError):  # cannot be opened (permissions, I/O): not damage
+                raise LedgerError(f"{path}: {exc}") from exc
+            raise LedgerCorrupt(f"{path}: {exc}") from exc
         self._add_roots(roots)
 
     def _add_roots(self, roots: Sequence[str]) -> None:
@@ -391,10 +209,10 @@ class Ledger:
         self.db.execute("BEGIN IMMEDIATE")
         try:
             if self._meta("schema_version") == "1":
-                for statement in _split_sql(_TOTALS):
+                for statement in split_sql(TOTALS):
                     self.db.execute(statement)
-                self.db.execute(_FILL_TOTALS)
-                self.db.execute(_FILL_TOOL_TOTALS)
+                self.db.execute(FILL_TOTALS)
+                self.db.execute(FILL_TOOL_TOTALS)
                 self._set_meta("schema_version", str(SCHEMA_VERSION))
         except BaseException:
             self.db.execute("ROLLBACK")
@@ -413,17 +231,46 @@ class Ledger:
         from ccotel.store.ledger_rows import rows_of  # loaded by the writers only, not by a report
 
         rows = rows_of(spans)
-        if any(rows):
+        if any(rows) or self._backlog:
             self._write(rows)
 
+    @property
+    def pending(self) -> int:
+        """Rows of failed writes not written yet (a full disk): 0 when every row is in."""
+        return sum(len(r) for batch in self._backlog for r in batch)
+
+    def retry(self) -> bool:
+        """Write the rows failed writes left (sqlite3.Error if it fails again); True if none is left."""
+        if self._backlog:
+            self._write(([], [], [], []))
+        return not self._backlog
+
     def _write(self, rows: Rows) -> None:
-        calls, tools, agents, turns = rows
-        with self._transaction():
-            self.db.executemany(_UPSERT_CALL, calls)
-            self.db.executemany(_UPSERT_TOOL, tools)
-            self.db.executemany(_UPSERT_AGENT, agents)
-            self.db.executemany(_UPSERT_TURN, turns)
-            self._set_meta("updated_ns", str(self.clock()))
+        """Write ``rows`` after those of failed writes (kept, in order: the upserts are idempotent);
+        if this fails too, they all wait for the next write."""
+        self._backlog.append(rows)
+        try:
+            with self._transaction():
+                for calls, tools, agents, turns in self._backlog:
+                    self.db.executemany(_UPSERT_CALL, calls)
+                    self.db.executemany(_UPSERT_TOOL, tools)
+                    self.db.executemany(_UPSERT_AGENT, agents)
+                    self.db.executemany(_UPSERT_TURN, turns)
+                self._set_meta("updated_ns", str(self.clock()))
+        except BaseException:
+            if not any(rows):
+                self._backlog.pop()
+            raise
+        self._backlog = []
+
+    def filling(self, why: str | None) -> None:
+        """Say (``why``) that the ledger holds only part of the history on disk until this is called
+        with None: a first catch-up or a rebuild is filling it. Reports then read every transcript."""
+        self._set_meta("filling", why or "")
+
+    def still_filling(self) -> str | None:
+        """Why the ledger holds only part of the history on disk yet (``filling``), or None."""
+        return self._meta("filling") or None
 
     def close(self) -> None:
         self.db.close()
@@ -434,7 +281,7 @@ class Ledger:
         roots = self._meta("roots")
         count = next(iter(self._rows("SELECT count(*) FROM calls", [])))[0]
         return Coverage(int(self._meta("updated_ns") or 0), int(count),
-                        frozenset(roots.split("\n")) if roots else frozenset())
+                        frozenset(roots.split("\n")) if roots else frozenset(), self.still_filling())
 
     def calls(self, after_ns: int | None = None, before_ns: int | None = None) -> Iterator[CallRow]:
         """Every call (failed ones too), oldest first; ``after_ns``/``before_ns`` bound its time."""
@@ -443,6 +290,16 @@ class Ledger:
                             after_ns, before_ns)
         for r in self._rows(sql + " ORDER BY time_ns", args):
             yield CallRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6], bool(r[7]), tuple(r[8:15]), r[15])
+
+    def call_usage(self, key: str) -> tuple[str | None, Usage] | None:
+        """(model, usage) of a call as recorded, or None if it is not: what a correction of it
+        after a restart is the difference from."""
+        from ccotel.records import Usage  # the write side's (see the imports above)
+
+        for r in self._rows("SELECT model, input, output, cache_read, cache_write, cache_write_5m, cache_write_1h, "
+                            "reasoning FROM calls WHERE key = ?", [key]):
+            return r[0], Usage(r[1], r[2], r[3], r[4], r[5], r[6], r[7])
+        return None
 
     def call_keys(self) -> set[str]:
         return {r[0] for r in self._rows("SELECT key FROM calls", [])}
@@ -477,9 +334,9 @@ class Ledger:
         (None for NULL), failed (0/1), slot (0 unless ``by_slot``), calls, the seven usage sums (as
         CallRow.usage), calls with a cost, their cost in nano-dollars (nano_usd), the earliest
         non-zero time (None: none) and the latest time."""
-        sums = ", ".join(f"sum({u})" for u in _USAGE)
+        sums = ", ".join(f"sum({u})" for u in USAGE)
         rows = self.db.execute(
-            "SELECT session_id, model, failed, slot, calls, " + ", ".join(_USAGE)
+            "SELECT session_id, model, failed, slot, calls, " + ", ".join(USAGE)
             + ", priced, cost_nano, first_ns, last_ns FROM call_totals" if by_slot else
             f"SELECT session_id, model, failed, 0, sum(calls), {sums}, sum(priced), sum(cost_nano), min(first_ns), "
             "max(last_ns) FROM call_totals GROUP BY session_id, model, failed").fetchall()
@@ -549,7 +406,21 @@ class _Transaction:
         self.db.execute("BEGIN IMMEDIATE")
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        self.db.execute("COMMIT" if exc_type is None else "ROLLBACK")
+        try:
+            if exc_type is None:
+                self.db.execute("COMMIT")
+                return
+        except sqlite3.Error:
+            self._rollback()  # a COMMIT that failed (a full disk) leaves the transaction open
+            raise
+        self._rollback()
+
+    def _rollback(self) -> None:
+        if self.db.in_transaction:  # SQLite may have rolled back itself
+            try:
+                self.db.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass
 
 
 def _slot_sql(slot_ns: int | None) -> str:

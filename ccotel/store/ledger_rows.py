@@ -30,6 +30,7 @@ from ccotel.spans.attributes import (
     CLAUDE_CODE_USAGE_CACHE_CREATION_EPHEMERAL_1H_INPUT_TOKENS,
     CLAUDE_CODE_USAGE_CACHE_CREATION_EPHEMERAL_5M_INPUT_TOKENS,
     CLAUDE_CODE_USAGE_INPUT_TOKENS,
+    CLAUDE_CODE_UUID,
     CLAUDE_CODE_VERSION,
     ERROR_TYPE,
     GEN_AI_AGENT_NAME,
@@ -88,11 +89,11 @@ def _chat_key(s: SpanRecord, chat_keys: dict[int, str], advisors_seen: dict[int,
         index = advisors_seen.get(s.parent_span_id or 0, 0)
         advisors_seen[s.parent_span_id or 0] = index + 1
         return f"{parent}#advisor{index}"
-    mid = a.get(GEN_AI_RESPONSE_ID)
-    if not isinstance(mid, str) or not mid:
+    mid, rid, uuid = a.get(GEN_AI_RESPONSE_ID), a.get(CLAUDE_CODE_REQUEST_ID), a.get(CLAUDE_CODE_UUID)
+    key = rules.line_call_key(mid if isinstance(mid, str) else None, rid if isinstance(rid, str) else None,
+                              uuid if isinstance(uuid, str) else None)
+    if key is None:
         return None
-    rid = a.get(CLAUDE_CODE_REQUEST_ID)
-    key = rules.call_key(mid, rid if isinstance(rid, str) else None)
     chat_keys[s.span_id] = key
     return key
 

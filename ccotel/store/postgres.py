@@ -18,6 +18,14 @@ host sends a span it inserts the id into ``claims``; the primary key lets one in
 only the host whose row it is sends it and counts it in its metrics. Nothing else coordinates
 the hosts: no lock of ours, only unique keys and transactions.
 
+Leases: a claim is ``done`` once its host committed the span's acknowledgement (the same
+transaction as its checkpoint). Until then it is held by its host's lease (``hosts.lease_until``,
+the server's clock), which the process holding the host lock renews (``HostLock``, every quarter
+of the lease). A claim not done whose host's lease ran out is taken over by the next host that
+claims the span (one ``INSERT .. ON CONFLICT DO UPDATE``: the row lock lets one taker win). A host
+that lost a claim to one not done yet holds the span (``Claimed.elsewhere``, delivery.py) and
+claims it again until it is done or its own. Claims written before leases existed are done.
+
 Bounded as the SQLite state: every shared row carries the anchor of the (host, file) it was read
 from (``digest64("<host id>:<file anchor>")``) and goes when that host's file goes.
 
@@ -43,11 +51,11 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
 from ccotel.assemble.digests import digest64
-from ccotel.read.tail import FileIdentity
+from ccotel.read.tail import FileIdentity, Marker
 from ccotel.store.state import (
+    Claimed,
     Commit,
     StateError,
-    StateLocked,
     StateUnavailable,
     anchor_of,
     signed64,
@@ -55,7 +63,7 @@ from ccotel.store.state import (
     unsigned64,
 )
 
-__all__ = ["PgState", "HostLock", "lock_host", "masked", "scrub", "SCHEMA_VERSION", "connect", "migrate", "Link"]
+__all__ = ["PgState", "masked", "scrub", "SCHEMA_VERSION", "connect", "migrate", "Link"]
 
 log = logging.getLogger("ccotel.state")
 
@@ -109,7 +117,18 @@ CREATE TABLE ccotel_ledger.turns (session_id text NOT NULL, span_id text NOT NUL
     tool_calls int NOT NULL, api_errors int NOT NULL, orphaned_tools int NOT NULL, lost_tools int NOT NULL,
     stalled int NOT NULL, PRIMARY KEY (session_id, span_id));
 """
-MIGRATIONS: tuple[str, ...] = (_V1,)  # MIGRATIONS[i] takes schema i to i + 1
+# Leases on claims (see the module docstring). Rows from before are taken as delivered and their
+# hosts as alive for good: neither is ever taken over, as before.
+_V2_LEASES = """
+ALTER TABLE ccotel.hosts ADD COLUMN lease_until timestamptz NOT NULL DEFAULT 'infinity';
+ALTER TABLE ccotel.claims ADD COLUMN done boolean NOT NULL DEFAULT true;
+CREATE INDEX claims_open ON ccotel.claims (hid) WHERE NOT done;
+"""
+# Offset markers (tail.Marker) with the checkpoints; those written before have none (trusted).
+_V3_MARKERS = """
+ALTER TABLE ccotel.files ADD COLUMN marker text;
+"""
+MIGRATIONS: tuple[str, ...] = (_V1, _V2_LEASES, _V3_MARKERS)  # MIGRATIONS[i] takes schema i to i + 1
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
@@ -275,12 +294,12 @@ class PgState:
                         from None
                 time.sleep(0.5)
 
-    def files(self) -> dict[str, tuple[FileIdentity | None, int, int]]:
+    def files(self) -> dict[str, tuple[FileIdentity | None, int, int, Marker | None]]:
         rows = self._read(lambda c: c.execute(
-            "SELECT path, dev, ino, head_len, fingerprint, read_offset, read_to FROM ccotel.files WHERE hid = %s",
-            (self._hid,)).fetchall())
-        return {p: (FileIdentity(dev, ino, hl, fp) if fp is not None else None, off, rt)
-                for p, dev, ino, hl, fp, off, rt in rows}
+            "SELECT path, dev, ino, head_len, fingerprint, read_offset, read_to, marker FROM ccotel.files WHERE "
+            "hid = %s", (self._hid,)).fetchall())
+        return {p: (FileIdentity(dev, ino, hl, fp) if fp is not None else None, off, rt, Marker.parse(m))
+                for p, dev, ino, hl, fp, off, rt, m in rows}
 
     def acked(self) -> set[int]:
         out: set[int] = set()
@@ -355,28 +374,40 @@ class PgState:
 
     # -- claiming --------------------------------------------------------------------
 
-    def claim(self, span_ids: list[int], anchor: int) -> set[int]:
+    def claim(self, span_ids: list[int], anchor: int) -> Claimed:
         """Of these spans, the ones this host sends and counts: those it inserted into ``claims``
-        now or before (a restart builds them again); another host's are not. Waits for the server
-        when it is away (nothing is sent that no host may have claimed)."""
+        now or before (a restart builds them again), and those it took over from a host whose
+        lease ran out before delivering them; and (``elsewhere``) those another host claimed and
+        has not delivered yet. Waits for the server when it is away (nothing is sent that no
+        host may have claimed)."""
         if not span_ids:
-            return set()
+            return Claimed(frozenset())
         ids = sorted({signed64(s) for s in span_ids})  # one order for every host: no deadlock between two
         own = self._anchor(anchor)
 
-        def claim(c: psycopg.Connection[Any]) -> set[int]:
+        def claim(c: psycopg.Connection[Any]) -> tuple[set[int], set[int], int]:
             with c.transaction():
-                won = {r[0] for r in c.execute(
-                    "INSERT INTO ccotel.claims (span_id, hid, anchor) SELECT unnest(%s::bigint[]), %s, %s "
-                    "ON CONFLICT (span_id) DO NOTHING RETURNING span_id", (ids, self._hid, own)).fetchall()}
+                rows = c.execute(
+                    "INSERT INTO ccotel.claims AS k (span_id, hid, anchor, done) "
+                    "SELECT unnest(%s::bigint[]), %s, %s, false ON CONFLICT (span_id) DO UPDATE "
+                    "SET hid = excluded.hid, anchor = excluded.anchor WHERE NOT k.done AND k.hid <> excluded.hid "
+                    "AND EXISTS (SELECT 1 FROM ccotel.hosts h WHERE h.hid = k.hid AND h.lease_until < now()) "
+                    "RETURNING span_id, xmax <> 0", (ids, self._hid, own)).fetchall()
+                won = {r[0] for r in rows}
+                taken = sum(1 for r in rows if r[1])
                 rest = [i for i in ids if i not in won]
+                elsewhere: set[int] = set()
                 if rest:
-                    won.update(r[0] for r in c.execute(
-                        "SELECT span_id FROM ccotel.claims WHERE span_id = ANY(%s) AND hid = %s",
-                        (rest, self._hid)).fetchall())
-            return won
+                    for span_id, hid in c.execute(
+                            "SELECT span_id, hid FROM ccotel.claims WHERE span_id = ANY(%s) AND (hid = %s OR NOT done)",
+                            (rest, self._hid)).fetchall():
+                        (won if hid == self._hid else elsewhere).add(span_id)
+            return won, elsewhere, taken
 
-        return {unsigned64(v) for v in self._until_written(claim)}
+        won, elsewhere, taken = self._until_written(claim)
+        if taken:
+            log.info("took over %d spans claimed by a host whose lease ran out before it delivered them", taken)
+        return Claimed(frozenset(unsigned64(v) for v in won), frozenset(unsigned64(v) for v in elsewhere))
 
     def claim_mark(self, mark: str, anchor: int) -> bool:
         """True if this host is the first to record the one-off event ``mark`` (it counts it)."""
@@ -480,9 +511,10 @@ class PgState:
             cur = conn.cursor()
             if c.offsets:
                 cur.executemany(
-                    "INSERT INTO ccotel.files VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (hid, path) DO "
+                    "INSERT INTO ccotel.files VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (hid, path) DO "
                     "UPDATE SET dev = excluded.dev, ino = excluded.ino, head_len = excluded.head_len, fingerprint = "
-                    "excluded.fingerprint, read_offset = excluded.read_offset, read_to = excluded.read_to",
+                    "excluded.fingerprint, read_offset = excluded.read_offset, read_to = excluded.read_to, "
+                    "marker = excluded.marker",
                     [(hid, *row) for row in c.file_rows()])
             if c.forget_files:
                 anchors = [self._anchor(anchor_of(p)) for p in c.forget_files]
@@ -495,6 +527,9 @@ class PgState:
             if c.acked:
                 cur.executemany("INSERT INTO ccotel.acked_ids VALUES (%s, %s, %s)",
                                 [(hid, owner, blob) for owner, blob in c.acked_by_owner()])
+                # final (delivered or dropped for good): no other host takes these over any more
+                cur.execute("UPDATE ccotel.claims SET done = true WHERE span_id = ANY(%s) AND hid = %s AND NOT done",
+                            (sorted({signed64(s) for s, _o in c.acked}), hid))
             if c.done_owners:
                 cur.execute("DELETE FROM ccotel.acked_ids WHERE hid = %s AND owner = ANY(%s)", (hid, c.done_owners))
             for table, rows in (("calls", c.calls), ("prompts", c.prompts)):
@@ -529,36 +564,3 @@ class PgState:
     def close(self) -> None:
         with self._lock:
             self._link.close()
-
-
-# -- the host's lock -----------------------------------------------------------------
-
-
-class HostLock:
-    """This host id's session lock in PostgreSQL (``pg_try_advisory_lock``), held on a
-    connection of its own for the life of the process: two ccotel with one host id would send
-    and count the same spans, as two on one state dir would (sqlite.DirLock)."""
-
-    def __init__(self, where: str, conn: psycopg.Connection[Any]) -> None:
-        self.path = where
-        self._conn: psycopg.Connection[Any] | None = conn
-
-    def release(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
-
-
-def lock_host(url: str, host: str) -> HostLock:
-    where = masked(url)
-    try:
-        conn = connect(url)
-        row = conn.execute("SELECT pg_try_advisory_lock(hashtextextended(%s, 0))", (f"ccotel host {host}",)).fetchone()
-    except psycopg.Error as exc:
-        raise StateUnavailable(f"the state {where} cannot be used ({scrub(str(exc).strip(), url)})") from None
-    if not (row and row[0]):
-        conn.close()
-        raise StateLocked(f"another ccotel is using the host id {host!r} in the state {where}; two cannot share one "
-                          f"(each would send and count the same spans): stop it first, or give this one its own "
-                          f"--host-id", None)
-    return HostLock(where, conn)

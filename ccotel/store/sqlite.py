@@ -1,8 +1,9 @@
 """The state in SQLite, under the state dir (``state.db``): one host, one writer.
 
 One database, written in one transaction per acknowledged batch (a ``Commit``, state.py):
-- files: per transcript its identity (device, inode, fingerprint of the first bytes) and the
-  offset before which every line is fully delivered;
+- files: per transcript its identity (device, inode, fingerprint of the first bytes), the
+  offset before which every line is fully delivered, and the offset marker (tail.Marker: a
+  digest of the last bytes read, which tells a rewrite in place);
 - acked_ids: span ids already delivered for turns still open, one row per owner and batch with
   the ids packed (8 bytes each). (``acked``, one row per span, is what states written before
   that hold; still read.)
@@ -21,31 +22,29 @@ follow open work: they go when their owner is done.
 from __future__ import annotations
 
 import errno
-import fcntl
 import logging
 import os
 import sqlite3
 import threading
-import time
 from collections.abc import Callable, Iterator
 
-from ccotel.read.tail import FileIdentity
-from ccotel.store.state import Commit, StateError, StateLocked, StateUnavailable, anchor_of, unpack_ids, unsigned64
+from ccotel.read.tail import FileIdentity, Marker
+from ccotel.store.aside import set_aside
+from ccotel.store.state import Claimed, Commit, StateError, anchor_of, unpack_ids, unsigned64
+from ccotel.store.statedir import prepare_dir, unwritable
 
-__all__ = ["SqliteState", "DirLock", "lock_state_dir", "LOCK_NAME", "SCHEMA_VERSION"]
+__all__ = ["SqliteState", "SCHEMA_VERSION"]
 
 log = logging.getLogger("ccotel.state")
 
-LOCK_NAME = "ccotel.lock"
-
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 LEGACY = -1  # the anchor of rows a schema 1 state held (no file known): kept until its files are gone
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS files (
     path TEXT PRIMARY KEY, dev INTEGER, ino INTEGER, head_len INTEGER, fingerprint TEXT,
-    offset INTEGER NOT NULL, read_to INTEGER NOT NULL DEFAULT 0);
+    offset INTEGER NOT NULL, read_to INTEGER NOT NULL DEFAULT 0, marker TEXT);
 CREATE TABLE IF NOT EXISTS acked (span_id INTEGER PRIMARY KEY, owner TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS acked_owner ON acked(owner);
 CREATE TABLE IF NOT EXISTS acked_ids (owner TEXT NOT NULL, span_ids BLOB NOT NULL);
@@ -84,74 +83,12 @@ DROP TABLE marks_v1;
 UPDATE meta SET value = '2' WHERE key = 'schema';
 """
 
-
-def _unwritable(state_dir: str, what: str, exc: BaseException) -> StateUnavailable:
-    reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-    return StateUnavailable(
-        f"the state dir {state_dir} cannot be used ({what}: {reason}). ccotel keeps its checkpoints there and "
-        f"will not run without them, since every restart would then send and count the whole history again: "
-        f"make it writable, give another --state-dir, or pass --state-dir none to run without checkpoints")
-
-
-def _prepare_dir(state_dir: str) -> None:
-    try:
-        os.makedirs(state_dir, mode=0o700, exist_ok=True)
-        os.chmod(state_dir, 0o700)  # transcripts' paths and digests are private
-    except OSError as exc:
-        raise _unwritable(state_dir, "creating it" if not os.path.isdir(state_dir) else "making it private",
-                          exc) from None
-
-
-class DirLock:
-    """An exclusive flock on ``<state dir>/ccotel.lock``, held for the life of the process (and of
-    catch-up workers forked from it): one ccotel writes a state at a time. Released on exit.
-    (postgres.HostLock: the same for one host id in PostgreSQL.)"""
-
-    def __init__(self, path: str, fd: int | None) -> None:
-        self.path = path
-        self._fd: int | None = fd
-
-    def release(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-
-
-def lock_state_dir(state_dir: str) -> DirLock:
-    """Take the state dir for this process, or raise StateLocked naming the pid that holds it
-    (StateUnavailable if the dir cannot be written). Readers (check, report) need no lock."""
-    _prepare_dir(state_dir)
-    path = os.path.join(state_dir, LOCK_NAME)
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    except OSError as exc:
-        raise _unwritable(state_dir, f"creating {LOCK_NAME}", exc) from None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as exc:
-        if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-            os.close(fd)
-            raise _unwritable(state_dir, f"locking {LOCK_NAME}", exc) from None
-        pid = _holder(fd)
-        os.close(fd)
-        who = f"pid {pid}" if pid else "a process that did not say its pid"
-        raise StateLocked(f"another ccotel ({who}) is using the state dir {state_dir}; two cannot share one "
-                          f"(each would send and count the same spans): stop it first, or give this one its own "
-                          f"--state-dir", pid) from None
-    try:
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-    except OSError:
-        pass  # the lock holds without the pid (a full disk): only the message loses it
-    return DirLock(path, fd)
-
-
-def _holder(fd: int) -> int | None:
-    try:
-        text = os.pread(fd, 64, 0).decode("ascii", "replace").strip()
-        return int(text.split()[0]) if text else None
-    except (OSError, ValueError, IndexError):
-        return None
+# Schema 2 -> 3: checkpoints get the offset marker; those written before have none and are
+# trusted as they were (read on from their offset).
+_MIGRATE_2_3 = """
+ALTER TABLE files ADD COLUMN marker TEXT;
+UPDATE meta SET value = '3' WHERE key = 'schema';
+"""
 
 
 def _error_reason(exc: BaseException) -> str:
@@ -185,7 +122,7 @@ class SqliteState:
 
     def __init__(self, state_dir: str, verify: bool = True) -> None:
         """``verify``: check the database at open (a catch-up worker opens one its parent checked)."""
-        _prepare_dir(state_dir)
+        prepare_dir(state_dir)
         path = os.path.join(state_dir, "state.db")
         self.path = path
         self.fresh = not os.path.exists(path)
@@ -199,20 +136,25 @@ class SqliteState:
             self._db = self._open(path, verify)
         except sqlite3.DatabaseError as exc:
             if isinstance(exc, sqlite3.OperationalError) or not verify:
-                raise _unwritable(state_dir, f"opening {path}", exc) from None
+                raise unwritable(state_dir, f"opening {path}", exc) from None
             self.rebuilt_from = _move_aside(path, exc)
             self.fresh = True
             try:
                 self._db = self._open(path, verify)
             except sqlite3.DatabaseError as exc2:
-                raise _unwritable(state_dir, f"opening a new {path}", exc2) from None
+                raise unwritable(state_dir, f"opening a new {path}", exc2) from None
         try:
             os.chmod(path, 0o600)
         except OSError as exc:
-            raise _unwritable(state_dir, f"making {path} private", exc) from None
+            raise unwritable(state_dir, f"making {path} private", exc) from None
 
     @staticmethod
     def _open(path: str, verify: bool) -> sqlite3.Connection:
+        """The database at ``path``, created with ccotel's schema if it was not there. One that was
+        there without that schema (0 bytes, another program's) raises _NoState: ccotel cannot tell
+        an empty file left by a crash in the instant of its creation from a state lost by accident
+        (truncated, a copy gone wrong), and either way what was sent before is not known."""
+        size = os.path.getsize(path) if os.path.exists(path) else None  # (before SQLite writes a header)
         db = sqlite3.connect(path, check_same_thread=False, isolation_level=None,
                              timeout=60.0)  # several catch-up workers may wait on each other
         try:
@@ -222,28 +164,31 @@ class SqliteState:
                 problems = [row[0] for row in db.execute("PRAGMA quick_check(3)")]
                 if problems != ["ok"]:
                     raise sqlite3.DatabaseError("quick_check: " + "; ".join(problems))
-            db.executescript(_SCHEMA)
-            row = db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
-            if row is None:
-                db.executescript(_ANCHORED)
-                db.execute("INSERT INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
-            elif int(row[0]) == 1:
-                db.executescript("BEGIN IMMEDIATE;" + _MIGRATE_1_2 + "COMMIT;")
-                log.info("state %s migrated from schema 1 to 2 (digests anchored to their files)", path)
-            elif int(row[0]) != SCHEMA_VERSION:
+            row = db.execute("SELECT value FROM meta WHERE key='schema'").fetchone() if _has_meta(db) else None
+            if row is None and size is not None and verify:
+                raise _no_state(size)
+            if row is None:  # created whole or not at all: a crash cannot leave a database without its schema
+                db.executescript(f"BEGIN IMMEDIATE;{_SCHEMA}{_ANCHORED}INSERT INTO meta VALUES ('schema', "
+                                 f"'{SCHEMA_VERSION}');COMMIT;")
+                return db
+            db.executescript(_SCHEMA)  # tables added without a schema step (acked_ids)
+            if int(row[0]) > SCHEMA_VERSION:
                 raise StateError(f"state {path} has schema {row[0]}, this ccotel knows {SCHEMA_VERSION}")
+            else:
+                _migrate(db, path, int(row[0]))
         except BaseException:
             db.close()
             raise
         return db
 
-    def files(self) -> dict[str, tuple[FileIdentity | None, int, int]]:
-        """path -> (identity, offset of the first line not fully delivered, bytes already read)."""
-        out: dict[str, tuple[FileIdentity | None, int, int]] = {}
-        for path, dev, ino, head_len, fp, offset, read_to in self._db.execute(
-                "SELECT path, dev, ino, head_len, fingerprint, offset, read_to FROM files"):
+    def files(self) -> dict[str, tuple[FileIdentity | None, int, int, Marker | None]]:
+        """path -> (identity, offset of the first line not fully delivered, bytes already read,
+        offset marker)."""
+        out: dict[str, tuple[FileIdentity | None, int, int, Marker | None]] = {}
+        for path, dev, ino, head_len, fp, offset, read_to, marker in self._db.execute(
+                "SELECT path, dev, ino, head_len, fingerprint, offset, read_to, marker FROM files"):
             ident = FileIdentity(dev, ino, head_len, fp) if fp is not None else None
-            out[path] = (ident, offset, read_to)
+            out[path] = (ident, offset, read_to, Marker.parse(marker))
         return out
 
     def acked(self) -> set[int]:
@@ -289,11 +234,11 @@ class SqliteState:
                     chunk + chunk))
         return out
 
-    def claim(self, span_ids: list[int], anchor: int) -> set[int]:
+    def claim(self, span_ids: list[int], anchor: int) -> Claimed:
         """Of these spans (built from the file of ``anchor``), the ones this process sends and
         counts. One writer per SQLite state: all of them. (PostgreSQL: the ones no other host
         claimed first; see postgres.py.)"""
-        return set(span_ids)
+        return Claimed(frozenset(span_ids))
 
     def claim_mark(self, mark: str, anchor: int) -> bool:
         """Does this process count the one-off event ``mark``? One writer per SQLite state: the
@@ -338,7 +283,7 @@ class SqliteState:
         try:
             db.execute("BEGIN IMMEDIATE")
             try:
-                db.executemany("INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?, ?, ?, ?)", c.file_rows())
+                db.executemany("INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?, ?, ?, ?, ?)", c.file_rows())
                 db.executemany("DELETE FROM files WHERE path = ?", ((p,) for p in c.forget_files))
                 self._forget(db, c.forget_files)
                 db.executemany("INSERT INTO acked_ids VALUES (?, ?)", c.acked_by_owner())
@@ -404,24 +349,42 @@ class SqliteState:
             self._db.close()
 
 
+def _has_meta(db: sqlite3.Connection) -> bool:
+    return db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'").fetchone() is not None
+
+
+def _migrate(db: sqlite3.Connection, path: str, version: int) -> None:
+    """Bring a state of an older schema to SCHEMA_VERSION, a step at a time, each in one transaction."""
+    if version == 1:
+        db.executescript("BEGIN IMMEDIATE;" + _MIGRATE_1_2 + "COMMIT;")
+        log.info("state %s migrated from schema 1 to 2 (digests anchored to their files)", path)
+        version = 2
+    if version == 2:
+        db.executescript("BEGIN IMMEDIATE;" + _MIGRATE_2_3 + "COMMIT;")
+        log.info("state %s migrated from schema 2 to 3 (offset markers)", path)
+
+
+class _NoState(sqlite3.DatabaseError):
+    """A state.db that holds no ccotel state: 0 bytes, or a database without ccotel's schema."""
+
+
+def _no_state(size: int) -> _NoState:
+    return _NoState("is empty (0 bytes)" if size == 0 else f"holds no ccotel state (a {size}-byte database "
+                    "without ccotel's schema)")
+
+
 def _move_aside(path: str, exc: BaseException) -> str:
-    """Move a corrupt database (and its WAL and shared-memory files) to ``<name>.corrupt-<UTC time>``."""
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    aside = f"{path}.corrupt-{stamp}"
-    n = 1
-    while os.path.exists(aside):
-        n += 1
-        aside = f"{path}.corrupt-{stamp}-{n}"
-    for suffix in ("", "-wal", "-shm"):
-        if os.path.exists(path + suffix):
-            try:
-                os.replace(path + suffix, aside + suffix)
-            except OSError as exc2:
-                raise _unwritable(os.path.dirname(path), f"moving the corrupt {path}{suffix} aside", exc2) from None
-    log.error("the state database %s is corrupt (%s); moved it aside to %s and started a new one: the history "
-              "is read again as on a first start (counters restart from what it rebuilds, events in the history "
-              "are not counted again; traces already delivered are sent again with the same ids)",
-              path, exc, aside)
+    """Move a corrupt or unusable database (and its WAL and shared-memory files) aside
+    (aside.set_aside: ``.corrupt-<UTC time>``, ``.unusable-`` for one holding no ccotel state), saying so once."""
+    kind = "unusable" if isinstance(exc, _NoState) else "corrupt"
+    try:
+        aside = set_aside(path, kind)
+    except OSError as exc2:
+        raise unwritable(os.path.dirname(path), f"moving the {kind} {path} aside", exc2) from None
+    what = str(exc) if isinstance(exc, _NoState) else f"is corrupt ({exc})"
+    log.error("the state database %s %s; moved it aside to %s and started a new one: the history is read again "
+              "as on a first start (counters restart from what it rebuilds, events in the history are not counted "
+              "again; traces already delivered are sent again with the same ids)", path, what, aside)
     return aside
 
 

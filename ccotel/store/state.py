@@ -32,11 +32,11 @@ from ccotel.assemble.digests import digest64
 from ccotel.store.location import default_state_dir, is_url, resolve_state
 
 if TYPE_CHECKING:  # the transcript reader (slow to import) is not needed to name a file's identity
-    from ccotel.read.tail import FileIdentity
+    from ccotel.read.tail import FileIdentity, Marker
 
-__all__ = ["State", "StateLock", "Commit", "anchor_of", "PERMANENT", "StateError", "StateUnavailable", "StateLocked",
-           "default_state_dir", "is_url", "resolve_state", "host_id", "pack_ids", "unpack_ids", "signed64",
-           "unsigned64"]
+__all__ = ["State", "StateLock", "Commit", "Claimed", "anchor_of", "PERMANENT", "StateError", "StateUnavailable",
+           "StateLocked", "default_state_dir", "is_url", "resolve_state", "host_id", "claim_lease",
+           "DEFAULT_CLAIM_LEASE_S", "pack_ids", "unpack_ids", "signed64", "unsigned64"]
 
 PERMANENT = 0  # the anchor of rows no file holds (the caught_up mark)
 
@@ -61,8 +61,9 @@ class State(Protocol):
     on_error: Callable[[str], None] | None
     failures: int  # failed commit attempts since the last one written
 
-    def files(self) -> dict[str, tuple[FileIdentity | None, int, int]]:
-        """path -> (identity, offset of the first line not fully delivered, bytes already read)."""
+    def files(self) -> dict[str, tuple[FileIdentity | None, int, int, Marker | None]]:
+        """path -> (identity, offset of the first line not fully delivered, bytes already read,
+        the offset marker: a digest of the last bytes read, None where none was kept)."""
         ...
 
     def acked(self) -> set[int]:
@@ -95,8 +96,9 @@ class State(Protocol):
         from memory when these files go."""
         ...
 
-    def claim(self, span_ids: list[int], anchor: int) -> set[int]:
-        """Of these spans (built from the file of ``anchor``), the ones this process sends and counts."""
+    def claim(self, span_ids: list[int], anchor: int) -> Claimed:
+        """Of these spans (built from the file of ``anchor``), the ones this process sends and
+        counts, and those another host claimed and has not delivered yet."""
         ...
 
     def claim_mark(self, mark: str, anchor: int) -> bool:
@@ -129,12 +131,16 @@ class State(Protocol):
 
 
 class StateLock(Protocol):
-    """The state taken for this process (sqlite.DirLock: the state dir's flock; postgres.HostLock:
-    this host id's lock in PostgreSQL), held for its life; ``release`` gives it up."""
+    """The state taken for this process (statedir.DirLock: the state dir's flock; postgres_lease.HostLock:
+    this host id's lock in PostgreSQL), held for its life; ``release`` gives it up; ``check``
+    (cheap, about once a second while running) says why this process must stop if the state was
+    taken from under it, else None."""
 
     path: str
 
     def release(self) -> None: ...
+
+    def check(self) -> str | None: ...
 
 
 class StateError(RuntimeError):
@@ -153,11 +159,23 @@ class StateLocked(StateError):
         self.pid = pid
 
 
+@dataclass(frozen=True)
+class Claimed:
+    """What a claim on span ids found: ``mine`` this process sends and counts; ``elsewhere``
+    another host of a fleet claimed and has not delivered yet (it may die before it does: the
+    caller holds them and claims them again later, postgres.py). Any other id was delivered by
+    another host."""
+
+    mine: frozenset[int]
+    elsewhere: frozenset[int] = frozenset()
+
+
 @dataclass
 class Commit:
     """Everything one transaction writes."""
 
-    offsets: dict[str, tuple[FileIdentity | None, int, int]] = field(default_factory=dict)  # ident, offset, read_to
+    # ident, offset, read_to, marker (tail.Marker: the last bytes read, to tell a rewrite in place)
+    offsets: dict[str, tuple[FileIdentity | None, int, int, Marker | None]] = field(default_factory=dict)
     forget_files: list[str] = field(default_factory=list)
     acked: list[tuple[int, str]] = field(default_factory=list)
     done_owners: list[str] = field(default_factory=list)
@@ -189,12 +207,13 @@ class Commit:
     def size(self) -> int:
         return len(self.offsets) + len(self.forget_files) + len(self.acked) + len(self.done_owners)
 
-    def file_rows(self) -> list[tuple[str, int | None, int | None, int | None, str | None, int, int]]:
+    def file_rows(self) -> list[tuple[str, int | None, int | None, int | None, str | None, int, int, str | None]]:
         """The checkpoints as both backends' ``files`` tables hold them: path, dev, ino, head_len,
-        fingerprint (all four None for a file without an identity), offset, read_to."""
+        fingerprint (all four None for a file without an identity), offset, read_to, marker (its
+        ``Marker.text``, None without one)."""
         return [(path, ident.dev if ident else None, ident.ino if ident else None, ident.head_len if ident else None,
-                 ident.fingerprint if ident else None, offset, read_to)
-                for path, (ident, offset, read_to) in self.offsets.items()]
+                 ident.fingerprint if ident else None, offset, read_to, marker.text() if marker else None)
+                for path, (ident, offset, read_to, marker) in self.offsets.items()]
 
     def acked_by_owner(self) -> list[tuple[str, bytes]]:
         """The acknowledged span ids packed per owner (``pack_ids``): one row per owner and
@@ -213,6 +232,24 @@ def host_id(explicit: str | None = None, env: dict[str, str] | None = None) -> s
     Checkpoints, acknowledged ids and counters are kept per host id; two hosts need two ids."""
     env = dict(os.environ) if env is None else env
     return explicit or env.get("CCOTEL_HOST_ID") or socket.gethostname()
+
+
+DEFAULT_CLAIM_LEASE_S = 60.0
+
+
+def claim_lease(explicit: str | float | None = None, env: dict[str, str] | None = None) -> float:
+    """How long a fleet host's claims on spans it has not delivered outlive its last sign of
+    life (postgres.py): ``--claim-lease``, ``$CCOTEL_CLAIM_LEASE`` (seconds), or 60 s. Raises
+    ValueError for anything but a finite number of seconds from 1 to a day."""
+    env = dict(os.environ) if env is None else env
+    raw: str | float = explicit if explicit is not None else env.get("CCOTEL_CLAIM_LEASE") or DEFAULT_CLAIM_LEASE_S
+    try:
+        seconds = float(raw)
+    except ValueError:
+        raise ValueError(f"a claim lease must be a number of seconds, not {str(raw)[:40]!r}") from None
+    if not 1.0 <= seconds <= 86400.0:  # NaN fails this too
+        raise ValueError(f"a claim lease must be from 1 to 86400 seconds, not {seconds}")
+    return seconds
 
 
 # -- span ids as both backends store them ---------------------------------------------

@@ -6,6 +6,7 @@ import os
 from collections import Counter
 
 import orjson
+import pytest
 
 from ccotel.records import SpanRecord, StatusCode
 from ccotel.run.pipeline import Options, Pipeline
@@ -366,6 +367,67 @@ def _background_agent_then_notification() -> Transcript:
     t.prompt("<task-notification>\n<task-id>a1</task-id>\n<status>completed</status>\n</task-notification>")
     t.response("msg_n3", [text("the helper reported")], stop_reason="end_turn")
     return t
+
+
+def _woken_after_the_final_answer(wake: str) -> Transcript:
+    """A turn that ends (its final answer, then turn_duration), and a wake-up seconds later that is
+    no human prompt, as shared/realdata has them (2.1.220-2.1.232): an ``isMeta`` message from a
+    background agent of another session (``origin.kind: peer``), or a scheduled ``/loop`` wake-up (a
+    system ``scheduled_task_fire`` line, then the loop's prompt as an ``isMeta`` line). The model
+    answers 4 s after the wake-up line."""
+    t = Transcript(SID, version="2.1.232")
+    t.prompt("start the reviewer in the background", parent=None)
+    t.response("msg_w1", [text("the reviewer runs; I will wait for its verdict")], stop_reason="end_turn")
+    t.system("turn_duration", durationMs=900)
+    t.t_ms += 30_000
+    if wake == "peer":
+        t.prompt("Another Claude session sent a message:\n<agent-message from=\"review\">\nLGTM\n</agent-message>",
+                 isMeta=True, origin={"kind": "peer", "from": "review", "name": "review"})
+    else:
+        t.system("scheduled_task_fire", content="Claude resuming /loop wakeup")
+        t.prompt("Check the CI status and report it to the user.", isMeta=True)
+    t.t_ms += 4_000
+    t.response("msg_w2", [text("looking"), tool_use("toolu_w2")], stop_reason="tool_use")
+    t.tool_result("toolu_w2", "all green", source=t.last)
+    t.response("msg_w3", [text("the review passed and CI is green")], stop_reason="end_turn")
+    t.system("turn_duration", durationMs=5000)
+    return t
+
+
+def _read_live(t: Transcript, root: str, step_ns: int) -> list[SpanRecord]:
+    """The lines appended one by one, the clock ``step_ns`` on between them, a tick after each."""
+    live_path = os.path.join(proj(root), f"{SID}.jsonl")
+    os.makedirs(os.path.dirname(live_path))
+    open(live_path, "wb").close()
+    now = [1_750_000_000_000_000_000]  # the transcript's own time: its lines are not in the future
+    live: list[SpanRecord] = []
+    p = Pipeline(Options(roots=(root,)), emit=live.extend, clock=lambda: now[0])
+    p.backfill()
+    for line in t.lines:
+        with open(live_path, "ab") as f:
+            f.write(orjson.dumps(line) + b"\n")
+        p.poll([live_path])
+        now[0] += step_ns
+        p.tick()
+    p.backfill(close_all=True)
+    return live
+
+
+@pytest.mark.parametrize("wake", ["peer", "scheduled"])
+def test_a_wake_up_after_the_final_answer_is_traced_alike_however_it_is_read(tmp_path, wake):
+    """A turn ends at its final answer, in the transcript: a new API call after it starts a trace of its
+    own (trigger continuation), whether the lines are read all at once (a backfill) or live, the turn
+    closed a second after its final answer or not yet (lines 0.1 s apart), not by when it is read."""
+    t = _woken_after_the_final_answer(wake)
+    path = os.path.join(proj(str(tmp_path / "all")), f"{SID}.jsonl")
+    t.write(path)
+    at_once, _ = run(str(tmp_path / "all"))
+    turns = sorted((s for s in at_once if s.parent_span_id is None), key=lambda s: s.start_ns)
+    assert [s.attributes["claude_code.turn.trigger"] for s in turns] == ["prompt", "continuation"]
+    answer = next(s for s in at_once if s.attributes.get("gen_ai.response.id") == "msg_w3")
+    assert (answer.trace_id, answer.parent_span_id) == (turns[1].trace_id, turns[1].span_id)
+    for step_ns in (5_000_000_000, 100_000_000):
+        assert _ids(_read_live(t, str(tmp_path / f"live{step_ns}"), step_ns)) == _ids(at_once), step_ns
 
 
 def _ids(spans: list[SpanRecord]) -> set[tuple[int, int, int | None, str]]:

@@ -241,8 +241,11 @@ def test_first_line_not_a_message(tmp_path):
     write_lines(main, [pr, *lines])
     h = check_session(sid, (str(root),))
     assert codes(h) == {"first_line_not_message": False} and "'pr-link'" in h.findings[0].message
+    assert "resumes it with the whole history" in h.findings[0].message  # what a resume does (issue 28)
     write_lines(main, [pr, *set_version(lines, "2.1.143")])
-    assert codes(check_session(sid, (str(root),))) == {"first_line_not_message": True}
+    old = check_session(sid, (str(root),))
+    assert codes(old) == {"first_line_not_message": True}
+    assert 'may answer "No conversation found"' in old.findings[0].message
 
 
 def test_worktree_gone_and_relocated(tmp_path):
@@ -419,3 +422,11 @@ def test_the_8_character_id_sessions_prints_is_taken_and_unknown_or_ambiguous_ar
     shutil.copy(main, main.with_name(f"{twin}.jsonl"))
     amb = run_check(sid[:8], "--root", str(root))
     assert amb.returncode == 2 and f"ambiguous: {sid[:8]} matches {', '.join(sorted([sid, twin]))}" in amb.stderr
+
+
+def test_idle_time_reads_as_days_and_hours():
+    """Issue 28: `idle 8612756s`. Readable, with the seconds --json gives (idle_seconds)."""
+    from ccotel.commands.check import _idle
+
+    assert [_idle(x) for x in (5.4, 125, 7384, 8612756.9)] == \
+        ["5s", "2m 05s (125 s)", "2h 03m (7384 s)", "99d 16h (8612756 s)"]

@@ -40,8 +40,9 @@ from ccotel.commands.doctor.wording import user_name
 from ccotel.metrics.counters import Metrics, serve
 from ccotel.read.discover import scan
 from ccotel.rules.versions import TESTED_CLAUDE_CODE_VERSIONS, VersionStanding, judge_version
-from ccotel.store.sqlite import SCHEMA_VERSION, lock_state_dir
+from ccotel.store.sqlite import SCHEMA_VERSION
 from ccotel.store.state import StateLocked
+from ccotel.store.statedir import lock_state_dir
 from tests.harness.install import VERSIONS
 from tests.support import ccusage as _ccusage
 from tests.support.fixtures import missing_component
@@ -137,7 +138,8 @@ def test_judge_version_against_the_matrix() -> None:
     assert {judge_version(v).standing for v in VERSIONS} == {VersionStanding.TESTED}
     between = judge_version("2.1.250")
     assert between.standing is VersionStanding.BETWEEN and f"{OLD} and {NEW}" in between.note
-    newer = judge_version("2.1.331")
+    major, minor, patch = NEW.split(".")
+    newer = judge_version(f"{major}.{minor}.{int(patch) + 1}")  # the release after the newest tested
     assert newer.standing is VersionStanding.NEWER
     assert "not tested yet" in newer.note and "ccotel_format_unknown_total" in newer.note
     assert judge_version("2.2.0-beta.1").standing is VersionStanding.NEWER
@@ -185,7 +187,7 @@ def test_unknown_line_type_and_field_are_warned(tmp_path: Path) -> None:
     fmt = of(findings, "format")
     types = next(f for f in fmt if "line types" in f.message)
     fields = next(f for f in fmt if "fields" in f.message)
-    assert types.level is Level.WARN and "session-weather (1 line, version 2.1.330)" in types.message
+    assert types.level is Level.WARN and f"session-weather (1 line, version {NEW})" in types.message
     assert types.data["line_types"] == {"session-weather": {"lines": 1, "versions": [NEW]}}
     assert fields.level is Level.WARN and fields.data["fields"] == {"assistant.moodRing": [NEW]}
     assert "ccotel_format_unknown_total" in types.fix
@@ -224,6 +226,8 @@ def test_realdata_versions_older_and_between(tmp_path: Path, realdata_root: Path
     assert "1.0.17" in older and "2.1.42" in older  # type: ignore[operator]
     assert all(judge_version(v).standing is VersionStanding.BETWEEN for v in between)  # type: ignore[union-attr]
     assert "output_tokens" in versions["older"].message  # 2.1.12-2.1.29 are among them
+    # many versions read as their range (issue 28: a 12-line list of 35 versions); --json has each
+    assert versions["older"].message.startswith(f"{len(older)} versions, 1.0.17 to 2.1.42 (")  # type: ignore[arg-type]
     assert one(findings, "format").level is Level.OK  # rules.py knows everything these wrote
     assert one(findings, "roots").level is Level.OK
 
@@ -362,6 +366,12 @@ def test_state_faults(tmp_path: Path) -> None:
     db.close()
     failed = of(doctor.diagnose(config(tmp_path, state_dir=str(state_dir))), "state")[1]
     assert failed.level is Level.FAIL and "schema 99" in failed.message and "refuse" in failed.message
+    db = sqlite3.connect(state_dir / "state.db")
+    with db:
+        db.execute("UPDATE meta SET value='2' WHERE key='schema'")  # an older ccotel's: migrated, not refused
+    db.close()
+    older = of(doctor.diagnose(config(tmp_path, state_dir=str(state_dir))), "state")[1]
+    assert older.level is Level.OK and "migrates it" in older.message
 
     (state_dir / "state.db").write_bytes(b"this is not a database" * 100)
     corrupt = of(doctor.diagnose(config(tmp_path, state_dir=str(state_dir))), "state")[1]
@@ -378,11 +388,13 @@ def test_state_faults(tmp_path: Path) -> None:
 
 HOLD_LOCK = (  # a running ccotel, as far as the state dir can tell: the lock, and a database open for writing
     "import sys\n"
-    "from ccotel.store.sqlite import SqliteState as State, lock_state_dir\n"
+    "from ccotel.store.sqlite import SqliteState as State\n"
+    "from ccotel.store.statedir import lock_state_dir\n"
     "from ccotel.store.state import Commit\n"
     "lock = lock_state_dir(sys.argv[1])\n"
     "state = State(sys.argv[1])\n"
-    "assert state.commit(Commit(offsets={f'/r/projects/p/{i}.jsonl': (None, 10 * i, 10 * i) for i in range(3)}))\n"
+    "assert state.commit(Commit(offsets={f'/r/projects/p/{i}.jsonl': (None, 10 * i, 10 * i, None)\n"
+    "                                    for i in range(3)}))\n"
     "print('locked', flush=True)\n"
     "sys.stdin.read()\n"
 )
@@ -652,7 +664,7 @@ def test_render_text_names_the_fix() -> None:
                  Finding("state", Level.WARN, "/s", "mode 0755", "chmod 700 /s")], out)
     text = out.getvalue()
     assert "FAIL" in text and "→ start it" in text and "→ chmod 700 /s" in text
-    assert text.rstrip().endswith("1 failed, 1 warnings")
+    assert "1 failed, 1 warnings\ntraces failed: " in text  # the verdict, then what the failure costs
 
 
 def test_doctor_reads_only_tails(tmp_path: Path, realdata_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -703,3 +715,18 @@ def doctor_state_findings(cfg: DoctorConfig) -> list[Finding]:
     from ccotel.commands.doctor.state import check_state
 
     return check_state(cfg)
+
+
+def test_each_failure_says_what_it_costs() -> None:
+    """Issue 28: doctor exits 1 when no backend runs, also for someone who only wants reports. The
+    status stays (scripts rely on it); the verdict says what each failed check costs."""
+    from ccotel.commands.doctor.finding import Finding
+    from ccotel.commands.doctor.render import COSTS, render_text
+
+    out = io.StringIO()
+    render_text([Finding("traces", Level.FAIL, "http://localhost:4318/v1/traces", "nothing accepts connections"),
+                 Finding("roots", Level.OK, "/r", "readable")], out)
+    text = " ".join(out.getvalue().split())
+    assert "1 failed traces failed: ccotel run, backfill and relay cannot deliver spans" in text
+    assert "report, sessions, trace and check need no backend" in text
+    assert set(COSTS) >= {"roots", "state", "traces", "metrics", "telemetry"}

@@ -186,7 +186,7 @@ def test_a_report_from_the_ledger_imports_only_what_it_needs(tmp_path):
         "ccotel.commands.report.rows", "ccotel.commands.report.summary", "ccotel.export", "ccotel.export.closed",
         "ccotel.read", "ccotel.read.layout",
         "ccotel.rules", "ccotel.rules.model_name", "ccotel.run", "ccotel.run.stopping", "ccotel.store",
-        "ccotel.store.ledger"]), out.stdout
+        "ccotel.store.ledger", "ccotel.store.ledger_schema"]), out.stdout
 
 
 def test_the_reports_copy_of_the_state_location_rule_is_the_rule(monkeypatch):

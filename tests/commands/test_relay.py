@@ -171,7 +171,9 @@ def _check_result_attributes(turn: SpanRecord, result: dict[str, Any], label: st
 
 @pytest.mark.parametrize("name", ["s03_parallel_subagents", "2.1.330-s03_parallel_subagents",
                                   "s04_background_subagent", "2.1.330-s04_background_subagent",
-                                  "s07_api_errors", "2.1.330-s07_api_errors"])
+                                  "s07_api_errors", "2.1.330-s07_api_errors",
+                                  "2.1.332-s03_parallel_subagents", "2.1.332-s04_background_subagent",
+                                  "2.1.332-s07_api_errors"])
 def test_result_becomes_turn_attributes_and_metrics(name: str, relay_metrics: Metrics) -> None:
     fx = load_fixture(name)
     for label, data in _streams(fx):
@@ -196,7 +198,7 @@ def test_result_becomes_turn_attributes_and_metrics(name: str, relay_metrics: Me
         assert m.value("ccotel_relay_lines") == len(data.splitlines())
 
 
-@pytest.mark.parametrize("version_prefix", ["", "2.1.330-"])
+@pytest.mark.parametrize("version_prefix", ["", "2.1.330-", "2.1.332-"])
 def test_api_retry_on_the_turn_span(version_prefix: str, relay_metrics: Metrics) -> None:
     fx = load_fixture(version_prefix + "s07_api_errors")
     label, data = [(lbl, d) for lbl, d in _streams(fx) if b'"api_retry"' in d][0]

@@ -148,21 +148,29 @@ def test_ghost(tmp_path: Path) -> None:
 
 
 def test_since_limit_and_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--since is the turns' start time, not the files' mtime (issue 28: a copy's mtime is the copy's
+    time, so `--since 7d` listed every old session); an empty result says since when."""
     root = tmp_path / "claude"
     for name in ("s01_bash_tool", "s02_resume_two_turns", "2.1.330-s03_parallel_subagents"):
         shutil.copytree(load_fixture(name).config_dir, root, dirs_exist_ok=True)
-    old = load_fixture("s01_bash_tool").session_ids[0]
-    ten_days = time.time() - 10 * 86400
-    for path in root.rglob("*"):
-        if old in str(path):
-            os.utime(path, (ten_days, ten_days))
+    old = load_fixture("s01_bash_tool").session_ids[0]  # its turn starts 2026-11-21T05:31:38Z, s02's 05:32:46
     rc, out = run(capsys, "--root", str(root), "--json", "--limit", "0")
     assert rc == 0
     everything = json.loads(out)["sessions"]
     assert len(everything) == 3
     assert [s["lastActivityNs"] for s in everything] == sorted((s["lastActivityNs"] for s in everything), reverse=True)
-    rc, out = run(capsys, "--root", str(root), "--json", "--since", "7d")
+    rc, out = run(capsys, "--root", str(root), "--json", "--since", "2026-11-21T05:32:00Z")  # every mtime is now
     assert {s["sessionId"] for s in json.loads(out)["sessions"]} == {s["sessionId"] for s in everything} - {old}
+    ten_days = time.time() - 10 * 86400
+    for path in root.rglob("*"):  # a file last written before --since holds no turn started since: not read
+        if old in str(path):
+            os.utime(path, (ten_days, ten_days))
+    rc, out = run(capsys, "--root", str(root), "--json", "--since", "2026-11-21T05:00:00Z")
+    assert {s["sessionId"] for s in json.loads(out)["sessions"]} == {s["sessionId"] for s in everything} - {old}
+    rc, out = run(capsys, "--root", str(root), "--since", "2027-01-01")
+    assert rc == 0 and out.strip() == f"no sessions since 2027-01-01 00:00 UTC under {root}"
+    rc, out = run(capsys, "--root", str(root), "--limit", "1", "--width", "120")
+    assert out.splitlines()[-1] == "1 of 3 sessions (--limit 0: all)"
     rc, out = run(capsys, "--root", str(root), "--json", "--limit", "1")
     (one,) = json.loads(out)["sessions"]
     keys = {"sessionId", "shortId", "project", "cwd", "path", "start", "lastActivity", "versions", "models", "turns",
@@ -179,11 +187,12 @@ def test_table_fits_and_its_ids_resolve(width: int, all_roots: list[str], listed
     assert rc == 0
     lines = out.splitlines()
     assert max(len(line) for line in lines) <= width
-    assert len(lines) == 1 + len(listed)
+    left_out = [line for line in lines if line.startswith("not shown at this width:")]
+    assert len(lines) == 1 + len(listed) + len(left_out)
     header = lines[0].split()
     assert header[:2] == ["session", "project"] and header[-1] == "state"
-    assert ("model" in header) == (width >= 160)
-    for line, s in zip(lines[1:], listed, strict=True):
+    assert ("model" in header) == (not left_out)
+    for line, s in zip(lines[1:1 + len(listed)], listed, strict=True):
         cells = line.split()
         assert cells[0] == s.short_id and cells[-1] == s.state
         assert sessions.find_session(s.short_id, all_roots).session_id == s.session_id  # what `ccotel trace` takes
@@ -192,6 +201,24 @@ def test_table_fits_and_its_ids_resolve(width: int, all_roots: list[str], listed
 
 def test_no_sessions(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     rc, out = run(capsys, "--root", str(tmp_path / "nothing"))
-    assert rc == 0 and "no sessions" in out
+    assert rc == 0 and out.strip() == f"no sessions under {tmp_path / 'nothing'}"
     rc, out = run(capsys, "--root", str(tmp_path / "nothing"), "--json")
     assert rc == 0 and json.loads(out) == {"sessions": []}
+
+
+def test_a_limited_listing_is_the_newest_by_the_transcripts_own_times(tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """A copy or a restore sets mtimes that say nothing of a session's last activity: `--limit N`
+    shows the N newest by the transcripts' times, the first N of the whole listing."""
+    root = tmp_path / "claude"
+    for name in ("s01_bash_tool", "s02_resume_two_turns", "2.1.330-s03_parallel_subagents"):
+        shutil.copytree(load_fixture(name).config_dir, root, dirs_exist_ok=True)
+    rc, out = run(capsys, "--root", str(root), "--json", "--limit", "0")
+    everything = [s["sessionId"] for s in json.loads(out)["sessions"]]
+    for age, sid in enumerate(everything):  # the newest session gets the oldest mtime
+        when = time.time() - 86400 * (len(everything) - age)
+        for path in root.rglob(f"*{sid}*"):
+            os.utime(path, (when, when))
+    for n in (1, 2):
+        rc, out = run(capsys, "--root", str(root), "--json", "--limit", str(n))
+        assert [s["sessionId"] for s in json.loads(out)["sessions"]] == everything[:n]

@@ -22,13 +22,14 @@ import pytest
 
 from ccotel.commands import trace as waterfall
 from ccotel.commands.options import price_file
+from ccotel.commands.terminal import dollars
 from ccotel.records import SpanRecord, StatusCode
 from ccotel.run.pipeline import Options, Pipeline
 from tests.harness.fixtures import load_fixture
 
 SCENARIOS = ["s03_parallel_subagents", "s05_nested_subagent", "s11_interrupt", "s07_api_errors",
              "s06_kill_orphan_resume", "s13_advisor", "s08_failing_tool", "s04_background_subagent"]
-FIXTURES = [f"{v}{sc}" for v in ("", "2.1.330-") for sc in SCENARIOS]
+FIXTURES = [f"{v}{sc}" for v in ("", "2.1.330-", "2.1.332-") for sc in SCENARIOS]
 GUIDE = set("│├└─ ")
 
 
@@ -69,10 +70,10 @@ def parse_table(out: str) -> tuple[int, int, list[tuple[int, str, str, str]]]:
     h = next(i for i, line in enumerate(lines) if line.startswith("span ") and " took " in line)
     header = lines[h]
     bar0 = header.index(" took ") + len(" took ")
-    bar1 = header.index(" tokens · cost · status")
+    bar1 = header.index(" tokens · status")
     rows = []
     for line in lines[h + 1:]:
-        if line.startswith(("✗ ", "in = ")):
+        if line.startswith(("✗ ", "in: ")):
             break
         name_cell = line[:bar0 - 8].rstrip()
         guide = len(name_cell) - len(name_cell.lstrip("".join(GUIDE)))
@@ -82,7 +83,11 @@ def parse_table(out: str) -> tuple[int, int, list[tuple[int, str, str, str]]]:
 
 
 def same_name(shown: str, name: str) -> bool:
-    return shown == name or (shown.endswith("…") and name.startswith(shown[:-1]))
+    """The span's name, or on a narrow terminal its short form (the tool's name alone, the model
+    without ``claude-``), either maybe cut with an ellipsis."""
+    op, _, rest = name.partition(" ")
+    forms = {name, rest if op == "execute_tool" else name, f"chat {rest.removeprefix('claude-')}"}
+    return any(shown == f or (shown.endswith("…") and f.startswith(shown[:-1])) for f in forms)
 
 
 def plain(value: object) -> object:
@@ -122,7 +127,7 @@ def test_waterfall_is_the_exported_trace(name: str, capsys: pytest.CaptureFixtur
             starts = [c["startNs"] for c in node["children"]]
             assert starts == sorted(starts)  # children in start order
         # the rendered tree is the same tree, row by row, at both widths a user would have
-        for width in (100, 160):
+        for width in (80, 100, 160):
             rc, out, _ = trace(capsys, sid, "--root", str(fx.config_dir), "--turn", str(t["turn"]),
                                "--width", str(width))
             assert rc == 0 and max(len(line) for line in out.splitlines()) <= width
@@ -191,14 +196,14 @@ session fae6cced-87c5-4ed5-b276-5ba0c9d23de8  turn 1/1  trace b42f188144355216c6
 started 2026-11-21 05:31 UTC · took 156ms · outcome completed · Claude Code 2.1.197
 cwd /tmp/ccotel-s01_bash_tool-yhjd9vq1/proj
 2 API calls (claude-opus-4-8) · 1 tool call · 0 subagents
-tokens in 22.5k out 293 cr 18.2k cw 607 · cost $0.0096
+tokens in 22.5k out 293 cr 18.2k cw 607 · cost $0.01
 
-span                       took 0          78ms       156ms tokens · cost · status
-invoke_agent claude-code  155ms ███████████████████████████ completed · 2 calls · 1 tool
-├─ chat claude-opus-4-8    68ms ████████████                in 11.1k out 143 cr 9,017 cw 297 $0.0047
-│  └─ execute_tool Bash    69ms            █████████████
-└─ chat claude-opus-4-8    19ms                        ████ in 11.4k out 150 cr 9,228 cw 310 $0.0049
-in = input incl. cache read (cr) and cache write (cw) · $ = estimate at list prices
+span                       took 0           78ms       156ms tokens · status                       $
+invoke_agent claude-code  155ms ████████████████████████████ completed · 2 calls · 1 tool
+├─ chat claude-opus-4-8    68ms ████████████                 in 11.1k out 143 cr 9,017 cw 297 0.0047
+│  └─ execute_tool Bash    69ms             █████████████
+└─ chat claude-opus-4-8    19ms                         ████ in 11.4k out 150 cr 9,228 cw 310 0.0049
+in: input incl. cache read (cr) and write (cw) · $: estimate at list prices
 """
     assert [line.rstrip() for line in out.splitlines()] == expected.splitlines()
     # the snapshot's figures, from the fake API's record of what it sent
@@ -211,9 +216,9 @@ in = input incl. cache read (cr) and cache write (cw) · $ = estimate at list pr
                 + u["cache_creation_input_tokens"] * rate["cache_write_5m"]) / 1e6
         line = out.splitlines()[8 + 2 * i]
         assert f"in {total_in / 1000:.1f}k out {u['output_tokens']} cr {u['cache_read_input_tokens']:,} " \
-               f"cw {u['cache_creation_input_tokens']} ${cost:.4f}" in line
-    total = sum(float(line.rsplit("$", 1)[1]) for line in out.splitlines()[8:11:2])
-    assert f"cost ${total:.4f}" in out or abs(total - float(out.splitlines()[4].rsplit("$", 1)[1])) <= 0.0001
+               f"cw {u['cache_creation_input_tokens']} {dollars(cost)}" in line  # under a cent: 2 digits
+    total = sum(float(line.rsplit(" ", 1)[1]) for line in out.splitlines()[8:11:2])
+    assert f"cost ${dollars(total)}" in out
 
 
 @pytest.mark.parametrize("bad", ["../../etc/passwd", "/etc/passwd", "a", "abc1234", "x;rm -rf", "..", "%2e%2e",
@@ -360,3 +365,22 @@ def test_errors_are_red_on_a_terminal() -> None:
     red, dim = "\x1b[1;31m", "\x1b[2m"
     assert f"{red}chat\x1b[0m" in out and f"{red}✗ 400: API Error: 400" in out and f"{red}█" in out
     assert "\x1b[1minvoke_agent claude-code\x1b[0m" in out and f"{dim}└─ \x1b[0m" in out
+
+
+@pytest.mark.parametrize("width", range(12, 61))  # _layout: the bar is at least 12 wide
+def test_the_axis_labels_never_collide(width: int) -> None:
+    """Issue 28: at 80 columns the axis read `4m06s8m12s`. Every label stands apart, 0 and the end
+    are always there."""
+    for total in (175_000_000, 492_000_000_000, 7_384_000_000_000):
+        axis = str(waterfall._axis(total, width))
+        assert len(axis) == width and axis.startswith("0 ")
+        assert axis.rstrip().endswith(waterfall._duration(total)[:width - 2])
+        labels = axis.split()
+        assert "".join(labels) == axis.replace(" ", "")  # no two labels touch
+        assert all(lab in ("0", waterfall._duration(total // 2), waterfall._duration(total)) for lab in labels), axis
+
+
+def test_one_rule_for_costs() -> None:
+    """To the cent; under a cent two significant digits (an API call's cost would read 0.00)."""
+    assert [dollars(x) for x in (0, 0.0047, 0.00049, 0.005, 0.01, 1234.567)] == \
+        ["0.00", "0.0047", "0.00049", "0.01", "0.01", "1,234.57"]

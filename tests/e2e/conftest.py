@@ -2,7 +2,7 @@
 
 * Makes ``tests.harness`` importable however pytest is started (``pytest`` or ``python -m pytest``).
 * ``claude_cli``: a session fixture that installs the Claude Code versions the live tests run on
-  (``CCOTEL_CLAUDE_VERSIONS``: ``newest`` by default, ``all``, ``oldest`` or a list; see
+  (``CCOTEL_CLAUDE_VERSIONS``: ``newest`` by default, ``ends``, ``all``, ``oldest`` or a list; see
   ``tests.harness.install.selected_versions``) into ``tests/.node/<version>`` (idempotent; see
   ``python -m tests.harness.install``), so ``pytest -m e2e`` works on a fresh machine. It returns the
   binary of the newest of them (what ``Sandbox`` runs by default when it is the newest of the matrix).

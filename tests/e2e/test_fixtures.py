@@ -13,7 +13,7 @@ import pytest
 
 from tests.harness.checks import check_scenario
 from tests.harness.fixtures import copy_fixture, fixture_name, list_fixtures, load_fixture, split_name
-from tests.harness.install import NEWEST, OLDEST, VERSIONS
+from tests.harness.install import NEWEST, OLDEST, VERSIONS, selected_versions
 from tests.harness.scenarios import SCENARIOS
 
 FIXTURES = list_fixtures()
@@ -96,6 +96,17 @@ def test_loader_versions(tmp_path: Path) -> None:
     copy = copy_fixture("s01_bash_tool", tmp_path, version=NEWEST)
     assert copy.name == f"{NEWEST}-s01_bash_tool" and copy.version == NEWEST
     assert copy.root == tmp_path / f"{NEWEST}-s01_bash_tool"
+
+
+def test_live_version_selection() -> None:
+    """CCOTEL_CLAUDE_VERSIONS: the newest by default, ``ends`` (tests/run.sh) the oldest and the newest
+    only (a version in between is checked on its fixtures), ``all`` the matrix, a list in matrix order."""
+    assert selected_versions({}) == selected_versions({"CCOTEL_CLAUDE_VERSIONS": "newest"}) == (NEWEST,)
+    assert selected_versions({"CCOTEL_CLAUDE_VERSIONS": "ends"}) == (OLDEST, NEWEST)
+    assert len(VERSIONS) > 2 and selected_versions({"CCOTEL_CLAUDE_VERSIONS": "all"}) == VERSIONS
+    assert selected_versions({"CCOTEL_CLAUDE_VERSIONS": f"{NEWEST}, {OLDEST}"}) == (OLDEST, NEWEST)
+    with pytest.raises(ValueError):
+        selected_versions({"CCOTEL_CLAUDE_VERSIONS": "9.9.9"})
 
 
 def test_ids_unique_across_fixtures() -> None:

@@ -4,8 +4,8 @@
 - the kill-mid-tool scenario (SIGKILL, then --resume), a ghost session and an orchestrator log
   show up in Prometheus as exactly the expected increments;
 - on each Claude Code version selected by CCOTEL_CLAUDE_VERSIONS (default: the newest; `all` for the matrix):
-  2.1.197 leaves the killed tool call as a dead branch (a session reset), 2.1.330 repairs it on
-  resume (still an orphaned tool call, no reset);
+  2.1.197 leaves the killed tool call as a dead branch (a session reset), 2.1.330 and later repair it
+  on resume (still an orphaned tool call, no reset);
 - ccotel is SIGKILLed and restarted in the middle, and every counter stays exact;
 - `promtool check metrics` passes on the live exposition.
 """
@@ -132,7 +132,7 @@ def test_live_spans_metrics_and_restart(version, claude_cli, tmp_path):
             if version == OLDEST:  # the resume continued without the call: a dead branch, a reset
                 wait_value(p, resets, 1)
             wait_value(p, 'ccotel_api_calls_total{job="ccotel"}', len(gt3) + len(gt6))
-            if version != OLDEST:  # 2.1.330 repaired the call on resume: nothing was lost, no reset
+            if version != OLDEST:  # 2.1.330 and later repaired the call on resume: nothing was lost, no reset
                 time.sleep(3)
                 assert value(p, resets) == 0
             killed = value(p, 'ccotel_killed_turns_total{job="ccotel"}')

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import logging
 import socket
 import threading
 from collections.abc import Iterator
@@ -162,6 +163,27 @@ def test_an_answer_cut_short_still_says_what_its_status_says() -> None:
         assert t.send(b"b", 1) == OK
         t.close()
     assert s.connections == 2
+
+
+@pytest.mark.parametrize("answer", [
+    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 80\r\n\r\n{\"partialSuccess\": {\"rej",
+    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+    b"50\r\n{\"partialSuccess\": {\"rej",
+    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\nzz",  # a bad chunk size
+])
+def test_a_2xx_cut_short_is_delivered_and_said(answer: bytes, caplog: pytest.LogCaptureFixture) -> None:
+    """The status line says the backend took the spans; the body (a partial_success) ended early.
+    Sending them again would duplicate what it took, for the sake of a count of rejections that
+    OTLP does not let a client retry anyway: delivered, not sent again, and the lost answer logged
+    (was: a chunked answer cut short was retried, the batch sent twice)."""
+    with scripted((answer, True), (OK_EMPTY, False)) as s:
+        t = transport(s)
+        with caplog.at_level(logging.WARNING, logger="ccotel.transport"):
+            assert t.send(b"a", 3) == OK
+        assert t.send(b"b", 1) == OK
+        t.close()
+    assert [b for _h, b in s.requests] == [b"a", b"b"] and s.connections == 2
+    assert "cut short" in caplog.text
 
 
 @pytest.mark.parametrize("answer", [b"SMTP ready\r\n\r\n", b"HTTP/1.1 2000 OK\r\n\r\n", b""])

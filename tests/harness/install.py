@@ -1,11 +1,13 @@
 """Install the Claude Code CLI versions of the test matrix (``python -m tests.harness.install``).
 
 The matrix is :data:`VERSIONS` (the one place listing it): the pinned older release the first
-fixtures were recorded with and the newest npm release. Each version lives in a prefix of its own,
+fixtures were recorded with, 2.1.330 (the newest until 2026-11-24, its fixtures kept) and the newest
+npm release. Each version lives in a prefix of its own,
 ``tests/.node/<version>/`` (its own ``package.json``), side by side.
 
     python -m tests.harness.install                    # every version of the matrix
-    python -m tests.harness.install --version 2.1.330  # one
+    python -m tests.harness.install --version 2.1.332  # one
+    python -m tests.harness.install --selected         # those CCOTEL_CLAUDE_VERSIONS selects
 
 Idempotent: a version is installed only when ``claude --version`` in its prefix does not already
 report it.
@@ -16,10 +18,11 @@ postinstall script replaces with the native binary of the optional dependency
 did not run (``--ignore-scripts``, a policy, or a future npm that blocks scripts) the native binary
 is still there in the platform package, so :func:`claude_binary` prefers that one directly.
 
-``CCOTEL_CLAUDE_VERSIONS`` (``newest``, ``oldest``, ``all`` or a comma-separated list) selects which
-versions the live e2e tests run on (:func:`selected_versions`); the default is the newest only, to keep
-the whole suite short (``all`` adds ~45 s of live CLI runs here; the committed fixtures of every
-version are checked by the non-live tests anyway).
+``CCOTEL_CLAUDE_VERSIONS`` (``newest``, ``oldest``, ``ends``, ``all`` or a comma-separated list) selects
+which versions the live e2e tests run on (:func:`selected_versions`); the default is the newest only, to
+keep the whole suite short. ``ends`` (the oldest and the newest: what ``tests/run.sh`` runs) spans the
+format changes of the matrix; each version in between adds ~1 min of live CLI runs on 2 cores, and the
+committed fixtures of every version are checked by the non-live tests anyway.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ __all__ = ["VERSIONS", "OLDEST", "NEWEST", "CLAUDE_CODE_VERSION", "PACKAGE", "NO
            "claude_binary", "installed_version", "install", "install_all", "selected_versions", "main"]
 
 #: The version matrix, oldest first: every scenario runs on each, fixtures exist for each.
-VERSIONS: tuple[str, ...] = ("2.1.197", "2.1.330")
+VERSIONS: tuple[str, ...] = ("2.1.197", "2.1.330", "2.1.332")
 OLDEST = VERSIONS[0]
 NEWEST = VERSIONS[-1]
 #: The default version for live runs (runner, e2e tests): the newest one.
@@ -57,11 +60,14 @@ def node_dir(version: str = CLAUDE_CODE_VERSION) -> Path:
 
 
 def selected_versions(env: dict[str, str] | None = None) -> tuple[str, ...]:
-    """The versions chosen by ``CCOTEL_CLAUDE_VERSIONS``: ``newest`` (the default), ``oldest``, ``all``,
-    or a comma-separated list of versions of the matrix. Always in matrix order."""
+    """The versions chosen by ``CCOTEL_CLAUDE_VERSIONS``: ``newest`` (the default), ``oldest``, ``ends``
+    (the oldest and the newest), ``all``, or a comma-separated list of versions of the matrix. Always in
+    matrix order."""
     raw = (os.environ if env is None else env).get("CCOTEL_CLAUDE_VERSIONS", "").strip()
     if raw.lower() == "all":
         return VERSIONS
+    if raw.lower() == "ends":
+        return tuple(dict.fromkeys((OLDEST, NEWEST)))
     if not raw or raw.lower() == "newest":
         return (NEWEST,)
     if raw.lower() == "oldest":
@@ -180,8 +186,11 @@ def main(argv: list[str] | None = None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--version", action="append", choices=VERSIONS,
                     help="install only this version (repeatable; default: the whole matrix)")
+    ap.add_argument("--selected", action="store_true",
+                    help="install the versions CCOTEL_CLAUDE_VERSIONS selects for the live tests")
     args = ap.parse_args(argv)
-    for v, binary in install_all(tuple(args.version or VERSIONS)).items():
+    chosen = tuple(args.version or ()) + (selected_versions() if args.selected else ())
+    for v, binary in install_all(tuple(v for v in VERSIONS if v in chosen) or VERSIONS).items():
         print(f"claude {v}: {binary}")
     return 0
 

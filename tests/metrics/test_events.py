@@ -18,6 +18,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "ccotel"
     (lambda m: events.read(m, 3, 120), ("ccotel_lines_read",), 3.0),
     (lambda m: events.read(m, 3, 120), ("ccotel_bytes_read",), 120.0),
     (lambda m: events.parse_error(m, "malformed_json"), ("ccotel_parse_errors", "malformed_json"), 1.0),
+    (lambda m: events.call_without_envelope(m, "uuid"), ("ccotel_calls_without_envelope", "uuid"), 1.0),
     (lambda m: events.format_unknown(m, "2.1.332", "field", "x"), ("ccotel_format_unknown", "2.1.332", "field", "x"),
      1.0),
     (lambda m: events.reported_cost(m, "claude-opus-4-8", 0.25), ("ccotel_reported_cost_usd", "claude-opus-4-8"),

@@ -35,6 +35,20 @@ def test_writes_final_usage():
     assert not rules.writes_final_usage("garbage")
 
 
+def test_call_identity_of_a_line():
+    assert rules.line_call_key("msg_1", "req_1", "u1") == "msg_1:req_1"
+    assert rules.line_call_key("m_1", None, "u1") == "m_1"  # no requestId: message.id alone
+    assert rules.line_call_key(None, "req_1", "u1") == "line:u1"  # no message.id: a call of its own
+    assert rules.line_call_key(None, None, None) is None
+    assert rules.counts_a_call("msg_1", True) and not rules.counts_a_call("msg_1", False)
+    assert not rules.counts_a_call(None, True)
+    # a subagent file's line of a message counted under another requestId: the same call (/btw)
+    assert rules.replays_parent_message(True, message_seen=True, key_seen=False)
+    assert not rules.replays_parent_message(False, message_seen=True, key_seen=False)  # main file
+    assert not rules.replays_parent_message(True, message_seen=True, key_seen=True)  # a copy: merged
+    assert not rules.replays_parent_message(True, message_seen=False, key_seen=False)
+
+
 def test_cache_write_split_with_an_advisor():
     iters = [("message", 931, 0, 931), ("advisor_message", 0, 0, 0), ("message", 3176, 3176, 0)]
     assert rules.cache_write_split(0, 931, 4107, iters) == (3176, 931)

@@ -42,7 +42,7 @@ def written(state_dir: str) -> tuple[set[int], int, int, float]:
     """What another process would find: acknowledged ids, the file's offset, ledger calls, API calls counted."""
     st = State(state_dir)
     try:
-        offsets = [offset for _ident, offset, _read_to in st.files().values()]
+        offsets = [offset for _ident, offset, _read_to, _marker in st.files().values()]
         counted = sum(v for k, v in st.counters().items() if k.partition(":")[2].startswith("ccotel_api_calls"))
         acked = st.acked()
     finally:

@@ -22,6 +22,7 @@ from ccotel.metrics.counters import METRICS, Metrics, Spec
 from ccotel.read.procs import proc_start
 from ccotel.records import SpanRecord, StatusCode
 from ccotel.run.pipeline import Options, Pipeline
+from ccotel.sources.registry.agents import ENTRY_WAIT_NS
 from ccotel.sources.registry.files import FrontMatter, parse_active_pids, parse_front_matter
 from ccotel.sources.registry.follower import Registry
 from ccotel.sources.registry.telemetry import AGENT_SECONDS, AGENTS, BAD_INPUT, KILLED
@@ -623,3 +624,63 @@ def test_registry_spans_count_in_spans_exported_and_dropped(tmp_path: Path, reje
     pipeline.acknowledge([span], ExportResult(Outcome.OK, drops=((REASON_PARTIAL, rejected),) if rejected else ()))
     assert metrics.value("ccotel_spans_exported") == 1 - rejected
     assert metrics.value("ccotel_spans_dropped", REASON_PARTIAL) == rejected
+
+
+# -- the .md written before the entry (issue 27: 3,109 of 10,000 stayed type="agent") ----------------------
+
+
+def _typed(spans: list[SpanRecord]) -> dict[str, str]:
+    return {s.attributes["claude_code.registry.agent_id"]: s.attributes["gen_ai.agent.name"] for s in spans}
+
+
+def test_an_md_written_before_its_entry_takes_its_type_from_the_entry(tmp_path: Path) -> None:
+    """The orchestrator wrote the agent's .md (already done) and its .active-pids.json entry only
+    later: the agent waits for its entry and is counted and traced once, under its own type; an
+    agent the registry never lists is counted as `agent` once the wait is over."""
+    clock, metrics = Clock(T0 + 100 * S), Metrics()
+    write_pids(tmp_path, {})
+    reg = first_look(tmp_path, clock, metrics)
+    write_md(tmp_path, "a1", md_text("done", T0 + 90 * S, T0 + 99 * S))
+    write_md(tmp_path, "lost", md_text("done", T0 + 90 * S, T0 + 99 * S))
+    spans = polls(reg, clock, clock.now + 3 * S)  # several polls with the .md alone
+    write_pids(tmp_path, {"a1": entry(123456789, 0, None, "reviewer")})
+    spans += polls(reg, clock, clock.now + S)
+    assert _typed(spans) == {"a1": "reviewer"}
+    reg.acknowledge(spans)
+    more = polls(reg, clock, clock.now + ENTRY_WAIT_NS)  # the one never listed: once the wait is over
+    assert _typed(more) == {"lost": "agent"}
+    reg.acknowledge(more)
+    assert polls(reg, clock, clock.now + 5 * S) == []
+    assert metrics.value(AGENTS, "reviewer", "done", "0") == 1 and metrics.value(AGENT_SECONDS, "reviewer", "done",
+                                                                                   "0") == 9
+    assert metrics.value(AGENTS, "agent", "done", "0") == 1  # `lost` alone
+
+
+def test_a_thousand_agents_written_md_first_interleaved(tmp_path: Path) -> None:
+    """1,000 agents, each .md (done) written before its entry, the pids file rewritten every few
+    agents and polled in between, as a busy orchestrator interleaves them: every agent once, under
+    its type, none under `agent`."""
+    clock, metrics = Clock(T0 + 100 * S), Metrics()
+    write_pids(tmp_path, {})
+    reg = first_look(tmp_path, clock, metrics)
+    listed: dict[str, Any] = {}
+    spans: list[SpanRecord] = []
+    n = 1000
+    for i in range(n):
+        agent_id = f"agent{i:04d}"
+        write_md(tmp_path, agent_id, md_text("done", T0 + 90 * S, T0 + 95 * S, depth=i % 3))
+        if i % 7 == 6 or i == n - 1:  # the entries of the last few agents, after their .md files
+            for j in range(len(listed), i + 1):
+                listed[f"agent{j:04d}"] = entry(None, j % 3, None, f"type{j % 5}")
+            write_pids(tmp_path, listed)
+        if i % 5 == 0:
+            clock.now += S // 4
+            spans += reg.poll(clock.now)
+    spans += polls(reg, clock, clock.now + 2 * S)
+    typed = _typed(spans)
+    assert len(spans) == len(typed) == n
+    assert typed == {f"agent{i:04d}": f"type{i % 5}" for i in range(n)}
+    counted = {(t, d): metrics.value(AGENTS, f"type{t}", "done", str(d)) for t in range(5) for d in range(3)}
+    assert sum(counted.values()) == n
+    assert all(v == sum(1 for i in range(n) if (i % 5, i % 3) == k) for k, v in counted.items())
+    assert metrics.value(AGENTS, "agent", "done", "0") == 0

@@ -13,11 +13,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ccotel.store import ledger as ledger_mod
+from ccotel.store import ledger_schema as ledger_mod
 from ccotel.store.ledger import LEDGER_FILE, SCHEMA_VERSION, UPSERT_CALL_SET, Ledger, nano_usd
 
 SLOT = ledger_mod.SLOT_NS
-FRESH = (ledger_mod._FILL_TOTALS.replace("INSERT INTO call_totals ", "")  # noqa: SLF001 - the one GROUP BY
+FRESH = (ledger_mod.FILL_TOTALS.replace("INSERT INTO call_totals ", "")  # the one GROUP BY
          + " ORDER BY 1, 2, 3, 4")
 
 
@@ -79,7 +79,7 @@ def test_totals_equal_a_fresh_group_by_after_random_writes(tmp_path: Path, seed:
         assert totals(ledger) == fresh(ledger)
 
 
-TOOLS_FRESH = ledger_mod._FILL_TOOL_TOTALS.replace("INSERT INTO tool_totals ", "") + " ORDER BY 1, 2"  # noqa: SLF001
+TOOLS_FRESH = ledger_mod.FILL_TOOL_TOTALS.replace("INSERT INTO tool_totals ", "") + " ORDER BY 1, 2"
 
 
 def tool_totals(ledger: Ledger) -> list[tuple[object, ...]]:
@@ -107,7 +107,7 @@ def test_tool_totals_equal_a_fresh_group_by_after_random_writes(tmp_path: Path, 
 def test_a_schema_1_ledger_gets_its_totals_once(tmp_path: Path) -> None:
     path = tmp_path / LEDGER_FILE
     db = sqlite3.connect(path)
-    db.executescript(ledger_mod._SCHEMA_V1)  # noqa: SLF001 - a ledger written before the totals
+    db.executescript(ledger_mod.SCHEMA_V1)  # a ledger written before the totals
     upsert = ("INSERT INTO calls VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT (key) DO UPDATE SET "
               "time_ns = max(calls.time_ns, excluded.time_ns)," + UPSERT_CALL_SET)
     db.executemany(upsert, [call("a", t=5), call("b", t=SLOT, model=None), call("a", t=9, output=3)])

@@ -20,9 +20,10 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from ccotel.read.tail import FileIdentity
+from ccotel.read.tail import FileIdentity, Marker
 from ccotel.store.backends import lock_state, open_state
-from ccotel.store.postgres import SCHEMA_VERSION, PgState, lock_host, masked, scrub
+from ccotel.store.postgres import SCHEMA_VERSION, PgState, masked, scrub
+from ccotel.store.postgres_lease import lock_host
 from ccotel.store.state import (
     PERMANENT,
     Commit,
@@ -66,7 +67,8 @@ def test_resolve_state() -> None:
 def test_commit_and_reload(opener: Opener) -> None:
     st = opener("h1")
     ident = FileIdentity(1, 2, 3, "ab")
-    c = Commit(offsets={"/r/a.jsonl": (ident, 10, 12), "/r/b.jsonl": (None, 5, 5)},
+    marker = Marker(12, 7, "00ff00ff00ff00ff")
+    c = Commit(offsets={"/r/a.jsonl": (ident, 10, 12, marker), "/r/b.jsonl": (None, 5, 5, None)},
                acked=[(1, "s/o1"), ((1 << 64) - 5, "s/o1"), (7, "s/o2")], done_owners=[],
                calls=[(11, anchor_of("/r/a.jsonl")), (-12, anchor_of("/r/a.jsonl"))],
                prompts=[(21, anchor_of("/r/a.jsonl"))], counters={"delivered:x": 3.0, "read:y": 2.0},
@@ -75,7 +77,7 @@ def test_commit_and_reload(opener: Opener) -> None:
     assert st.commit(Commit(done_owners=["s/o2"], counters={"delivered:x": 5.0}))
     st.close()
     st = opener("h1")
-    assert st.files() == {"/r/a.jsonl": (ident, 10, 12), "/r/b.jsonl": (None, 5, 5)}
+    assert st.files() == {"/r/a.jsonl": (ident, 10, 12, marker), "/r/b.jsonl": (None, 5, 5, None)}
     assert st.acked() == {1, (1 << 64) - 5}
     assert st.calls() == {11, -12} and st.prompts() == {21}
     assert st.counters() == {"delivered:x": 5.0, "read:y": 2.0}  # increments, not the sum of totals
@@ -89,7 +91,7 @@ def test_commit_and_reload(opener: Opener) -> None:
 def test_forget_goes_with_the_last_file(opener: Opener) -> None:
     st = opener("h1")
     a, b = anchor_of("/r/a.jsonl"), anchor_of("/r/b.jsonl")
-    st.commit(Commit(offsets={"/r/a.jsonl": (None, 1, 1), "/r/b.jsonl": (None, 1, 1)},
+    st.commit(Commit(offsets={"/r/a.jsonl": (None, 1, 1, None), "/r/b.jsonl": (None, 1, 1, None)},
                      calls=[(1, a), (2, a), (2, b)], prompts=[(3, a)], marks=[("m", a)]))
     assert st.held_only_by(["/r/a.jsonl"]) == ({1}, {3}, {"m"})
     st.commit(Commit(forget_files=["/r/a.jsonl"]))
@@ -100,14 +102,14 @@ def test_forget_goes_with_the_last_file(opener: Opener) -> None:
 
 def test_claims(opener: Opener) -> None:
     a, b = opener("A"), opener("B")
-    first = a.claim([1, 2, 3, (1 << 64) - 1], anchor_of("/a/s.jsonl"))
+    first = a.claim([1, 2, 3, (1 << 64) - 1], anchor_of("/a/s.jsonl")).mine
     assert first == {1, 2, 3, (1 << 64) - 1}
-    second = b.claim([2, 3, 4], anchor_of("/b/s.jsonl"))
+    second = b.claim([2, 3, 4], anchor_of("/b/s.jsonl")).mine
     if isinstance(a, PgState):
         assert second == {4}  # the other host's spans are not B's to send
         a.close()
         a = opener("A")
-        assert a.claim([1, 4, 5], anchor_of("/a/s.jsonl")) == {1, 5}  # A's own again after a restart
+        assert a.claim([1, 4, 5], anchor_of("/a/s.jsonl")).mine == {1, 5}  # A's own again after a restart
     else:
         assert second == {2, 3, 4}  # one host per SQLite state: all of them
     a.close()
@@ -127,7 +129,7 @@ def test_concurrent_claims_one_winner_each(pg: PostgresServer) -> None:
     def work(st: PgState) -> None:
         for k in range(60):
             ids = list(range(k * 10, k * 10 + 40))  # overlaps the next batches too
-            won[st.host] |= st.claim(ids, anchor_of(f"/{st.host}/f"))
+            won[st.host] |= st.claim(ids, anchor_of(f"/{st.host}/f")).mine
 
     threads = [threading.Thread(target=work, args=(st,)) for st in hosts]
     for t in threads:
@@ -212,8 +214,8 @@ def test_server_restart_loses_and_doubles_nothing(pg: PostgresServer) -> None:
         assert not st.commit(Commit(counters={"delivered:x": 2.0}, acked=[(5, "s/o")]))
         assert st.pending > 0 and st.failures >= 1
         assert not st.retry()
-        got: list[set[int]] = []
-        waiter = threading.Thread(target=lambda: got.append(st.claim([9], anchor_of("/f"))))
+        got: list[frozenset[int]] = []
+        waiter = threading.Thread(target=lambda: got.append(st.claim([9], anchor_of("/f")).mine))
         waiter.start()  # waits for the server: nothing is sent that no host may have claimed
         waiter.join(1.0)
         assert waiter.is_alive() and not got
@@ -346,3 +348,38 @@ def test_a_password_libpq_quotes_never_reaches_the_output(command: str, tmp_path
                                *extra], env=env, capture_output=True, text=True, timeout=60)
         assert "leak" not in done.stdout + done.stderr, done.stderr
         assert "Traceback" not in done.stderr
+
+
+def test_checkpoints_written_before_offset_markers_are_kept_and_trusted(tmp_path: Path, pg: PostgresServer) -> None:
+    """A state of the schema before offset markers (SQLite 2, PostgreSQL 1) is migrated in place:
+    its checkpoints stay, without a marker (read on from their offset, as before), and new
+    commits keep one."""
+    import sqlite3
+
+    from ccotel.store import postgres, sqlite
+
+    state_dir = tmp_path / "st"
+    state_dir.mkdir()
+    db = sqlite3.connect(state_dir / "state.db")
+    db.executescript(sqlite._SCHEMA.replace(", marker TEXT", "") + sqlite._ANCHORED + """
+        INSERT INTO meta VALUES ('schema', '2');
+        INSERT INTO files VALUES ('/r/a', 1, 2, 10, 'f', 100, 120);
+    """)
+    db.commit()
+    db.close()
+    url = pg.create_db("before_markers")
+    with psycopg.connect(url, autocommit=True) as c:
+        c.execute("CREATE SCHEMA ccotel")
+        c.execute("CREATE TABLE ccotel.meta (key text PRIMARY KEY, value text NOT NULL)")
+        c.execute(postgres.MIGRATIONS[0].encode())
+        c.execute("INSERT INTO ccotel.meta VALUES ('schema', '1')")
+        c.execute("INSERT INTO ccotel.hosts (host) VALUES ('h1')")
+        c.execute("INSERT INTO ccotel.files VALUES (1, '/r/a', 1, 2, 10, 'f', 100, 120)")
+    marker = Marker(130, 9, "0123456789abcdef")
+    for st in (open_state(str(state_dir)), open_state(url, "h1")):
+        assert st.files() == {"/r/a": (FileIdentity(1, 2, 10, "f"), 100, 120, None)}
+        assert st.commit(Commit(offsets={"/r/a": (FileIdentity(1, 2, 10, "f"), 110, 130, marker)}))
+        assert st.files()["/r/a"][3] == marker
+        st.close()
+    assert sqlite3.connect(state_dir / "state.db").execute(
+        "SELECT value FROM meta WHERE key = 'schema'").fetchone() == (str(sqlite.SCHEMA_VERSION),)

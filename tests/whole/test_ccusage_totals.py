@@ -275,3 +275,55 @@ def test_realdata_views_equal_ccusage(ccusage_installed, realdata_config_dir, tm
             ours = our_rows(data, view, zone)
             assert ours == theirs, (source, view)
             assert [sum(r[i] for r in ours.values()) for i in range(4)] == their_totals, (source, view)
+
+
+def test_peer_cases_against_ccusage(ccusage_installed, tmp_path):  # noqa: F811
+    """The peer-style cases of tests/rules/test_peer_cases.py, read by ccusage too: per session,
+    equal to the token, but where the line itself shows ccusage wrong (asserted below, with why)."""
+    from tests.rules import test_peer_cases as pc
+
+    sid = pc.SID
+    v = "2.1.87"
+    cases = {
+        "compaction copy holds the final snapshot (2.1.87)": [
+            (f"{sid}.jsonl", [pc.prompt("p1"), pc.line("a1", "p1", "msg_1", 59, stop=None, version=v),
+                              pc.line("b1", "a1", "msg_2", 12, rid="req_2", version=v)]),
+            (f"{sid}/subagents/agent-acompact-1a2b3c.jsonl",
+             [{**pc.prompt("p1"), "isSidechain": True},
+              pc.line("a1", "p1", "msg_1", 6234, stop="tool_use", version=v, isSidechain=True,
+                      agentId="acompact-1a2b3c")])],
+        "/btw replays the parent's message under a new requestId": [
+            (f"{sid}.jsonl", [pc.prompt("p1"), pc.line("a1", "p1", "msg_1", 40)]),
+            (f"{sid}/subagents/agent-aside_question-7f3a.jsonl",
+             [pc.line("s1", None, "msg_1", 40, rid="req_btw", isSidechain=True, agentId="aside_question-7f3a")])],
+        "out of order, larger cache copy, no requestId": [
+            (f"{sid}.jsonl", [pc.prompt("p1"), pc.line("a1", "p1", "msg_1", 40, stop="tool_use"),
+                              pc.line("a2", "a1", "msg_1", 7, stop=None),
+                              pc.line("a3", "a2", "msg_2", 40, rid="req_2"),
+                              pc.line("a4", "a3", "msg_2", 40, rid="req_2", usage={"cache_read_input_tokens": 1500}),
+                              pc.line("a5", "a4", "m_3", 5, rid=None, stop=None),
+                              pc.line("a6", "a5", "m_3", 30, rid=None)])],
+        "a line with usage and no model": [(f"{sid}.jsonl", [pc.prompt("p1"), pc.line("a1", "p1", "msg_1", 40,
+                                                                                      model=None)])],
+        "lines without uuid, sessionId or type": [
+            (f"{sid}.jsonl", [pc.prompt("p1"), pc.line(None, None, "msg_1", 10, drop=("parentUuid", "sessionId")),
+                              pc.line("x2", "p1", "msg_2", 20, rid="req_2", drop=("type",))])],
+    }
+    results = {}
+    for i, (name, files) in enumerate(cases.items()):
+        root = tmp_path / f"c{i}"
+        for rel, lines in files:
+            pc.write(root, rel, lines)
+        results[name] = (ccotel_sessions(root).get(sid), ccusage_sessions(root).get(sid))
+        print(f"{name}: ccotel {results[name][0]} ccusage {results[name][1]}")
+    copy = "compaction copy holds the final snapshot (2.1.87)"
+    ours, theirs = results.pop(copy)
+    # ccusage v20 prefers the non-sidechain entry of a key before the larger one
+    # (should_replace_deduped_entry): the main file's early snapshot (59, stop_reason null) wins over
+    # the compaction agent's final one (6234, tool_use). ccotel counts the final one, as billed.
+    assert ours is not None and theirs is not None
+    assert ours["outputTokens"] == 6234 + 12 and theirs["outputTokens"] == 59 + 12
+    assert {k: v for k, v in ours.items() if k != "outputTokens"} == \
+        {k: v for k, v in theirs.items() if k != "outputTokens"}
+    for name, (ours, theirs) in results.items():
+        assert ours == theirs, name

@@ -30,7 +30,7 @@ DOCS = ROOT / "docs"
 METRICS_MD = DOCS / "metrics.md"
 SPANS_MD = DOCS / "spans.md"
 FIXTURE_ROOT = ROOT / "tests" / "fixtures" / "s01_bash_tool" / "claude"
-COMMAND_PAGES = ("run", "check", "report", "trace", "sessions", "doctor", "relay")
+COMMAND_PAGES = ("run", "check", "report", "trace", "sessions", "top", "doctor", "relay", "statusline")
 
 
 @functools.cache

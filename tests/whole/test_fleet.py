@@ -28,6 +28,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 
 from ccotel.commands.report.json_doc import as_json
@@ -40,7 +41,7 @@ from ccotel.store.postgres import PgState
 from ccotel.store.postgres_ledger import open_report_ledger
 from ccotel.store.sqlite import SqliteState as State
 from tests.harness.fixtures import load_fixture
-from tests.support.otlp import OtlpReceiver
+from tests.support.otlp import OtlpReceiver, refuse
 from tests.support.postgres import PostgresServer, running_server
 
 SCENARIOS = ("s02_resume_two_turns", "s06_kill_orphan_resume")
@@ -86,7 +87,7 @@ def write_lines(path: Path, lines: list[bytes], pause_s: float = 0.01) -> None:
 # -- hosts -----------------------------------------------------------------------------------
 
 
-def start(root: Path, state: str, endpoint: str, host: str | None = None) -> subprocess.Popen[str]:
+def start(root: Path, state: str, endpoint: str, host: str | None = None, *extra: str) -> subprocess.Popen[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "PG", "CCOTEL_"))}
     env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] = endpoint
     host_args = ["--host-id", host] if host else []
@@ -96,7 +97,7 @@ def start(root: Path, state: str, endpoint: str, host: str | None = None) -> sub
     err = tempfile.TemporaryFile(mode="w+")
     proc = subprocess.Popen(
         [sys.executable, "-m", "ccotel", "run", "--root", str(root), "--state", state, *host_args,
-         "--metrics-addr", "none", "--no-status", "--stall-timeout", "3600", "--workers", "1", "-v"],
+         "--metrics-addr", "none", "--no-status", "--stall-timeout", "3600", "--workers", "1", "-v", *extra],
         env=env, stdout=subprocess.DEVNULL, stderr=err, text=True)
     _stderr[proc.pid] = err
     return proc
@@ -296,6 +297,7 @@ def test_host_killed_mid_way_then_restarted(pg: PostgresServer, tmp_path: Path) 
         shutil.copyfile(root_a / rel, root_b / rel)
         write_lines(root_b / rel, lines[cut:])
         a = start(root_a, url, rx.endpoint, "A")
+        caught_up(a)  # up before it is stopped: B may have sent everything while A still starts
         expected = expected_span_ids(root_b)
         wait_for(rx, expected)
         stop(a)
@@ -320,3 +322,41 @@ def test_connection_lost_and_regained(pg: PostgresServer, tmp_path: Path) -> Non
         err_a, err_b = stop(a), stop(b)
     assert pg.password not in err_a + err_b
     check_fleet(rx, expected, url, ("A", "B"), name, tmp_path, (root, root))
+
+
+def claims_by_host(url: str) -> dict[str, tuple[int, int]]:
+    """host -> (claims not delivered, claims delivered)."""
+    with psycopg.connect(url, autocommit=True) as c:
+        rows = c.execute("SELECT h.host, count(*) FILTER (WHERE NOT k.done), count(*) FILTER (WHERE k.done) "
+                         "FROM ccotel.claims k JOIN ccotel.hosts h USING (hid) GROUP BY h.host").fetchall()
+    return {str(h): (int(o), int(d)) for h, o, d in rows}
+
+
+def test_a_dead_hosts_claims_are_taken_over_after_its_lease(pg: PostgresServer, tmp_path: Path) -> None:
+    """Host A claims every span of a session but cannot deliver them (its backend refuses); B,
+    on the same shared root, holds them while A lives (A renews its lease: B sends none), and
+    once A is SIGKILLed takes them over after A's lease and sends each once."""
+    lease = "2"
+    url = pg.create_db("lease_takeover")
+    rel, lines, _cut = session("s02_resume_two_turns")
+    root = tmp_path / "shared" / "claude"
+    with OtlpReceiver(refuse) as down, OtlpReceiver() as rx:
+        a = start(root, url, down.endpoint, "A", "--claim-lease", lease)
+        caught_up(a)
+        write_lines(root / rel, lines, pause_s=0.0)
+        expected = expected_span_ids(root)
+        deadline = time.monotonic() + 60
+        while claims_by_host(url).get("A", (0, 0))[0] < len(expected) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert claims_by_host(url) == {"A": (len(expected), 0)}, stderr_of(a)
+        b = start(root, url, rx.endpoint, "B", "--claim-lease", lease)
+        time.sleep(float(lease) * 4)  # B caught up and holds A's spans; A is alive and renews its lease
+        assert rx.spans == [], "B sent spans a live host claimed"
+        assert b.poll() is None and claims_by_host(url) == {"A": (len(expected), 0)}
+        kill(a)
+        wait_for(rx, expected, seconds=60)
+        err_b = stop(b)
+    received = Counter(s["span_id"] for s in rx.spans)
+    assert set(received) == expected and max(received.values()) == 1, err_b
+    assert claims_by_host(url) == {"B": (0, len(expected))}
+    assert "took over" in err_b

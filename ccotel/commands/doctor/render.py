@@ -11,16 +11,28 @@ import orjson
 
 from ccotel.commands.doctor.finding import Finding, Level, exit_status
 
-__all__ = ["render_text", "render_json"]
+__all__ = ["COSTS", "render_text", "render_json"]
+
+# What a failed check costs, so that someone who wants reports only knows a missing backend is not
+# theirs to fix (the exit status stays 1: scripts and CI rely on it for `ccotel run`'s needs).
+COSTS = {
+    "roots": "ccotel reads nothing there: every command misses those sessions",
+    "state": "ccotel run and backfill cannot start or keep their place; report, sessions, trace and check work",
+    "traces": "ccotel run, backfill and relay cannot deliver spans (they keep them and retry); report, sessions, "
+              "trace and check need no backend (--traces-exporter none: metrics only)",
+    "metrics": "ccotel run cannot serve /metrics there; everything else works",
+    "telemetry": "Claude Code's own exporter takes ccotel's port or sends each turn twice",
+}
 
 
 def render_text(findings: Sequence[Finding], out: TextIO) -> None:
     """A table for people: level, check, what was found and, under it, what to do."""
-    from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
-    console = Console(file=out, width=None if out.isatty() else 120)  # 80 columns off a terminal fold every path
+    from ccotel.commands.terminal import stdout_console
+
+    console = stdout_console(file=out)
     table = Table(show_header=True, header_style="bold", box=None, pad_edge=False, expand=False)
     table.add_column("", no_wrap=True)
     table.add_column("check", no_wrap=True)
@@ -36,7 +48,9 @@ def render_text(findings: Sequence[Finding], out: TextIO) -> None:
                       f.check, cell)
     fails = sum(f.level is Level.FAIL for f in findings)
     warns = sum(f.level is Level.WARN for f in findings)
+    failed = dict.fromkeys(f.check for f in findings if f.level is Level.FAIL)
     verdict = (f"{fails} failed" if fails else "nothing failed") + (f", {warns} warnings" if warns else "")
+    verdict += "".join(f"\n{check} failed: {COSTS.get(check, 'see above')}" for check in failed)
     with console.capture() as captured:
         console.print(table)
         console.print(Text(verdict, style=style[Level.FAIL if fails else Level.WARN if warns else Level.OK]))

@@ -18,8 +18,9 @@ from ccotel.commands.doctor.lock import probe_lock
 from ccotel.commands.doctor.wording import user_name
 from ccotel.read.procs import cmdline
 from ccotel.store.backends import backend_missing
-from ccotel.store.sqlite import LOCK_NAME, SCHEMA_VERSION
+from ccotel.store.sqlite import SCHEMA_VERSION
 from ccotel.store.state import default_state_dir, is_url
+from ccotel.store.statedir import LOCK_NAME
 
 __all__ = ["check_state"]
 
@@ -125,10 +126,15 @@ def _state_db(d: str) -> list[Finding]:
     finally:
         db.close()
     data = {"bytes": size, "schema": schema[0] if schema else None, "files_checkpointed": checkpointed}
-    if schema is None or str(schema[0]) != str(SCHEMA_VERSION):
+    version = int(schema[0]) if schema and str(schema[0]).isdigit() else None
+    if version is None or version > SCHEMA_VERSION:
         return [Finding("state", Level.FAIL, path, f"schema {schema[0] if schema else 'missing'}, this ccotel knows "
                         f"{SCHEMA_VERSION}: ccotel run and backfill refuse it",
                         "use the ccotel version that wrote it, or give another --state-dir", data)]
+    if version < SCHEMA_VERSION:
+        return [Finding("state", Level.OK, path, f"opens read-only, schema {version}: the next ccotel run migrates it "
+                        f"to schema {SCHEMA_VERSION} in place, its checkpoints kept; {checkpointed} files "
+                        "checkpointed", "", data)]
     return [Finding("state", Level.OK, path, f"opens read-only, schema {SCHEMA_VERSION}, {size / 1e6:.1f} MB, "
                     f"{checkpointed} files checkpointed", "", data)]
 

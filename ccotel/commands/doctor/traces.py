@@ -31,9 +31,10 @@ def check_traces(cfg: DoctorConfig) -> list[Finding]:
     env, out = supported_protocol(cfg.env)
     problem = otlp_config_error(env)
     if problem is not None:  # ccotel run, backfill and relay refuse to start (the message names no value)
-        return [*out, Finding("traces", Level.FAIL, "OTLP headers", f"{problem}: ccotel run, backfill and relay "
-                              "refuse to start (exit 2)", "percent-encode the value (a space is %20); a header "
-                              "value cannot hold a line break")]
+        return [*out, Finding("traces", Level.FAIL, "OTLP settings", f"{problem}: ccotel run, backfill and relay "
+                              "refuse to start (exit 2)", "fix the variable named: a header value percent-encoded "
+                              "(a space is %20) and without a line break, an http(s) endpoint URL, a CA file "
+                              "that can be read")]
     settings = otlp_settings(env)
     subject = f"{settings.endpoint} ({settings.protocol})"
     try:

@@ -44,12 +44,24 @@ def check_versions(scans: Sequence[RootScan]) -> list[Finding]:
         versions = by_standing.get(standing)
         if not versions:
             continue
-        listed = ", ".join(f"{v} ({counted(len(files[v]), 'file', 'files')})" for v in versions)
+        listed = _listed(versions, files)
         level = Level.OK if standing is VersionStanding.TESTED else Level.WARN
         fix = "" if level is Level.OK else _version_fix(standing)
         out.append(Finding("versions", level, "Claude Code", f"{listed}: {'; '.join(notes[standing])}", fix,
                            {"standing": standing.value, "versions": {v: len(files[v]) for v in versions}}))
     return out
+
+
+_LISTED = 4  # more versions than this read as a range (--json has each with its file count)
+
+
+def _listed(versions: Sequence[str], files: dict[str, set[str]]) -> str:
+    """``2.1.330 (3 files)``, or for many ``35 versions, 1.0.17 to 2.1.42 (107 files)``: issue 28's
+    12-line list of 35 versions said no more than its range."""
+    if len(versions) <= _LISTED:
+        return ", ".join(f"{v} ({counted(len(files[v]), 'file', 'files')})" for v in versions)
+    total = len(set().union(*(files[v] for v in versions)))
+    return f"{len(versions)} versions, {versions[0]} to {versions[-1]} ({counted(total, 'file', 'files')})"
 
 
 def _version_key(version: str) -> tuple[int, tuple[int, ...], str]:

@@ -9,6 +9,7 @@ import argparse
 import os
 import re
 import sys
+import time
 from datetime import date, datetime, timedelta, tzinfo
 from typing import TYPE_CHECKING
 
@@ -24,7 +25,7 @@ from ccotel.store.ledger import Ledger
 if TYPE_CHECKING:
     from ccotel.spans.pricing import Price
 
-__all__ = ["parse_day", "parse_zone", "add_arguments", "run"]
+__all__ = ["parse_day", "parse_token_limit", "parse_zone", "add_arguments", "run"]
 
 def parse_day(value: str) -> date:
     """YYYYMMDD (as ccusage), YYYY-MM-DD, or a duration back from today (7d, 2w, 12h: the day it
@@ -41,6 +42,14 @@ def parse_day(value: str) -> date:
     raise argparse.ArgumentTypeError(f"not a date (YYYYMMDD, YYYY-MM-DD or a duration: 7d): {value!r}")
 
 
+def parse_token_limit(value: str) -> str:
+    """``--token-limit``: a positive number of tokens, or ``max`` (the largest finished block)."""
+    v = value.strip().lower()
+    if v == "max" or (v.isdigit() and int(v) > 0):
+        return v
+    raise argparse.ArgumentTypeError(f"not a token limit (a number of tokens, or max): {value!r}")
+
+
 def parse_zone(value: str) -> tzinfo:
     from zoneinfo import ZoneInfo, ZoneInfoNotFoundError  # only when --timezone is given
 
@@ -52,8 +61,8 @@ def parse_zone(value: str) -> tzinfo:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """``ccotel report`` options (besides --root and --state-dir, which cli.py adds)."""
-    parser.add_argument("view", nargs="?", choices=VIEWS, default="session",
-                        help="rows by day, week, month, session (default) or project")
+    parser.add_argument("view", nargs="?", choices=(*VIEWS, "blocks"), default="session",
+                        help="rows by day, week, month, session (default) or project; blocks: 5-hour windows")
     parser.add_argument("--json", action="store_true", help="JSON shaped like `ccusage <view> --json`")
     parser.add_argument("-b", "--breakdown", action="store_true", help="a line per model under each row")
     parser.add_argument("-s", "--since", type=parse_day, default=None, metavar="DATE",
@@ -65,6 +74,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-w", "--start-of-week", choices=WEEKDAYS, default="sunday",
                         help="first day of a week (default sunday, as ccusage)")
     parser.add_argument("-o", "--order", choices=("asc", "desc"), default="asc")
+    parser.add_argument("-t", "--token-limit", type=parse_token_limit, default=None, metavar="N|max",
+                        help="blocks: a token limit to project the active block against (max: the largest block)")
+    parser.add_argument("-a", "--active", action="store_true", help="blocks: the active block only")
     parser.add_argument("--no-ledger", action="store_true",
                         help="read the transcripts only (history Claude Code deleted is then missing)")
     # Readers are forked (shard.process_context): a second one costs little CPU to start, and on two
@@ -72,8 +84,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_reading(parser, parallel_min_mb=64.0)
 
 
-def run(args: argparse.Namespace) -> int:
-    """``ccotel report``: print the view (a table, or JSON with --json). Exit 0."""
+def run(args: argparse.Namespace, now_ns: int | None = None) -> int:
+    """``ccotel report``: print the view (a table, or JSON with --json). Exit 0. ``now_ns``: the
+    time the blocks view takes as now (a test's; default the clock's)."""
     roots = tuple(args.root or _default_roots())
     overrides: dict[str, Price] | None = args.prices  # read and checked by --prices' type (options.price_file)
     state_dir = _state_location(getattr(args, "state", None), args.state_dir)
@@ -81,7 +94,9 @@ def run(args: argparse.Namespace) -> int:
     q = Query(view=args.view, tz=args.timezone, since=args.since, until=args.until,
               start_of_week=WEEKDAYS.index(args.start_of_week), order=args.order)
     try:
-        if (ledger is not None and type(ledger) is Ledger  # summed in SQL: SQLite's ledger, not a fleet's
+        if (q.view != "blocks"  # blocks need each call's time: they read the calls themselves
+                and ledger is not None and type(ledger) is Ledger  # summed in SQL: SQLite's ledger, not a fleet's
+                and not ledger.coverage().filling  # else every transcript is read beside it
                 and not written_since(roots, ledger.coverage().updated_ns - REREAD_GRACE_NS)):
             report = summarize_ledger(ledger, q)
         else:
@@ -94,6 +109,10 @@ def run(args: argparse.Namespace) -> int:
             pricing = DEFAULT_PRICING if overrides is None else Pricing(overrides)
             data = gather(ReadOptions(roots=roots, pricing=pricing), ledger, workers=args.workers,
                           parallel_min_bytes=int(args.parallel_min_mb * 1e6))
+            if q.view == "blocks":
+                from ccotel.commands.report.blocks_view import print_blocks
+
+                return print_blocks(data, q, args, time.time_ns() if now_ns is None else now_ns)
             report = summarize(data, q)
     finally:
         if ledger is not None:

@@ -21,8 +21,8 @@ def _iso(ns: int) -> str | None:
 
 
 def _figures(r: Row, known: bool) -> dict[str, Any]:
-    """ccusage's fields (20.x) and ccotel's own beside them; ``known``: Report.knows_tools (else
-    the tool, subagent and health figures are null, as the table shows them ``-``)."""
+    """ccusage's fields (20.x) and ccotel's own beside them; ``known``: Report.knows(r) (else the
+    tool, subagent and health figures are null, never 0: the document's unknownReason says why)."""
     return {
         "inputTokens": r.input, "outputTokens": r.output, "cacheCreationTokens": r.cache_write,
         "cacheReadTokens": r.cache_read, "totalTokens": r.total_tokens, "totalCost": round(r.cost, 6),
@@ -45,7 +45,7 @@ def as_json(report: Report) -> dict[str, Any]:
         elif report.view == "project":
             doc.update({"projectPath": r.project, "cwd": r.cwd, "firstActivity": _iso(r.first_ns),
                         "lastActivity": _iso(r.last_ns)})
-        doc.update(_figures(r, report.knows_tools))
+        doc.update(_figures(r, report.knows(r)))
         doc["modelsUsed"] = sorted(r.models)
         doc["unpricedModels"] = sorted(r.unpriced)
         doc["modelBreakdowns"] = [
@@ -53,7 +53,7 @@ def as_json(report: Report) -> dict[str, Any]:
              "cacheReadTokens": t.cache_read, "cost": round(t.cost, 6), "apiCalls": t.calls}
             for m, t in sorted(report_models(r))]
         rows.append(doc)
-    totals = _figures(report.totals, report.knows_tools)
+    totals = _figures(report.totals, report.knows(report.totals))
     totals["unpricedModels"] = sorted(report.totals.unpriced)
-    return {name: rows, "totals": totals, "source": report.source}
+    return {name: rows, "totals": totals, "source": report.source, "unknownReason": report.why_unknown()}
 

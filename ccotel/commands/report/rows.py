@@ -17,7 +17,9 @@ __all__ = ["VIEWS", "WEEKDAYS", "Query", "Data", "ModelTotals", "Row", "Report",
 # Calls come from the ledger (history Claude Code may have deleted since) and, for the files
 # written since the ledger was last written, from the transcripts (transcripts.py); a call in
 # both is the ledger's (one key, counted once). Tool calls, subagents and health come from the
-# ledger only: the transcript reader reads assistant lines alone.
+# ledger only: the transcript reader reads assistant lines alone. A row with a call the ledger
+# lacks (a first catch-up still filling it, a time ccotel did not record) does not know them:
+# ``Row.partial``, shown as unknown with ``Report.unknown_reason``, never as a count of 0.
 
 VIEWS = ("daily", "weekly", "monthly", "session", "project")
 WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
@@ -44,6 +46,10 @@ class Data:
     agents: list[AgentRow]
     turns: list[TurnRow]
     source: str  # ledger | transcripts | ledger+transcripts
+    # Calls read from the transcripts that the ledger does not hold (and will not: not a turn
+    # still open): their rows' tool calls, subagents and health are not known; and why.
+    unrecorded: list[CallRow] = field(default_factory=list)
+    unknown_reason: str | None = None
 
 
 @dataclass
@@ -99,6 +105,7 @@ class Row:
     session_id: str | None = None
     project: str | None = None
     cwd: str | None = None
+    partial: bool = False  # holds a call the ledger lacks: its tool, subagent and health figures are not known
 
     @property
     def total_tokens(self) -> int:
@@ -157,6 +164,7 @@ class Row:
         self.kills += other.kills
         self.ghosts += other.ghosts
         self.resets += other.resets
+        self.partial = self.partial or other.partial
         self.seen(other.first_ns)
         self.seen(other.last_ns)
         self.models |= other.models
@@ -174,12 +182,24 @@ class Report:
     rows: list[Row]
     totals: Row
     source: str
+    unknown_reason: str | None = None  # why rows are ``partial``
 
     @property
     def knows_tools(self) -> bool:
         """Tools, subagents and health come from the ledger: read from the transcripts alone (no
         ledger) a report sums the calls only, and these figures are unknown, not 0."""
         return self.source != "transcripts"
+
+    def knows(self, r: Row) -> bool:
+        """Are row ``r``'s tool calls, tool errors, subagents and health known?"""
+        return self.knows_tools and not r.partial
+
+    def why_unknown(self) -> str | None:
+        """Why some rows' tool, subagent and health figures are unknown (None: all are known)."""
+        if not self.knows_tools:
+            return ("no usage ledger was used: tool calls, subagents and health come from the ledger, which "
+                    "`ccotel run` and `ccotel backfill` write")
+        return self.unknown_reason if self.totals.partial else None
 
 
 

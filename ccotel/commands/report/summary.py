@@ -95,14 +95,20 @@ class Rows:
                 r.ghosts += 1
                 r.resets += 1  # reason missing_transcript, as ccotel_session_resets_total counts it
 
-    def report(self, source: str) -> Report:
+    def mark_unrecorded(self, calls: Iterable[CallRow]) -> None:
+        """The rows of calls the ledger lacks do not know their tool calls, subagents and health."""
+        for c in calls:
+            if self.inside(c.time_ns):
+                self.row(c.time_ns, c.session_id).partial = True
+
+    def report(self, source: str, unknown_reason: str | None = None) -> Report:
         q = self.q
         ordered = sorted(self.rows.values(), key=(lambda r: (r.last_ns, r.key)) if q.view == "session" else
                          (lambda r: (r.key,)), reverse=q.order == "desc")
         totals = Row("total")
         for r in ordered:
             totals.merge(r)
-        return Report(q.view, ordered, totals, source)
+        return Report(q.view, ordered, totals, source, unknown_reason)
 
 
 def summarize(data: Data, q: Query) -> Report:
@@ -128,7 +134,8 @@ def summarize(data: Data, q: Query) -> Report:
         if rows.inside(a.time_ns):
             rows.row(a.time_ns, a.session_id).subagents += 1
     rows.add_turns(turns, with_calls)
-    return rows.report(data.source)
+    rows.mark_unrecorded(data.unrecorded)
+    return rows.report(data.source, data.unknown_reason)
 
 
 def needs_slots(q: Query) -> bool:

@@ -4,7 +4,6 @@ printed: ``--json`` does not load it)."""
 from __future__ import annotations
 
 import os
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -13,6 +12,8 @@ from typing import TYPE_CHECKING
 
 from ccotel.commands.report.rows import ModelTotals, Query, Report, Row, report_models
 from ccotel.commands.report.summary import Dates
+from ccotel.commands.terminal import dollars, left_cut, short_model
+from ccotel.commands.terminal import stdout_console as console
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -29,11 +30,12 @@ class _Column:
     drop: int = 0  # 0: always shown (cost); else given up when the terminal is too narrow, highest first
 
 
-def _columns(report: Report, known: bool, breakdown: bool) -> list[_Column]:
+def _columns(report: Report, breakdown: bool) -> list[_Column]:
     t = report.totals
 
-    def dash(value: str) -> str:
-        return value if known else "-"
+    def dash(r: Row, value: str) -> str:
+        """A tool, subagent or health figure: ``-`` without a ledger, ``?`` where the ledger lacks calls."""
+        return value if report.knows(r) else "-" if not report.knows_tools else "?"
 
     return [
         _Column("Models", "", lambda r: "\n".join(_short(m) for m in sorted(r.models)), number=False,
@@ -46,12 +48,12 @@ def _columns(report: Report, known: bool, breakdown: bool) -> list[_Column]:
                 drop=4),
         _Column("Total\ntokens", f"{t.total_tokens:,}", lambda r: f"{r.total_tokens:,}",
                 lambda m: f"{m.input + m.output + m.cache_write + m.cache_read:,}", drop=11),
-        _Column("Cost $", _cost(t), _cost, lambda m: f"{m.cost:,.2f}"),
+        _Column("Cost $", _cost(t), _cost, lambda m: dollars(m.cost)),
         _Column("Calls", f"{t.api_calls:,}", lambda r: f"{r.api_calls:,}", lambda m: f"{m.calls:,}", drop=6),
-        _Column("Tools", dash(f"{t.tool_calls:,}"), lambda r: dash(f"{r.tool_calls:,}"), drop=9),
-        _Column("Tool\nerrors", dash(f"{t.tool_errors:,}"), lambda r: dash(f"{r.tool_errors:,}"), drop=8),
-        _Column("Sub-\nagents", dash(f"{t.subagents:,}"), lambda r: dash(f"{r.subagents:,}"), drop=10),
-        _Column("Health", _health(t, known), lambda r: _health(r, known), number=False, drop=5),
+        _Column("Tools", dash(t, f"{t.tool_calls:,}"), lambda r: dash(r, f"{r.tool_calls:,}"), drop=9),
+        _Column("Tool\nerrors", dash(t, f"{t.tool_errors:,}"), lambda r: dash(r, f"{r.tool_errors:,}"), drop=8),
+        _Column("Sub-\nagents", dash(t, f"{t.subagents:,}"), lambda r: dash(r, f"{r.subagents:,}"), drop=10),
+        _Column("Health", _health(t, report), lambda r: _health(r, report), number=False, drop=5),
     ]
 
 
@@ -64,15 +66,19 @@ def _widest(c: _Column, rows: list[Row]) -> int:
 def _fit(columns: list[_Column], rows: list[Row], lead: int, width: int) -> list[_Column]:
     """The columns that fit ``width`` (``lead``: the label columns' width). A number is never cut, so
     columns give way instead, highest ``drop`` first: the token columns last, the cost never."""
-    def need(c: _Column) -> int:
-        return (min(_widest(c, rows[:200]), 16) if not c.number else _widest(c, rows)) + 3
-
     kept = list(columns)
     for c in sorted((c for c in columns if c.drop), key=lambda c: -c.drop):
-        if lead + sum(need(k) for k in kept) + 1 <= width:
+        if lead + sum(_need(k, rows) for k in kept) + 1 <= width:
             break
         kept.remove(c)
     return kept
+
+
+def _need(c: _Column, rows: list[Row]) -> int:
+    """The width a shown column takes, with its border and padding."""
+    if c.head == "Models":  # whole, with the breakdown's "└ "
+        return _widest(c, rows) + 2 + 3
+    return (min(_widest(c, rows[:200]), 16) if not c.number else _widest(c, rows)) + 3
 
 
 def render(report: Report, console: Console, q: Query, breakdown: bool = False) -> None:
@@ -80,9 +86,14 @@ def render(report: Report, console: Console, q: Query, breakdown: bool = False) 
     On a narrow terminal the least needed columns give way (the omitted ones are named)."""
     from rich.table import Table
 
+    if not report.rows:  # not a table of zeros
+        when = "".join(f" {word} {day.isoformat()}" for word, day in (("since", q.since), ("until", q.until)) if day)
+        console.print(f"no usage found{when} (from the {report.source})")
+        return
     table = Table(title=f"ccotel report: {report.view} ({_zone_name(q.tz)}; from the {report.source})",
                   show_footer=True, header_style="bold", footer_style="bold")
-    first = {"daily": "Date", "weekly": "Week of", "monthly": "Month", "session": "Started",
+    # sessions are in the order of their last activity (as ccusage's): that is the time shown
+    first = {"daily": "Date", "weekly": "Week of", "monthly": "Month", "session": "Last activity",
              "project": "Project"}[report.view]
     dates = Dates(q.tz)
     labels = [_label(r, report.view, dates) for r in report.rows]
@@ -90,23 +101,28 @@ def render(report: Report, console: Console, q: Query, breakdown: bool = False) 
     table.add_column(first, footer="Total", overflow="fold", no_wrap=report.view != "project",
                      min_width=min(lead_width - 3, 40))
     if report.view == "session":
-        table.add_column("Project", overflow="fold", min_width=12)  # a path: folded, never cut
-        table.add_column("Session", no_wrap=True)
-        lead_width += 15 + 11
-    columns = _columns(report, report.knows_tools, breakdown)
+        lead_width += 15 + 11  # Project at its least (12), Session (8), with their borders
+    columns = _columns(report, breakdown)
     # a project's path folds onto more lines (down to its min_width): it gives way before a number does
     fit_lead = min(lead_width, 40 + 3) if report.view == "project" else lead_width
     shown = _fit(columns, report.rows, fit_lead, console.width)
+    # the session view's Project is context, not the row's key: one line, its start cut (… on the left)
+    place_width = 12 + max(console.width - lead_width - sum(_need(c, report.rows) for c in shown) - 1, 0)
+    if report.view == "session":
+        table.add_column("Project", no_wrap=True, min_width=12)
+        table.add_column("Session", no_wrap=True)
     for c in shown:
         if c.number:
             table.add_column(c.head, justify="right", footer=c.footer, no_wrap=True,
                              min_width=_widest(c, report.rows))  # whole: rich narrows the labels instead
+        elif c.head == "Models":  # a model's name is never broken: short (short_model) and whole
+            table.add_column(c.head, footer=c.footer, no_wrap=True, min_width=_widest(c, report.rows) + 2)
         else:
             table.add_column(c.head, footer=c.footer, overflow="fold", min_width=10)
     for r, label in zip(report.rows, labels, strict=True):
         lead = [label]
         if report.view == "session":
-            lead += [_place(r), (r.session_id or "")[:8]]
+            lead += [left_cut(_place(r), place_width), (r.session_id or "")[:8]]
         table.add_row(*lead, *(c.cell(r) for c in shown))
         if breakdown:
             for model, m in report_models(r):
@@ -121,16 +137,16 @@ def render(report: Report, console: Console, q: Query, breakdown: bool = False) 
     if report.totals.unpriced:
         console.print(f"* without the calls of models that have no price: {', '.join(sorted(report.totals.unpriced))} "
                       "(give them one with --prices)")
-    if not report.knows_tools:
-        console.print("Tool calls, subagents and health come from the ledger, which `ccotel run` and `ccotel "
-                      "backfill` write; none was used here (-).", style="dim")
+    why = report.why_unknown()
+    if why is not None:
+        console.print(f"{'-' if not report.knows_tools else '?'} not known: {why}.", style="dim")
 
 
 def _label(r: Row, view: str, dates: Dates) -> str:
     if view == "session":
-        if not r.first_ns:
+        if not r.last_ns:
             return ""
-        sec = r.first_ns / 1e9
+        sec = r.last_ns / 1e9
         local = datetime.fromtimestamp(sec, dates.tz) if dates.tz else datetime.fromtimestamp(sec).astimezone()
         return local.strftime("%Y-%m-%d %H:%M")
     if view == "project":
@@ -146,16 +162,19 @@ def _place(r: Row) -> str:
 
 
 def _short(model: str) -> str:
-    return model[len("claude-"):] if model.startswith("claude-") else model
+    return short_model(model)
 
 
 def _cost(r: Row) -> str:
-    return f"{r.cost:,.2f}" + ("*" if r.unpriced else "")
+    return dollars(r.cost) + ("*" if r.unpriced else "")
 
 
-def _health(r: Row, known: bool = True) -> str:
-    if not known:
+def _health(r: Row, report: Report) -> str:
+    """Orphans, kills, ghosts, resets (from the ledger: ``-``/``?`` when not known) and API errors."""
+    if not report.knows_tools:
         return f"{r.api_errors} API errors" if r.api_errors else "-"
+    if r.partial:
+        return f"?, {r.api_errors} API errors" if r.api_errors else "?"
     parts = [f"{n} {word}{'s' if n != 1 else ''}" for n, word in
              ((r.orphans, "orphan"), (r.kills, "kill"), (r.ghosts, "ghost"), (r.resets, "reset"),
               (r.api_errors, "API error")) if n]
@@ -167,8 +186,5 @@ def _zone_name(tz: tzinfo | None) -> str:
 
 
 def stdout_console() -> Console:
-    """stdout; colour only on a terminal and without NO_COLOR (rich checks both); wide in a pipe."""
-    from ccotel.commands.terminal import PipeConsole
-
-    wide = None if sys.stdout.isatty() else int(os.environ.get("COLUMNS", "200") or 200)
-    return PipeConsole(width=wide, highlight=False)
+    """The commands' console (terminal.stdout_console: one width rule for every command)."""
+    return console()

@@ -32,7 +32,7 @@ from ccotel.read.parse_fast import _JUsage
 from ccotel.read.parse_time import parse_timestamp
 from ccotel.read.shard import Group, balance, default_workers, plan_shards, process_context
 from ccotel.read.tail import lines_with
-from ccotel.records import AdvisorCall, TranscriptFile, Usage
+from ccotel.records import AdvisorCall, FileKind, TranscriptFile, Usage
 from ccotel.rules import transcript as rules
 from ccotel.spans.pricing import Pricing
 from ccotel.store.ledger import CallRow, Ledger
@@ -187,28 +187,42 @@ class _GroupCalls:
     """The calls of one session group as its lines are read, by call key, in the order they first
     appear."""
 
-    __slots__ = ("calls", "seen_uuids", "last_mid", "last_key")
+    __slots__ = ("calls", "seen_uuids", "last_mid", "last_key", "mids")
 
     def __init__(self) -> None:
         self.calls: dict[str, _Call] = {}
         self.seen_uuids: set[tuple[str, str]] = set()
         self.last_mid: str | None = None  # message id and key of the file's last response line
         self.last_key = ""
+        self.mids: set[str] = set()  # message ids of the calls counted (a side question's replays)
 
     def take(self, line: _Line, tf: TranscriptFile) -> None:
         mid, rid, uuid, sid, usage, api_error, model, ts, made_by, advisors, cwd = line
         sid = sid or tf.session_id
-        if mid is None or uuid is None or sid is None or not rules.is_api_call(model, made_by, api_error):
+        if sid is None or not rules.is_api_call(model, made_by, api_error):
             return
-        seen = self.seen_uuids
-        if (sid, uuid) in seen:
-            return  # the same line again (a re-emitted line): the assembler drops it too
-        seen.add((sid, uuid))
+        again = uuid is not None and (sid, uuid) in self.seen_uuids
+        if uuid is not None:
+            self.seen_uuids.add((sid, uuid))
         # A line that lost its requestId belongs to the response just before it with the same
         # message id (the assembler's rule for its owner's current response).
-        key = self.last_key if rid is None and self.last_mid == mid else rules.call_key(mid, rid)
-        self.last_mid, self.last_key = mid, key
+        if mid and rid is None and self.last_mid == mid and not again:
+            key: str | None = self.last_key
+        else:
+            key = rules.line_call_key(mid, rid, uuid if usage is not None else None)
+        if key is None:
+            return  # no message id and no usage
         calls = self.calls
+        if again:  # the same line again, maybe a later snapshot (a compaction agent's copy)
+            have = calls.get(key)
+            if have is not None and usage is not None:
+                have.merge_line(usage, False, None, 0)
+            return
+        if mid and rules.replays_parent_message(tf.kind is not FileKind.MAIN, mid in self.mids, key in calls):
+            return  # a /btw side question's copy of its parent's response
+        if mid:
+            self.mids.add(mid)
+        self.last_mid, self.last_key = mid, key
         _merge_line(calls, key, sid, usage, api_error, model, ts, tf.project, cwd)
         for i, adv in enumerate(advisors):  # each advisor iteration: a call of its own model
             _merge_line(calls, f"{key}#advisor{i}", sid, _as_tuple(adv.usage), False, adv.model, ts,
@@ -323,20 +337,43 @@ def gather(options: Options | ReadOptions, ledger: Ledger | None, workers: int |
     """The calls (and, from the ledger, tools, subagents and turns) a report sums.
 
     With a ledger: its rows, plus the calls of transcript files written since ``grace_ns`` before
-    its last write whose key it does not hold. Without: every call read from the transcripts."""
+    its last write (every file while the ledger is still being filled) whose key it does not hold.
+    Without: every call read from the transcripts."""
     if ledger is None:
         calls = [_call_row(r) for r in read_rows(options, workers, parallel_min_bytes)]
         return Data(calls, [], [], [], "transcripts")
     cover = ledger.coverage()
     calls = list(ledger.calls())
     since = cover.updated_ns - grace_ns
-    newer = read_rows(options, workers, parallel_min_bytes, keep=lambda tf: _mtime_ns(tf.path) >= since)
+    keep = None if cover.filling else (lambda tf: _mtime_ns(tf.path) >= since)
+    newer = read_rows(options, workers, parallel_min_bytes, keep=keep)
+    fresh: list[CallRow] = []
     if newer:
         have = {c.key for c in calls}
         fresh = [_call_row(r) for r in newer if r[0] not in have]
         calls += fresh
+    unrecorded, why = _unrecorded(fresh, cover.filling, cover.updated_ns, grace_ns)
     source = "ledger+transcripts" if newer else "ledger"
-    return Data(calls, list(ledger.tools()), list(ledger.agents()), list(ledger.turns()), source)
+    return Data(calls, list(ledger.tools()), list(ledger.agents()), list(ledger.turns()), source, unrecorded, why)
+
+
+def _unrecorded(fresh: list[CallRow], filling: str | None, updated_ns: int,
+                grace_ns: int) -> tuple[list[CallRow], str | None]:
+    """Of the calls read from the transcripts that the ledger lacks, those whose tool calls,
+    subagents and health it does not hold either, and why. All of them while the ledger is being
+    filled; else those not within ``grace_ns`` of its last write (a call then is of a turn still
+    open, recorded when it ends: the ledger was being written): written while ccotel was not
+    recording (stopped, or failing to write the ledger)."""
+    if filling:
+        out = fresh
+        why = (f"the usage ledger is still being filled ({filling} not ended): {len(out)} API calls were read from "
+               "the transcripts alone, and their tool calls, subagents and health are not known yet")
+    else:
+        out = [c for c in fresh if abs(c.time_ns - updated_ns) > grace_ns]
+        why = (f"{len(out)} API calls were read from transcripts that the usage ledger does not hold (written "
+               "while ccotel was not recording: not running, or its ledger writes failing): their tool calls, "
+               "subagents and health are not known")
+    return out, why if out else None
 
 
 def _mtime_ns(path: str) -> int:

@@ -63,8 +63,8 @@ class SessionUsage:
         self.api_calls += 1
         if model:
             self.models.add(model)
-            if cost is None:
-                self.unpriced_models.add(model)
+        if cost is None:
+            self.unpriced_models.add(model or "unknown")  # a line that names no model: unpriced too
         per = self.by_model.setdefault(model or "unknown", [0, 0, 0, 0, 0, 0.0])
         for i, v in enumerate((u[0], u[1], u[3], u[2], 1, cost or 0.0)):
             per[i] += v

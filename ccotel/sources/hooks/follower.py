@@ -146,7 +146,7 @@ class HookSpool:
             f = self._files.get(path)
             if f is None:
                 ckpt = self._checkpoints.pop(path, None)
-                tailer = Tailer(path, offset=ckpt[1], identity=ckpt[0]) if ckpt else Tailer(path)
+                tailer = Tailer(path, offset=ckpt[1], identity=ckpt[0], marker=ckpt[3]) if ckpt else Tailer(path)
                 f = self._files[path] = _File(tailer, ckpt[1] if ckpt else -1)
             res = f.tailer.read(accept_unterminated=False)
             for line in res.lines:
@@ -165,7 +165,8 @@ class HookSpool:
         for path, f in self._files.items():
             if f.tailer.offset != f.saved_offset:
                 f.saved_offset = f.tailer.offset
-                commit.offsets[path] = (f.tailer.identity, f.saved_offset, f.saved_offset)
+                commit.offsets[path] = (f.tailer.identity, f.saved_offset, f.saved_offset,
+                                        f.tailer.checkpoint_marker())
         if self._gone:
             commit.forget_files += [p for p in self._gone if p not in commit.forget_files]
             self._gone = []

@@ -18,7 +18,9 @@ when its pid is gone, or taken by another process (the start time says so), whil
 still says in-progress, for ``kill_grace_ns`` (the orchestrator writes the final Status just after
 its child exits). Each judged agent is one ``invoke_agent {agentType}`` span, in one trace per root
 agent, parented by ``parentId``, and counted once, across restarts: the state keeps a mark per
-agent (``take_commit``), anchored to its ``.md`` file, so the mark goes when the file goes.
+agent (``take_commit``), anchored to its ``.md`` file, so the mark goes when the file goes. Its
+type (a label of those counters) comes from its entry: an agent over before its entry is written
+waits for it (``ENTRY_WAIT_NS``), so it is counted under its type rather than as ``agent``.
 Agents already over when ccotel first sees a registry are history: they get their spans but are
 not counted (as transcripts read on a first start, pipeline.py).
 

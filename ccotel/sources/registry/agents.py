@@ -9,10 +9,13 @@ from dataclasses import dataclass
 
 from ccotel.sources.registry.files import AgentEntry, FrontMatter
 
-__all__ = ["SPAWN_SLACK_NS", "Agent", "Outcome", "SessionLink", "agent_depth", "agent_parent", "agent_times",
-           "agent_type", "settled"]
+__all__ = ["SPAWN_SLACK_NS", "ENTRY_WAIT_NS", "Agent", "Outcome", "SessionLink", "agent_depth", "agent_parent",
+           "agent_times", "agent_type", "settled", "waits_for_entry"]
 
 SPAWN_SLACK_NS = 60_000_000_000  # a process started this long after the agent's Started is another one
+# An agent whose .md is there and whose .active-pids.json entry is not yet waits this long for it
+# before it is judged: its type (a label of counters counted once) comes from the entry alone.
+ENTRY_WAIT_NS = 60_000_000_000
 
 
 class Outcome:
@@ -48,6 +51,17 @@ class Agent:
     sent: bool = False  # its span is final (delivered or dropped by the backend)
     in_flight: bool = False
     resend_at_ns: int = 0
+    unlisted_since_ns: int | None = None  # first judged over while it had no entry (see ENTRY_WAIT_NS)
+
+
+def waits_for_entry(agent: Agent, now: int) -> bool:
+    """Over, but not listed in .active-pids.json yet: its type would be a guess (``agent``), and the
+    counters it goes to cannot move it later, so it waits for its entry, at most ENTRY_WAIT_NS."""
+    if agent.entry is not None:
+        return False
+    if agent.unlisted_since_ns is None:
+        agent.unlisted_since_ns = now
+    return now - agent.unlisted_since_ns < ENTRY_WAIT_NS
 
 
 def settled(agent: Agent) -> bool:

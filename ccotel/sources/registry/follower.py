@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 
 from ccotel.records import SpanRecord
-from ccotel.sources.registry.agents import Agent, Outcome, agent_times, settled
+from ccotel.sources.registry.agents import Agent, Outcome, agent_times, settled, waits_for_entry
 from ccotel.sources.registry.files import (
     ACTIVE_PIDS,
     HEAD_BYTES,
@@ -232,7 +232,7 @@ class Registry:
             if settled(agent) or agent.in_flight or agent.front is None:
                 continue
             judged = outcome_of(agent, now, self.kill_grace_ns)
-            if judged is None:
+            if judged is None or waits_for_entry(agent, now):
                 continue
             if agent.judged is None:
                 agent.judged = judged

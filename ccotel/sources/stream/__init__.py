@@ -9,7 +9,7 @@ ccotel/spans/build.py) and ``results`` (what only the stream has: its ``result``
 ``api_retry`` records, as attributes); ``prompts`` finds a turn's prompt in the session's
 transcript, the one I/O here.
 
-What the stream carries (Claude Code 2.1.197 and 2.1.330, tests/fixtures/**/runs/*/stdout.jsonl):
+What the stream carries (Claude Code 2.1.197, 2.1.330 and 2.1.332, tests/fixtures/**/runs/*/stdout.jsonl):
 ``system/init`` (session_id, cwd, model, claude_code_version), one ``assistant`` record per content
 block with the transcript line's ``uuid``, ``message.id`` and ``request_id`` (usage is the
 ``message_start`` snapshot: ``output_tokens`` 1, ``stop_reason`` null), ``user`` records (tool

@@ -135,10 +135,10 @@ def test_offsets_are_committed_and_a_restart_counts_nothing_twice(tmp_path: Path
     assert spool.poll() == 2
     commit = Commit()
     spool.take_commit(commit)
-    ident, offset, read_to = commit.offsets[str(path)]
-    assert offset == read_to == path.stat().st_size
+    ckpt = commit.offsets[str(path)]
+    assert ckpt[1] == ckpt[2] == path.stat().st_size
     write(d, ev("SessionEnd", 3 * S, reason="logout"))
-    again = HookSpool(str(d), {str(path): (ident, offset, read_to)}, Metrics())
+    again = HookSpool(str(d), {str(path): ckpt}, Metrics())
     assert again.poll() == 1  # only the line written after the commit
     assert again.metrics is not None
     assert again.metrics.series()[("ccotel_sessions_ended", "logout")] == 1.0
