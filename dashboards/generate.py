@@ -519,6 +519,28 @@ def usage() -> dict[str, Any]:
                                                                  ("gen_ai.agent.name", LABEL % "type")))]),
         timeseries("Compactions by trigger (last hour)", "Context compactions: auto or manual.",
                    Target(events("ccotel_compactions_total", ["trigger"], "1h"), "{{trigger}}"), width=6),
+        row("Exactness"),
+        timeseries("Tokens corrected by a later snapshot (last hour)",
+                   "Tokens a call's final usage added after its span went out (a later, larger copy of the call, "
+                   "e.g. in a compaction agent's file): in the counters and the ledger; the span sent keeps "
+                   "what was known then.",
+                   Target(events("ccotel_corrected_tokens_total", ["model", "type"], "1h"), "{{model}} {{type}}"),
+                   width=12),
+        timeseries("Calls without their envelope (last hour)",
+                   "Assistant lines with a message id and usage but no type, uuid or sessionId (written by "
+                   "other tools): counted as API calls all the same, by the field they lack.",
+                   Target(events("ccotel_calls_without_envelope_total", ["missing"], "1h"), "{{missing}}"),
+                   width=12),
+        row("From Claude Code's hooks (ccotel hook)"),
+        timeseries("Sessions ended by reason (last hour)", "SessionEnd hook events, by reason.",
+                   Target(events("ccotel_sessions_ended_total", ["reason"], "1h"), "{{reason}}")),
+        timeseries("Permission wait percentiles", "p50 and p95 of the time tool calls waited on the user's "
+                   "permission, by tool, over the panel interval.",
+                   *(Target(f"histogram_quantile({q}, sum by (le, tool) (rate("
+                            f"{sel('ccotel_permission_wait_seconds_bucket')}[$__rate_interval])))", f"p{p} {{{{tool}}}}")
+                     for q, p in ((0.5, 50), (0.95, 95))), unit="s"),
+        timeseries("Hook events by event and kind (last hour)", "Hook events read from the spool.",
+                   Target(events("ccotel_hook_events_total", ["event", "kind"], "1h"), "{{event}} {{kind}}")),
     ]
     return frame("ccotel-usage", "ccotel: usage",
                  "Claude Code usage from ccotel: tokens, cost, API calls and errors, tools, subagents.", panels)

@@ -384,8 +384,9 @@ def run(args: argparse.Namespace) -> int:
     console = stdout_console(args.width)
     if not listing.sessions:
         where = ", ".join(options.roots)
+        # a path is not broken by rich: copied from a terminal it stays whole
         console.print(f"no sessions since {_clock(since)} UTC under {where}" if since is not None
-                      else f"no sessions under {where}")
+                      else f"no sessions under {where}", soft_wrap=True)
         return 0
     table, left_out = render_sessions(listing.sessions, now, console.width)
     console.print(table)

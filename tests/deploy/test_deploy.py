@@ -508,7 +508,7 @@ def test_the_image_installs_from_only_what_the_dockerfile_copies(tmp_path: Path)
         names = {n.split("/", 1)[1]: n for n in tar.getnames() if "/" in n}
         assert {"ccotel/cli.py", "ccotel/__init__.py", "pyproject.toml", "README.md"} <= set(names)
         entry_points = tar.extractfile(names["ccotel.egg-info/entry_points.txt"])
-        assert entry_points is not None and "ccotel = ccotel.cli:main" in entry_points.read().decode()
+        assert entry_points is not None and "ccotel = ccotel.__main__:main" in entry_points.read().decode()
 
 
 # --- the collector config (structure only: no collector binary here) -------------------------------
