@@ -537,8 +537,8 @@ def usage() -> dict[str, Any]:
         timeseries("Permission wait percentiles", "p50 and p95 of the time tool calls waited on the user's "
                    "permission, by tool, over the panel interval.",
                    *(Target(f"histogram_quantile({q}, sum by (le, tool) (rate("
-                            f"{sel('ccotel_permission_wait_seconds_bucket')}[$__rate_interval])))", f"p{p} {{{{tool}}}}")
-                     for q, p in ((0.5, 50), (0.95, 95))), unit="s"),
+                            f"{sel('ccotel_permission_wait_seconds_bucket')}[$__rate_interval])))",
+                            f"p{p} {{{{tool}}}}") for q, p in ((0.5, 50), (0.95, 95))), unit="s"),
         timeseries("Hook events by event and kind (last hour)", "Hook events read from the spool.",
                    Target(events("ccotel_hook_events_total", ["event", "kind"], "1h"), "{{event}} {{kind}}")),
     ]

@@ -103,8 +103,8 @@ METRICS: dict[str, Spec] = {
                                   "lines of an unknown type (each line), unknown top-level fields (first "
                                   "sighting per process, on sampled lines).", ("version", "kind", "name")),
     "ccotel_checkpoint_errors": Spec("counter", "Checkpoint commits that failed and are held for retry, by reason "
-                                     "(disk_full, read_only, io_error, locked, corrupt, other; ledger: a usage-ledger write, "
-                                     "which the checkpoints then wait for).", ("reason",)),
+                                     "(disk_full, read_only, io_error, locked, corrupt, other; ledger: a usage-ledger "
+                                     "write, which the checkpoints then wait for).", ("reason",)),
     "ccotel_reported_cost_usd": Spec("counter", "Claude Code's own cost figure (2.1.3xx cost-state lines), by "
                                      "model, beside ccotel's estimate ccotel_cost_usd_total; it includes calls "
                                      "no transcript line records (compaction).", ("model",)),
