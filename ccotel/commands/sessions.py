@@ -32,7 +32,7 @@ from rich.text import Text
 from ccotel.assemble.closing import Timeouts
 from ccotel.commands.check import CheckError, Health, check_session
 from ccotel.commands.report.usage import session_usage
-from ccotel.commands.terminal import dollars, left_cut, short_model, stdout_console
+from ccotel.commands.terminal import dollars, fit_with_path, left_cut, short_model, stdout_console
 from ccotel.read.discover import default_roots
 from ccotel.read.layout import SessionIdError, resolve_session_id
 from ccotel.read.shard import Group
@@ -440,12 +440,7 @@ def render_sessions(found: Sequence[SessionSummary], now_ns: int, width: int = 1
     widths = {n: max([len(n), *(len(r[n]) for r in rows)]) for n in names}
     projects = [s.cwd or s.project for s in found]
     want_project = max([len("project"), *(len(p) for p in projects)])
-    shown = list(names)
-    for name in _GIVE_WAY:
-        if sum(widths[n] for n in shown) + len(shown) + _MIN_PROJECT <= width:  # one space before each column
-            break
-        shown.remove(name)
-    project_width = max(_MIN_PROJECT, min(want_project, width - sum(widths[n] for n in shown) - len(shown)))
+    shown, project_width = fit_with_path(widths, names, _GIVE_WAY, want_project, _MIN_PROJECT, width)
     shown.insert(1, "project")
     widths["project"] = project_width
     table = Table(box=None, pad_edge=False, padding=(0, 0, 0, 1), show_edge=False, header_style="bold")

@@ -20,7 +20,8 @@ from typing import TextIO
 
 from rich.console import Console
 
-__all__ = ["PIPE_WIDTH", "PipeConsole", "dollars", "left_cut", "output_width", "short_model", "stdout_console"]
+__all__ = ["PIPE_WIDTH", "PipeConsole", "dollars", "fit_with_path", "left_cut", "output_width", "short_model",
+           "stdout_console"]
 
 PIPE_WIDTH = 200  # off a terminal without COLUMNS
 
@@ -77,3 +78,16 @@ def left_cut(path: str, width: int) -> str:
     """A path on one line of ``width``: its end (the project's own name) kept, the start cut to
     ``…``. A path is no number: it may give way; --json has it whole."""
     return path if len(path) <= width else "…" + path[-(max(width, 2) - 1):]
+
+
+def fit_with_path(widths: dict[str, int], names: list[str], give_way: list[str] | tuple[str, ...],
+                  want_path: int, min_path: int, width: int) -> tuple[list[str], int]:
+    """The columns of a borderless table (a space before each) that fit ``width`` beside a path
+    column: those in ``give_way`` go first, in its order, whole; the path takes what is left (at
+    least ``min_path``, at most ``want_path``) and is cut from its start (left_cut)."""
+    shown = list(names)
+    for name in give_way:
+        if sum(widths[n] for n in shown) + len(shown) + min_path <= width:
+            break
+        shown.remove(name)
+    return shown, max(min_path, min(want_path, width - sum(widths[n] for n in shown) - len(shown)))

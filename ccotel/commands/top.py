@@ -31,7 +31,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ccotel.commands.sessions import _ago, _compact, options_from_args
-from ccotel.commands.terminal import dollars, left_cut, short_model, stdout_console
+from ccotel.commands.terminal import dollars, fit_with_path, left_cut, short_model, stdout_console
 from ccotel.commands.top_rows import Sort, TopRow, Watcher, sort_rows
 from ccotel.commands.trace import _duration, render_turn, select_turn, turns_of
 
@@ -82,12 +82,8 @@ def render_rows(rows: Sequence[TopRow], now_ns: int, width: int,
     cells = [_cells(r, now_ns) for r in rows]
     widths = {n: max([len(n), _STEADY.get(n, 0), *(len(c[n]) for c in cells)]) for n in _COLUMNS if n != "project"}
     want_project = max([len("project"), *(len(r.project) for r in rows)])
-    shown = [n for n in _COLUMNS if n != "project"]
-    for name in _GIVE_WAY:
-        if sum(widths[n] for n in shown) + len(shown) + _MIN_PROJECT <= width:  # one space before each column
-            break
-        shown.remove(name)
-    project_width = max(_MIN_PROJECT, min(want_project, width - sum(widths[n] for n in shown) - len(shown)))
+    shown, project_width = fit_with_path(widths, [n for n in _COLUMNS if n != "project"], _GIVE_WAY, want_project,
+                                         _MIN_PROJECT, width)
     shown.insert(1, "project")
     widths["project"] = project_width
     table = Table(box=None, pad_edge=False, padding=(0, 0, 0, 1), show_edge=False, header_style="bold")
