@@ -35,6 +35,9 @@ RECENT_S = 15 * 60
 # a history written just now (a copied config dir) is all recent, and must still be split.
 LIVE_MAX_BYTES = 64 << 20
 
+# Turns finished by time (runner.TICK_EVERY_S's job once live) are looked for at most this often.
+TICK_EVERY_S = 0.25
+
 _Key = tuple[str, str, str | None]  # (root, project, session id; None: a project's flat 2.0.x agent files)
 
 
@@ -57,6 +60,7 @@ class LiveFirst:
         self._held: set[_Key] = set()
         self._held_flat: set[tuple[str, str]] = set()  # (root, project) of held flat agent files
         self._deferred: set[str] = set()
+        self._ticked = 0.0
         self._tops = {projects_dir(r) for r in pipeline.options.roots}
         if not pipeline.detectors.counting():  # a first start: what is on disk now is history
             pipeline.delivery.started_sizes = {tf.path: size_of(tf.path) for _r, tf in pipeline.discover()}
@@ -133,8 +137,13 @@ class LiveFirst:
         self.poll(0.0)
 
     def poll(self, wait_s: float) -> None:
-        """Read what changed in the files this process owns (waiting up to ``wait_s`` for a report)."""
+        """Read what changed in the files this process owns (waiting up to ``wait_s`` for a report),
+        and close the turns time has finished (a final answer after its quiet)."""
         self._take(self.watcher.wait(wait_s))
+        now = time.monotonic()
+        if now - self._ticked >= TICK_EVERY_S:
+            self._ticked = now
+            self.pipeline.tick_turns()
 
     def end(self) -> None:
         """The catch-up is over: what was kept back goes to the live loop (runner.follow)."""

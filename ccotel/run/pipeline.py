@@ -257,6 +257,12 @@ class Pipeline:
                 self._read(self._track(*found), accept_unterminated=False)
         self._emit()
 
+    def tick_turns(self) -> None:
+        """What time has finished of the open turns (a final answer's quiet, a stall), without the
+        detectors, which judge only a history read to its end: livefirst.py, while catching up."""
+        self.assembler.tick(self.clock(), self.detectors.alive)
+        self._emit()
+
     def go_live(self, commit_every_s: float) -> None:
         """Following live: commit (state and ledger) at most every ``commit_every_s`` from tick."""
         self._commit_every_ns = int(commit_every_s * 1e9)

@@ -21,14 +21,16 @@ import urllib.request
 from collections import Counter
 from pathlib import Path
 
+import orjson
 import pytest
 
 from tests.support.otlp import OtlpReceiver
 
 CORPUS = Path(tempfile.gettempdir()) / "ccotel-test-corpus" / "live-first-150MB"
 DAY_S = 86_400
-# the live turn (bench.corpus.LiveAppender): input 3, cache creation 10, cache read 100, output 7
-LIVE_TOKENS = 120.0
+# the live turn: LiveAppender's call (input 3, cache creation 10, cache read 100, output 7) and the
+# final answer's (final_answer: input 5, cache read 110, output 4)
+LIVE_TOKENS = 239.0
 
 
 @pytest.fixture(scope="module")
@@ -51,8 +53,6 @@ def wait_until(cond, timeout_s: float, step: float = 0.02) -> bool:
 def last_session(root: Path) -> tuple[str, str, str]:
     """(path, session id, cwd) of the session read last in time order (the newest lines): what a
     catch-up oldest first reaches at its very end."""
-    import orjson
-
     from ccotel.read.discover import find, session_groups
     from ccotel.records import FileKind
 
@@ -64,6 +64,17 @@ def last_session(root: Path) -> tuple[str, str, str]:
             if d.get("cwd"):
                 return main.path, d["sessionId"], d["cwd"]
     raise AssertionError("no cwd in " + main.path)
+
+
+def final_answer(app, parent: str) -> bytes:
+    """The assistant's final answer (end_turn) after a LiveAppender's tool result."""
+    a = app._env(parent, "assistant")
+    a["message"] = {"model": "claude-opus-4-6", "id": "msg_livefirst_final", "type": "message", "role": "assistant",
+                    "content": [{"type": "text", "text": "done"}], "stop_reason": "end_turn", "stop_sequence": None,
+                    "usage": {"input_tokens": 5, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 110,
+                              "output_tokens": 4}}
+    a["requestId"] = "req_livefirst_final"
+    return orjson.dumps(a) + b"\n"
 
 
 def metric_sum(port: int, name: str) -> float:
@@ -111,8 +122,9 @@ def test_a_live_turn_is_exported_while_the_history_is_still_caught_up(corpus, tm
                 with open(path, "ab") as f:
                     f.write(data)
                 time.sleep(0.05)
+                result = app.result(tool_id, line)
                 with open(path, "ab") as f:
-                    f.write(app.result(tool_id, line))
+                    f.write(result)
                 appended = time.monotonic()
 
                 def live_span() -> bool:
@@ -125,6 +137,19 @@ def test_a_live_turn_is_exported_while_the_history_is_still_caught_up(corpus, tm
                       f"{totals['spans']} history spans arrived by then")
                 assert "caught up" not in text, f"the live span waited for the catch-up ({took:.2f} s)"
                 assert arrived < totals["spans"], "the live span came after the whole history"
+                # the final answer: the turn ends after its quiet (1 s) and is exported, still while catching up
+                with open(path, "ab") as f:
+                    f.write(final_answer(app, orjson.loads(result)["uuid"]))
+
+                def turn_span() -> bool:
+                    return any(s["parent_span_id"] is None and s["start_ns"] >= written_ns - 5_000_000_000
+                               for s in rx.spans)
+
+                assert wait_until(lambda: turn_span() or proc.poll() is not None, 300, 0.02), "no turn span"
+                took, arrived = time.monotonic() - appended, len(rx.spans)
+                print(f"{workers} worker(s): the turn's span {took:.2f} s after the append, {arrived} spans by then")
+                assert "caught up" not in log.read_text(), "the live turn waited for the catch-up"
+                assert arrived < totals["spans"], f"the live turn came after the whole history ({took:.2f} s)"
                 assert wait_until(lambda: "caught up" in log.read_text() or proc.poll() is not None, 600, 0.2)
                 assert wait_until(lambda: len(rx.spans) > totals["spans"] or proc.poll() is not None, 120, 0.1)
                 time.sleep(1.0)  # nothing more comes
@@ -133,11 +158,11 @@ def test_a_live_turn_is_exported_while_the_history_is_still_caught_up(corpus, tm
                 assert max(ids.values()) == 1, f"{sum(n - 1 for n in ids.values())} duplicates"
                 live = [s for s in spans if s["start_ns"] >= written_ns - 5_000_000_000]
                 assert len(spans) - len(live) == totals["spans"], f"{len(spans) - len(live)} history spans"
-                assert 1 <= len(live) <= 3, [s["name"] for s in live]  # the live turn's (it is still open)
+                assert len(live) == 4, [s["name"] for s in live]  # the live turn: its own, 2 chat, 1 tool span
                 # the metrics count the live turn and no history (19,235 tool calls, 14,859 API calls)
                 assert metric_sum(port, "ccotel_tool_calls_total") == 1
-                chat = any(s["name"].startswith("chat") for s in live)
-                assert metric_sum(port, "ccotel_tokens_total") == (LIVE_TOKENS if chat else 0)
+                assert metric_sum(port, "ccotel_api_calls_total") == 2
+                assert metric_sum(port, "ccotel_tokens_total") == LIVE_TOKENS
             finally:
                 proc.terminate()
                 proc.wait(timeout=10)
