@@ -8,7 +8,9 @@ a worker moves a file's checkpoint only past turns whose every span the backend 
 and adds its counter increments (state.py commits counters as increments). Afterwards the caller's own
 pipeline starts from those checkpoints: it re-reads only the turns still open, skips spans
 already delivered, and is the one that declares the catch-up complete. A worker that dies
-loses nothing: whatever it did not checkpoint is read again by the caller.
+loses nothing: whatever it did not checkpoint is read again by the caller. For ``ccotel run``
+the caller's pipeline is there from the start: it reads the live sessions' shards itself and
+follows them while the workers run (livefirst.py), then takes over what the workers wrote.
 
 Stopping (SIGINT/SIGTERM to ccotel, runner.Stopper): the caller sends SIGTERM to each worker and
 waits for them until a deadline, then kills what is left. A worker stops like ccotel does: at
