@@ -884,6 +884,55 @@ def bench_restart(res: Results, root: Path, exp: dict[str, Any], log_dir: Path, 
             notes=notes + (f"; first run live {first_live:.0f} ms" if first_live else ""))
 
 
+# -- 6. live during catch-up -----------------------------------------------------------
+
+
+def newest_session(root: Path) -> tuple[str, str, str]:
+    """(path, session id, cwd) of the main file whose last line is the newest: the session a
+    catch-up oldest first reaches last, and the one a user is most likely still writing."""
+    best: tuple[bytes, tuple[str, str, str]] | None = None
+    for f in main_files(root):
+        with open(f[0], "rb") as fh:
+            fh.seek(max(os.path.getsize(f[0]) - 65536, 0))
+            stamps = re.findall(rb'"timestamp":"([^"]+)"', fh.read())
+        if stamps and (best is None or max(stamps) > best[0]):
+            best = max(stamps), f
+    assert best is not None, f"no session under {root}"
+    return best[1]
+
+
+def bench_live_catchup(res: Results, root: Path, log_dir: Path, label: str, tag: str = "") -> None:
+    """``ccotel run`` started on the history, its newest session written just now (mtime): a turn
+    appended to that session once the catch-up is under way, timed to its span at the receiver,
+    beside how long the catch-up took (when ccotel run says it follows live)."""
+    _log(f"[6] live during the catch-up of {label}: a turn appended to a live session -> its span")
+    live = newest_session(root)
+    extra = state_args("run", log_dir / f"state-livecatchup{tag}")
+    with receiver(log_dir, ids_prefix="toolu_live_") as rcv, appending(root, [live[0]]):
+        os.utime(live[0])  # written now (appending() puts its time back)
+        d = ccotel_run(str(root), rcv.endpoint, log_dir, f"livecatchup{tag}", extra)
+        try:
+            rcv.wait_spans(1, 600)  # the catch-up is under way
+            time.sleep(1.0)
+            load = LiveLoad([live], "catchup")
+            pending = load.start()
+            time.sleep(0.05)
+            load.finish(pending)
+            tool_id, _path, t_ns = load.sent[-1]
+            appended = (t_ns - d.started_ns) / 1e9
+            arrived_ms = _wait_arrival(rcv, tool_id, t_ns, 3600)
+            caught = d.wait_for("following live", 3600)
+        finally:
+            d.stop()
+    took = arrived_ms / 1000 if arrived_ms is not None else None
+    during = took is not None and caught is not None and appended + took < caught
+    res.add("live_catchup" + tag, f"6. live during the catch-up of {label}: append -> span", took, "s", caught,
+            "the catch-up", "<= 2 s, before the catch-up ends", _met(during and took is not None and took <= 2.0),
+            ratio=False, notes=f"appended {appended:.1f} s after the start"
+                               + (f"; the span arrived {appended + took:.1f} s after it" if took is not None else "")
+                               + (f"; caught up {caught:.1f} s after it" if caught is not None else ""))
+
+
 def _wait_arrival(rcv: Receiver, tool_id: str, t_ns: int, timeout_s: float) -> float | None:
     """ms from t_ns until tool_id's span arrived (None on timeout)."""
     deadline = time.monotonic() + timeout_s
@@ -921,12 +970,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--compare-src", default=None,
                     help="another dir holding a ccotel package: its backfill is timed in the same run (A/B)")
     ap.add_argument("--only", default=None,
-                    help="comma list of: backfill,identity,report,live,livecpu,idle,restart")
+                    help="comma list of: backfill,identity,report,live,livecpu,idle,restart,livecatchup")
     ap.add_argument("--corpora", default=None,
                     help="comma list of: main,main200,new,new200 (default all; --quick: main and new at 20 MB)")
     ap.add_argument("--small-size", type=corpus_mod.parse_size, default=None,
                     help="the smaller corpora's size (default 200MB; none with --quick)")
     ap.add_argument("--line-rate", type=float, default=1000.0, help="live CPU row: lines written per second")
+    ap.add_argument("--huge", action="store_true",
+                    help="the live-during-catch-up row on a 4 GB corpus too (generated once: ~4 GB of disk, ~1 min)")
     ap.add_argument("--no-compile", action="store_true",
                     help="do not byte-compile ccotel first (measures a checkout without .pyc files)")
     args = ap.parse_args(argv)
@@ -947,7 +998,7 @@ def main(argv: list[str] | None = None) -> int:
     live_n = args.live_files or (200 if q else 1000)
     idle_n = args.idle_files or (1000 if q else 10_000)
     only = set(args.only.split(",")) if args.only else {"backfill", "identity", "report", "live", "livecpu", "idle",
-                                                         "restart"}
+                                                         "restart", "livecatchup"}
     work = Path(args.workdir)
     log_dir = work / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -1010,6 +1061,13 @@ def main(argv: list[str] | None = None) -> int:
                    window=1.0 if q else 30.0, settle=0.5 if q else 2.0)
     if "restart" in only:
         bench_restart(res, main_root, exp, log_dir, floor_rss)
+    if "livecatchup" in only:
+        bench_live_catchup(res, main_root, log_dir, f"{size / 1e6:,.0f} MB")
+        if args.huge:
+            huge = 4_000_000_000
+            huge_root = work / f"main-{huge}-s{args.seed}"
+            ensure_corpus(huge_root, size=huge, seed=args.seed, session_mean=4_000_000)
+            bench_live_catchup(res, huge_root, log_dir, f"{huge / 1e6:,.0f} MB", "_4gb")
     res.details["machine"]["load_end"] = os.getloadavg()
     elapsed = time.perf_counter() - t_all
     doc = {"when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "quick": q, "size": size,

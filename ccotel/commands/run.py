@@ -19,8 +19,9 @@ from ccotel.metrics.counters import DEFAULT_MAX_LABEL_VALUES, Metrics, serve
 from ccotel.read.discover import default_roots
 from ccotel.read.shard import default_workers
 from ccotel.read.watch import Watcher
+from ccotel.run.livefirst import LiveFirst
 from ccotel.run.pipeline import Options
-from ccotel.run.runner import describe, fill_ledger, follow, read_history, wait_for_backend, wire
+from ccotel.run.runner import Interrupted, describe, fill_ledger, follow, read_history, wait_for_backend, wire
 from ccotel.run.status import StatusLine
 from ccotel.run.stopping import EXIT_ERROR, Stopper, settle_state
 from ccotel.sources.hooks.spool import spool_dir
@@ -121,7 +122,8 @@ def _lock(args: argparse.Namespace) -> StateLock | None:
 
 
 def _catch_up_in_parallel(args: argparse.Namespace, progress: _Progress, close_all: bool = False,
-                          metrics: bool = False, stopper: Stopper | None = None) -> CatchUpResult | None:
+                          metrics: bool = False, stopper: Stopper | None = None,
+                          live: LiveFirst | None = None) -> CatchUpResult | None:
     """A large history is first read by several processes (catchup.py); the pipeline then reads
     only what they left open."""
     location = _state_dir(args)
@@ -132,7 +134,7 @@ def _catch_up_in_parallel(args: argparse.Namespace, progress: _Progress, close_a
     workers = default_workers() if args.workers is None else args.workers
     done = catch_up_in_parallel(options_of(args), location, args.traces_exporter,
                                 workers, progress, close_all=close_all, min_bytes=int(args.parallel_min_mb * 1e6),
-                                metrics=metrics, stopper=stopper)
+                                metrics=metrics, stopper=stopper, live=live)
     if done is not None:
         log.info("%d processes read %d files, %d lines and exported %d spans in %.1f s (%s s; peak RSS %s MB)%s",
                  done.workers, done.files, done.lines, done.spans_exported, done.seconds,
@@ -219,13 +221,18 @@ def cmd_run(args: argparse.Namespace, stopper: Stopper | None = None) -> int:
     fill_ledger(options_of(args), state_dir, stopper)
     line = _status_line()
     progress = _Progress(stopper, line)
-    parallel = _catch_up_in_parallel(args, progress, metrics=True, stopper=stopper)
     stopper.hard = True
     wired = wire(options_of(args), args.traces_exporter, state_dir, metrics, stopper, keep_reading=True,
                  host=args.host_id)
     describe(wired, args.traces_exporter)
     pipeline = wired.pipeline
-    read_history(wired, progress, stopper)
+    live = LiveFirst(pipeline, watcher)  # the live sessions first, followed while the history is read
+    try:
+        parallel = _catch_up_in_parallel(args, progress, metrics=True, stopper=stopper, live=live)
+    except Interrupted:
+        wired.queue.abandon(stopper.deadline(0.8))  # live spans in flight: as runner.read_history does
+        raise
+    read_history(wired, progress, stopper, live=live)
     if parallel is not None:
         pipeline.adopt_detector_state(parallel.ghosts, parallel.unseen_agents)
     progress.end()

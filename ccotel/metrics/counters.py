@@ -387,6 +387,16 @@ class Metrics:
                     self._channels[channel][series] = v
                     self.cap.keep(series)
 
+    def absorb(self, values: dict[str, float]) -> None:
+        """Add what other processes counted and checkpointed (catch-up workers: SqliteState.others_counters)."""
+        with self._lock:
+            for k, v in values.items():
+                channel, _, key = k.partition(":")
+                if channel in self._channels:
+                    series = decode_key(key)
+                    self._channels[channel][series] = self._channels[channel].get(series, 0.0) + v
+                    self.cap.keep(series)
+
     def series(self) -> dict[Key, float]:
         """Every series, all channels added."""
         with self._lock:

@@ -8,7 +8,9 @@ a worker moves a file's checkpoint only past turns whose every span the backend 
 and adds its counter increments (state.py commits counters as increments). Afterwards the caller's own
 pipeline starts from those checkpoints: it re-reads only the turns still open, skips spans
 already delivered, and is the one that declares the catch-up complete. A worker that dies
-loses nothing: whatever it did not checkpoint is read again by the caller.
+loses nothing: whatever it did not checkpoint is read again by the caller. For ``ccotel run``
+the caller's pipeline is there from the start: it reads the live sessions' shards itself and
+follows them while the workers run (livefirst.py), then takes over what the workers wrote.
 
 Stopping (SIGINT/SIGTERM to ccotel, runner.Stopper): the caller sends SIGTERM to each worker and
 waits for them until a deadline, then kills what is left. A worker stops like ccotel does: at
@@ -40,6 +42,8 @@ from ccotel.store.sqlite import SqliteState
 
 if TYPE_CHECKING:
     from multiprocessing.sharedctypes import Synchronized
+
+    from ccotel.run.livefirst import LiveFirst  # the watcher: not loaded by catch-up workers
 
 __all__ = ["CatchUpResult", "catch_up_in_parallel", "PARALLEL_MIN_BYTES"]
 
@@ -78,12 +82,15 @@ WORKER_STOP_GRACE_S = 1.2
 def catch_up_in_parallel(options: Options, state_dir: str, exporter: str, workers: int,
                          progress: Callable[[int, int], None] | None = None, close_all: bool = False,
                          min_bytes: int = PARALLEL_MIN_BYTES, metrics: bool = True,
-                         stopper: Any = None) -> CatchUpResult | None:
+                         stopper: Any = None, live: LiveFirst | None = None) -> CatchUpResult | None:
     """Read the unread history in ``workers`` processes. None if it is too small to split (or
     cannot be split: one shard); the caller's pipeline then reads it all, as it always does.
     ``metrics``: the caller keeps metrics (``ccotel run``), so the workers add to its counters.
     ``stopper`` (runner.Stopper): once it is set the workers are stopped and runner.Interrupted raised;
-    any exception (``progress`` may raise one) stops them too before it goes on."""
+    any exception (``progress`` may raise one) stops them too before it goes on.
+    ``live`` (``ccotel run``): the shards of the live sessions are not the workers': this process
+    reads them first and follows them while the workers read the rest (livefirst.py); once the
+    workers are done it takes over what they wrote (checkpoints, acknowledged ids, counters)."""
     if workers < 2 or exporter == "console":  # console: several processes would interleave the output
         return None
     t0 = time.monotonic()
@@ -98,9 +105,13 @@ def catch_up_in_parallel(options: Options, state_dir: str, exporter: str, worker
     groups = session_groups(files, checkpoints)
     weights = [sum(unread_bytes(tf.path, checkpoints) for _root, tf in g) for g in groups]
     total = sum(weights)
-    bins = balance(plan_shards(groups, weights), weights, workers)
-    if len(bins) < 2:
+    shards = plan_shards(groups, weights)
+    first = live.live_shards(groups, shards, weights) if live is not None else []
+    bins = balance([m for m in shards if m not in first], weights, workers)
+    if len(bins) < (1 if first else 2):  # a single worker still lets this process follow the live sessions
         return None
+    mine = [groups[i] for members in first for i in sorted(members)]
+    sizes = live.pipeline.delivery.started_sizes if live is not None else None
     # the caller follows those
     worker_options = dataclasses.replace(options, orchestrator_logs=(), registries=(), hooks_spool=None)
     ctx = process_context()
@@ -112,17 +123,29 @@ def catch_up_in_parallel(options: Options, state_dir: str, exporter: str, worker
     try:
         for b in bins:
             reader, writer = ctx.Pipe(duplex=False)
+            shard = [groups[i] for i in b]
+            if live is not None:
+                live.hold(shard)
+            started = None if sizes is None else {tf.path: sizes.get(tf.path, 0) for g in shard for _r, tf in g}
             proc = ctx.Process(target=_worker, name="ccotel-catchup", daemon=True,
-                               args=(worker_options, state_dir, exporter, [groups[i] for i in b], close_all,
-                                     metrics, done, writer, os.getpid()))
+                               args=(worker_options, state_dir, exporter, shard, close_all,
+                                     metrics, done, writer, os.getpid(), started))
             proc.start()
             writer.close()
             procs.append((proc, reader))
-        log.info("catching up on %.1f MB in %d processes", total / 1e6, len(procs))
-        result = _collect(procs, done, total, progress, stopper)
+        log.info("catching up on %.1f MB in %d processes%s", total / 1e6, len(procs),
+                 f" (and %.1f MB of {len(mine)} live sessions here, followed meanwhile)" % (
+                     sum(weights[i] for m in first for i in m) / 1e6) if mine else "")
+        if live is not None and mine:
+            live.hold(mine)
+            live.pipeline.backfill(lambda _done, _total: stopper.check() if stopper is not None else None,
+                                   groups=mine, final=False, between=live.between)
+        result = _collect(procs, done, total, progress, stopper, live)
     except BaseException:
         _stop_workers(procs, stopper)
         raise
+    if live is not None:
+        _take_over(live, metrics)
     result.seconds = time.monotonic() - t0
     result.caller_peak_rss_mb = _peak_rss_mb()
     # What all processes held together at most (every worker has ended: this process's peak
@@ -152,11 +175,25 @@ def _stop_workers(procs: list[tuple[Any, Any]], stopper: Any) -> None:
         reader.close()
 
 
+def _take_over(live: LiveFirst, metrics: bool) -> None:
+    """The workers are done: this process's pipeline takes what they wrote to the state (their
+    counters too, which ccotel run serves from here on)."""
+    pipeline = live.pipeline
+    pipeline.adopt_state()
+    if metrics and pipeline.metrics is not None and isinstance(pipeline.state, SqliteState):
+        pipeline.metrics.absorb(pipeline.state.others_counters())
+
+
 def _collect(procs: list[tuple[Any, Any]], done: Synchronized[int], total: int,
-             progress: Callable[[int, int], None] | None, stopper: Any) -> CatchUpResult:
+             progress: Callable[[int, int], None] | None, stopper: Any,
+             live: LiveFirst | None = None) -> CatchUpResult:
+    """Wait for the workers' results (``live``: following the live sessions meanwhile)."""
     result = CatchUpResult(workers=len(procs))
     for proc, reader in procs:
-        while proc.is_alive() and not reader.poll(0.1):
+        while proc.is_alive() and not reader.poll(0.0 if live is not None else 0.1):
+            if live is not None:
+                live.poll(0.1)
+                live.pipeline.process_acks(force=False)
             if stopper is not None:
                 stopper.check()
             if progress is not None:
@@ -191,7 +228,8 @@ def _receive(reader: Any) -> dict[str, Any] | None:
 
 
 def _worker(options: Options, state_dir: str, exporter: str, groups: list[Group], close_all: bool,
-            count: bool, done: Synchronized[int], writer: Any, parent_pid: int) -> None:
+            count: bool, done: Synchronized[int], writer: Any, parent_pid: int,
+            started_sizes: dict[str, int] | None = None) -> None:
     from ccotel.run.runner import Interrupted, Stopper, die, settle_state, wire
 
     stopper = Stopper(grace_s=WORKER_STOP_GRACE_S).install()  # hard: raises at once until the first file
@@ -204,6 +242,7 @@ def _worker(options: Options, state_dir: str, exporter: str, groups: list[Group]
     wired = wire(options, exporter, state_dir, metrics, stopper, verify=False)
     pipeline, queue, state = wired.pipeline, wired.queue, wired.state
     assert state is not None
+    pipeline.delivery.started_sizes = started_sizes  # lines written since ccotel run started count
     last = [0]
 
     def progress(n: int, _total: int) -> None:

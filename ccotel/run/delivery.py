@@ -55,6 +55,10 @@ class Delivery:
         self.not_live: set[str] = set()
         self.last_export_ns = 0
         self.coalesce = False  # acknowledgements wait for the pipeline thread's next commit (live)
+        # A first start following live sessions while it catches up (livefirst.py): each file's size
+        # when this process started. An owner whose first line lies past it was written since: live,
+        # counted, though the first catch-up has not ended (None: only ``counting`` decides).
+        self.started_sizes: dict[str, int] | None = None
         self._acked: list[tuple[int, str]] = []  # acknowledged, not committed yet (coalesce)
         # claimed by another host, not delivered yet: span id -> (owner, span, anchor of its file)
         self._elsewhere: dict[int, tuple[Owner, SpanRecord, int]] = {}
@@ -68,10 +72,18 @@ class Delivery:
         with self.lock:
             if owner.token not in self.owners:
                 self.owners[owner.token] = owner
-                owner.live = owner.live or (counting and owner.token not in self.not_live)
+                owner.live = owner.live or ((counting or self._written_since_start(owner))
+                                            and owner.token not in self.not_live)
             for path, off in owner.first_offsets.items():
                 self._owners_by_path.setdefault(path, {})[owner.token] = off
             self._maybe_done.add(owner.token)
+
+    def _written_since_start(self, owner: Owner) -> bool:
+        sizes = self.started_sizes
+        if sizes is None or not owner.first_offsets:
+            return False
+        path, offset = next(iter(owner.first_offsets.items()))
+        return offset >= sizes.get(path, 0)
 
     def history_in_flight(self) -> list[tuple[str, int]]:
         """(token, anchor of its first file) of the closed owners read as history (not counted)

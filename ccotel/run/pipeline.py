@@ -170,13 +170,15 @@ class Pipeline:
         return discover(self.options, self.checkpoints, self.unreadable_dir, self._scan_cache)
 
     def backfill(self, progress: Callable[[int, int], None] | None = None,
-                 close_all: bool = False, groups: list[Group] | None = None, final: bool = True) -> int:
+                 close_all: bool = False, groups: list[Group] | None = None, final: bool = True,
+                 between: Callable[[Group], None] | None = None) -> int:
         """Read every transcript once (from its checkpoint). Returns how many turns stay open.
 
         Files are read session by session (main file, then its subagents) and each finished
         session's state is dropped, so memory does not grow with history. ``groups``: only these
         sessions (a worker's shard, catchup.py); ``final=False``: the catch-up is not complete
-        when this returns (events are not counted from here on).
+        when this returns (events are not counted from here on). ``between``: called after each
+        session is read (livefirst.py follows the live sessions there).
         """
         self.reader.complete = close_all
         self._poll_hooks()  # first: what the hooks said goes on the spans built from here on
@@ -200,6 +202,8 @@ class Pipeline:
                         progress(done, total)
                 self._flush_group(group, close_all)
                 self.process_acks(force=False)
+                if between is not None:
+                    between(group)
             kept = self.assembler.flush(None if close_all else self.clock(), alive=self.detectors.alive)
             self._emit()
             self.reader.complete = False
@@ -228,6 +232,19 @@ class Pipeline:
             self.assembler.flush(None if close_all else self.clock(), session_id=sid, alive=self.detectors.alive)
         self._emit()
 
+    def adopt_state(self) -> None:
+        """Catch-up workers wrote the state while this pipeline followed the live sessions: take
+        their checkpoints (of the files this pipeline does not follow), acknowledged span ids,
+        digests and marks, as a pipeline opened after them would (counters: catchup.py)."""
+        if self.state is None:
+            return
+        for path, ckpt in self.state.files().items():
+            if path not in self.files:
+                self.checkpoints[path] = ckpt
+        self.delivery.acked_before |= self.state.acked()
+        self.assembler.preload(*_seen_digests(self.state))
+        self.detectors.marks |= self.state.marks()
+
     # -- live --------------------------------------------------------------------
 
     def poll(self, paths: Iterable[str]) -> None:
@@ -246,6 +263,12 @@ class Pipeline:
             found = self.reader.classify(path)
             if found is not None:
                 self._read(self._track(*found), accept_unterminated=False)
+        self._emit()
+
+    def tick_turns(self) -> None:
+        """What time has finished of the open turns (a final answer's quiet, a stall), without the
+        detectors, which judge only a history read to its end: livefirst.py, while catching up."""
+        self.assembler.tick(self.clock(), self.detectors.alive)
         self._emit()
 
     def go_live(self, commit_every_s: float) -> None:

@@ -23,7 +23,7 @@ from ccotel.export.sinks import ExportQueue, make_sink
 from ccotel.metrics import events
 from ccotel.metrics.counters import Metrics
 from ccotel.records import SpanRecord
-from ccotel.run.pipeline import Options, Pipeline
+from ccotel.run.pipeline import Options, Pipeline, session_groups
 from ccotel.run.stopping import EXIT_ERROR, EXIT_LOCKED, STOP_GRACE_S, Interrupted, Stopper, die, settle_state
 from ccotel.store.backends import open_state
 from ccotel.store.ledger import FILLING_CATCH_UP, FILLING_REBUILD, LEDGER_FILE, Ledger, LedgerError
@@ -33,6 +33,7 @@ from ccotel.store.state import State, StateLock, host_id, is_url
 
 if TYPE_CHECKING:
     from ccotel.read.watch import Watcher
+    from ccotel.run.livefirst import LiveFirst
     from ccotel.run.status import StatusLine  # watchdog: not loaded by catch-up workers, which never watch
 
 __all__ = ["Wired", "wire", "fill_ledger", "read_history", "wait_for_backend", "catch_up_traces", "follow", "Stopper",
@@ -175,14 +176,21 @@ def describe(wired: Wired, exporter: str) -> None:
 
 
 def read_history(wired: Wired, progress: Callable[[int, int], None] | None, stopper: Stopper,
-                 close_all: bool = False) -> int:
+                 close_all: bool = False, live: LiveFirst | None = None) -> int:
     """pipeline.backfill, stoppable between files. Interrupted: the export thread is stopped
     after the batch it sends (acknowledged ids are committed by on_ack) and no further offsets
     are checkpointed: the session being read was not handed to the exporter yet, so its lines
-    must not be passed over; a restart reads it again and skips the spans already delivered."""
+    must not be passed over; a restart reads it again and skips the spans already delivered.
+    ``live``: the live sessions are read first and followed between sessions (livefirst.py)."""
     stopper.hard = True  # until the first file is read, nothing is checkpointed by this thread
+    pipeline = wired.pipeline
     try:
-        kept = wired.pipeline.backfill(progress, close_all=close_all)
+        if live is None:
+            kept = pipeline.backfill(progress, close_all=close_all)
+        else:
+            groups = live.order(session_groups(pipeline.discover(), pipeline.checkpoints), pipeline.checkpoints)
+            kept = pipeline.backfill(progress, close_all=close_all, groups=groups, between=live.between)
+            live.end()
     except Interrupted:
         wired.queue.abandon(stopper.deadline(0.8))
         wired.pipeline.keep_own_counts()

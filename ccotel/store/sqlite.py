@@ -216,6 +216,15 @@ class SqliteState:
             self._committed.update(totals)
         return totals
 
+    def others_counters(self) -> dict[str, float]:
+        """What other processes (catch-up workers) added to the counters since this one last loaded
+        or wrote them; from here on counted as loaded by this one (its next commits add only its own)."""
+        with self._lock:
+            totals = dict(self._db.execute("SELECT key, value FROM counters"))
+            added = {k: v - self._committed.get(k, 0.0) for k, v in totals.items()}
+            self._committed.update(totals)
+        return {k: v for k, v in added.items() if v}
+
     def marks(self) -> set[str]:
         return {row[0] for row in self._db.execute("SELECT key FROM marks")}
 

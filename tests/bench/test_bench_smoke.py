@@ -20,7 +20,7 @@ from ccotel.run.pipeline import Options, Pipeline
 
 REPO = Path(__file__).resolve().parents[2]
 ROW_KEYS = ("backfill_wall", "backfill_cpu", "backfill_spans", "span_identity", "per_span_noop", "per_span_otlp",
-            "report_time", "live_p50", "live_p99", "idle_cpu", "peak_rss", "restart")
+            "report_time", "live_p50", "live_p99", "idle_cpu", "peak_rss", "restart", "live_catchup")
 
 
 def _kind(s: SpanRecord) -> str:

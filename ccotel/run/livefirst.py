@@ -1,0 +1,180 @@
+"""History never delays the present: ``ccotel run`` follows the live sessions while it catches up.
+
+A first start on a large history reads it for a while (minutes for several GB). The sessions
+written shortly before the start (``RECENT_S``) are read first, with the session groups that may
+share API calls with them (shard.py: the same order of copies, so the same spans), and from then on
+whatever the watcher reports in a file this process owns is read at once: between two sessions of
+the one-process catch-up (``Pipeline.backfill``'s ``between``), and while catch-up workers read the
+rest (catchup.py). Nothing is read by two readers: a session not read yet, or in a worker's shard,
+is *held* (its reports are kept back); once it is read (the worker done, the caller's checkpoint
+taken over) it is followed like the others. A session that becomes live while held waits for that.
+
+Counting stays as docs/durability.md says: on a first start the history (every byte on disk at the
+start) goes to traces only; an owner whose first line was written since counts
+(``Delivery.started_sizes``), whoever reads it.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterable, Mapping
+
+from ccotel.read.discover import Checkpoint, size_of, unread_bytes
+from ccotel.read.layout import projects_dir
+from ccotel.read.shard import Group, plan_shards
+from ccotel.read.watch import Watcher
+from ccotel.records import FileKind, TranscriptFile
+from ccotel.run.pipeline import Pipeline
+
+__all__ = ["LiveFirst", "RECENT_S", "LIVE_MAX_BYTES"]
+
+# A session written this long before the start is live: read first, then followed.
+RECENT_S = 15 * 60
+# At most this much history (or a quarter of what is to read) is read first for the live sessions:
+# a history written just now (a copied config dir) is all recent, and must still be split.
+LIVE_MAX_BYTES = 64 << 20
+
+# Turns finished by time (runner.TICK_EVERY_S's job once live) are looked for at most this often.
+TICK_EVERY_S = 0.25
+
+_Key = tuple[str, str, str | None]  # (root, project, session id; None: a project's flat 2.0.x agent files)
+
+
+def _key(root: str, tf: TranscriptFile) -> _Key:
+    return root, tf.project, None if tf.kind is FileKind.FLAT_AGENT else tf.session_id
+
+
+def _keys(group: Group) -> set[_Key]:
+    return {_key(root, tf) for root, tf in group}
+
+
+class LiveFirst:
+    """The live sessions of one ``ccotel run`` catch-up: which are read first, which files this
+    process reads as the watcher reports them, which wait (held) until their catch-up is done."""
+
+    def __init__(self, pipeline: Pipeline, watcher: Watcher, now_s: float | None = None) -> None:
+        self.pipeline = pipeline
+        self.watcher = watcher
+        self.since_s = (time.time() if now_s is None else now_s) - RECENT_S
+        self._held: set[_Key] = set()
+        self._held_flat: set[tuple[str, str]] = set()  # (root, project) of held flat agent files
+        self._deferred: set[str] = set()
+        self._ticked = 0.0
+        self._tops = {projects_dir(r) for r in pipeline.options.roots}
+        if not pipeline.detectors.counting():  # a first start: what is on disk now is history
+            pipeline.delivery.started_sizes = {tf.path: size_of(tf.path) for _r, tf in pipeline.discover()}
+
+    # -- which sessions first ----------------------------------------------------
+
+    def recent(self, group: Group) -> float:
+        """The newest mtime of a group's files if written within RECENT_S of the start, else 0."""
+        newest = 0.0
+        for _root, tf in group:
+            try:
+                newest = max(newest, os.stat(tf.path).st_mtime)
+            except OSError:
+                continue
+        return newest if newest >= self.since_s else 0.0
+
+    def live_shards(self, groups: list[Group], shards: list[list[int]], weights: list[int]) -> list[list[int]]:
+        """The shards (indices into ``groups``) holding a recent session with something to read,
+        the most recent first, within LIVE_MAX_BYTES (or a quarter of the total to read)."""
+        cap = min(LIVE_MAX_BYTES, sum(weights) // 4)
+        ranked = []
+        for members in shards:
+            newest = max((self.recent(groups[i]) for i in members if weights[i]), default=0.0)
+            if newest:
+                ranked.append((-newest, members))
+        chosen: list[list[int]] = []
+        taken = 0
+        for _neg, members in sorted(ranked, key=lambda r: r[0]):
+            size = sum(weights[i] for i in members)
+            if taken + size <= cap or not chosen and size <= LIVE_MAX_BYTES:
+                chosen.append(members)
+                taken += size
+        return chosen
+
+    def order(self, groups: list[Group], checkpoints: Mapping[str, Checkpoint]) -> list[Group]:
+        """The one-process catch-up's order: the live sessions (with the groups that may share
+        calls with them, in their own order) first, then the rest as it was. Every group is held
+        until ``between`` says it was read."""
+        weights = [sum(unread_bytes(tf.path, checkpoints) for _r, tf in g) for g in groups]
+        unread = [i for i, w in enumerate(weights) if w]
+        first: list[int] = []
+        if any(self.recent(groups[i]) for i in unread):
+            sub = [groups[i] for i in unread]
+            shards = [[unread[j] for j in members] for members in plan_shards(sub, [weights[i] for i in unread])]
+            first = sorted(i for members in self.live_shards(groups, shards, weights) for i in members)
+        chosen = set(first)
+        ordered = [groups[i] for i in first] + [g for i, g in enumerate(groups) if i not in chosen]
+        self.hold(ordered)
+        return ordered
+
+    # -- who reads what ----------------------------------------------------------
+
+    def hold(self, groups: Iterable[Group]) -> None:
+        """These sessions are read by a catch-up (this process's, later, or a worker's): their
+        files' reports wait until ``release``."""
+        for group in groups:
+            for root, tf in group:
+                if tf.kind is FileKind.FLAT_AGENT:
+                    self._held_flat.add((root, tf.project))
+                self._held.add(_key(root, tf))
+
+    def release(self, groups: Iterable[Group]) -> None:
+        """These sessions are read (this process follows them from here) and reports kept back
+        for them are read now."""
+        for group in groups:
+            self._held -= _keys(group)
+            self._held_flat -= {(root, tf.project) for root, tf in group if tf.kind is FileKind.FLAT_AGENT}
+        kept, self._deferred = self._deferred, set()
+        self._take(kept)
+
+    def between(self, group: Group) -> None:
+        """Pipeline.backfill's hook: a session was read; read what the watcher reported."""
+        self.release([group])
+        self.poll(0.0)
+
+    def poll(self, wait_s: float) -> None:
+        """Read what changed in the files this process owns (waiting up to ``wait_s`` for a report),
+        and close the turns time has finished (a final answer after its quiet)."""
+        self._take(self.watcher.wait(wait_s))
+        now = time.monotonic()
+        if now - self._ticked >= TICK_EVERY_S:
+            self._ticked = now
+            self.pipeline.tick_turns()
+
+    def end(self) -> None:
+        """The catch-up is over: what was kept back goes to the live loop (runner.follow)."""
+        self._held.clear()
+        self._held_flat.clear()
+        for path in self._deferred:
+            self.watcher.mark(path)
+        self._deferred.clear()
+
+    def _take(self, paths: Iterable[str]) -> None:
+        ready = []
+        for path in paths:
+            if self._mine(path):
+                ready.append(path)
+            else:
+                self._deferred.add(path)
+        if ready:
+            self.pipeline.poll(sorted(ready))
+
+    def _mine(self, path: str) -> bool:
+        """A transcript this process may read now: followed already, or new and of no held session.
+        Directories, meta.json files and deleted paths wait for the live loop (which forgets and
+        rescans); a root's top directory (the watcher names it at its start) would be all of them."""
+        if path in self.pipeline.files:
+            return os.path.exists(path)
+        if not path.endswith(".jsonl") or path in self._tops or not os.path.isfile(path):
+            return False
+        found = self.pipeline.reader.classify(path)
+        if found is None:
+            return False
+        root, tf = found
+        if tf.kind is FileKind.FLAT_AGENT:
+            return (root, tf.project) not in self._held_flat
+        return _key(root, tf) not in self._held and (root, tf.project, None) not in self._held

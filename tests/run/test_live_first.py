@@ -1,0 +1,171 @@
+"""History never delays the present (issue 31): a turn appended to a live session while ``ccotel run``
+is still catching up on a large history is exported before the catch-up ends.
+
+A real ``ccotel run`` subprocess catches up on a ~150 MB generated history (bench/corpus.py, its
+files dated a day back, one session written just now: the live one) in one process and with two
+worker processes. Once the catch-up is under way a turn is appended to the live session; its tool
+span must reach the loopback OTLP receiver while the catch-up is still running (the log does not
+say "caught up" yet, and history spans are still to come). Then every span arrives exactly once
+(the corpus's own count plus the live turn's), and the metrics count the live turn and no history
+(tokens equal the appended turn's).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections import Counter
+from pathlib import Path
+
+import orjson
+import pytest
+
+from tests.support.otlp import OtlpReceiver
+
+CORPUS = Path(tempfile.gettempdir()) / "ccotel-test-corpus" / "live-first-150MB"
+DAY_S = 86_400
+# the live turn: LiveAppender's call (input 3, cache creation 10, cache read 100, output 7) and the
+# final answer's (final_answer: input 5, cache read 110, output 4)
+LIVE_TOKENS = 239.0
+
+
+@pytest.fixture(scope="module")
+def corpus() -> tuple[Path, dict]:
+    from bench.corpus import ensure
+
+    doc = ensure(str(CORPUS), 150_000_000, seed=12, session_mean=2_000_000, projects=6)
+    return CORPUS, doc["totals"]
+
+
+def wait_until(cond, timeout_s: float, step: float = 0.02) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(step)
+    return cond()
+
+
+def last_session(root: Path) -> tuple[str, str, str]:
+    """(path, session id, cwd) of the session read last in time order (the newest lines): what a
+    catch-up oldest first reaches at its very end."""
+    from ccotel.read.discover import find, session_groups
+    from ccotel.records import FileKind
+
+    groups = session_groups(find((str(root),), None, {}))
+    main = next(tf for _r, tf in groups[-1] if tf.kind is FileKind.MAIN)
+    with open(main.path, "rb") as f:
+        for line in f:
+            d = orjson.loads(line)
+            if d.get("cwd"):
+                return main.path, d["sessionId"], d["cwd"]
+    raise AssertionError("no cwd in " + main.path)
+
+
+def final_answer(app, parent: str) -> bytes:
+    """The assistant's final answer (end_turn) after a LiveAppender's tool result."""
+    a = app._env(parent, "assistant")
+    a["message"] = {"model": "claude-opus-4-6", "id": "msg_livefirst_final", "type": "message", "role": "assistant",
+                    "content": [{"type": "text", "text": "done"}], "stop_reason": "end_turn", "stop_sequence": None,
+                    "usage": {"input_tokens": 5, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 110,
+                              "output_tokens": 4}}
+    a["requestId"] = "req_livefirst_final"
+    return orjson.dumps(a) + b"\n"
+
+
+def metric_sum(port: int, name: str) -> float:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + "{"))
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.parametrize("workers", [1, 2], ids=["1process", "2workers"])
+def test_a_live_turn_is_exported_while_the_history_is_still_caught_up(corpus, tmp_path, workers):
+    from bench.corpus import LiveAppender
+
+    root, totals = corpus
+    files = [p for p in root.rglob("*") if p.is_file()]
+    old = time.time() - DAY_S
+    for p in files:  # history, as a first start finds it
+        os.utime(p, (old, old))
+    path, sid, cwd = last_session(root)
+    size = os.path.getsize(path)
+    os.utime(path)  # the session being written now
+    port = free_port()
+    log = tmp_path / "run.log"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    try:
+        with OtlpReceiver() as rx:
+            env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] = rx.endpoint
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "ccotel", "run", "--root", str(root), "--state-dir", str(tmp_path / "state"),
+                 "--workers", str(workers), "--parallel-min-mb", "1", "--metrics-addr", f"127.0.0.1:{port}",
+                 "--no-status"], env=env, stdout=subprocess.DEVNULL, stderr=open(log, "w"))
+            try:
+                assert wait_until(lambda: len(rx.spans) >= 200 or proc.poll() is not None, 120), "no spans arrived"
+                assert "caught up" not in log.read_text(), "the catch-up ended before the append: inconclusive"
+                app = LiveAppender(path, sid, cwd, seed="live-first")
+                written_ns = time.time_ns()
+                tool_id = "toolu_livefirst_000001"
+                data, line = app.start(tool_id)
+                with open(path, "ab") as f:
+                    f.write(data)
+                time.sleep(0.05)
+                result = app.result(tool_id, line)
+                with open(path, "ab") as f:
+                    f.write(result)
+                appended = time.monotonic()
+
+                def live_span() -> bool:
+                    return any(s["attributes"].get("gen_ai.tool.call.id") == tool_id for s in rx.spans)
+
+                assert wait_until(lambda: live_span() or proc.poll() is not None, 300, 0.01), "no live span"
+                took = time.monotonic() - appended
+                text, arrived = log.read_text(), len(rx.spans)
+                print(f"\n{workers} worker(s): live span {took:.2f} s after the append, {arrived} of "
+                      f"{totals['spans']} history spans arrived by then")
+                assert "caught up" not in text, f"the live span waited for the catch-up ({took:.2f} s)"
+                assert arrived < totals["spans"], "the live span came after the whole history"
+                # the final answer: the turn ends after its quiet (1 s) and is exported, still while catching up
+                with open(path, "ab") as f:
+                    f.write(final_answer(app, orjson.loads(result)["uuid"]))
+
+                def turn_span() -> bool:
+                    return any(s["parent_span_id"] is None and s["start_ns"] >= written_ns - 5_000_000_000
+                               for s in rx.spans)
+
+                assert wait_until(lambda: turn_span() or proc.poll() is not None, 300, 0.02), "no turn span"
+                took, arrived = time.monotonic() - appended, len(rx.spans)
+                print(f"{workers} worker(s): the turn's span {took:.2f} s after the append, {arrived} spans by then")
+                assert "caught up" not in log.read_text(), "the live turn waited for the catch-up"
+                assert arrived < totals["spans"], f"the live turn came after the whole history ({took:.2f} s)"
+                assert wait_until(lambda: "caught up" in log.read_text() or proc.poll() is not None, 600, 0.2)
+                assert wait_until(lambda: len(rx.spans) > totals["spans"] or proc.poll() is not None, 120, 0.1)
+                time.sleep(1.0)  # nothing more comes
+                spans = rx.spans
+                ids = Counter(s["span_id"] for s in spans)
+                assert max(ids.values()) == 1, f"{sum(n - 1 for n in ids.values())} duplicates"
+                live = [s for s in spans if s["start_ns"] >= written_ns - 5_000_000_000]
+                assert len(spans) - len(live) == totals["spans"], f"{len(spans) - len(live)} history spans"
+                assert len(live) == 4, [s["name"] for s in live]  # the live turn: its own, 2 chat, 1 tool span
+                # the metrics count the live turn and no history (19,235 tool calls, 14,859 API calls)
+                assert metric_sum(port, "ccotel_tool_calls_total") == 1
+                assert metric_sum(port, "ccotel_api_calls_total") == 2
+                assert metric_sum(port, "ccotel_tokens_total") == LIVE_TOKENS
+            finally:
+                proc.terminate()
+                proc.wait(timeout=10)
+    finally:
+        os.truncate(path, size)
+        os.utime(path, (old, old))
