@@ -23,9 +23,7 @@ from __future__ import annotations
 
 import logging
 import os
-import sqlite3
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -37,11 +35,12 @@ from ccotel.metrics import events
 from ccotel.metrics.counters import DEFAULT_MAX_LABEL_VALUES, Metrics
 from ccotel.read.discover import Checkpoint, ScanCache, find, scan, session_groups, unread_bytes
 from ccotel.read.shard import Group
-from ccotel.records import FileKind, SpanRecord, TranscriptFile, Usage
+from ccotel.records import FileKind, SpanRecord, TranscriptFile
 from ccotel.rules import transcript as rules
 from ccotel.run.delivery import Delivery
 from ccotel.run.detectors import Detectors
 from ccotel.run.reader import FileState, Reader, ReadStats
+from ccotel.run.usage import UsageRecorder
 from ccotel.sources.hooks.follower import HookSpool
 from ccotel.sources.orchestrator import DEFAULT_PATTERNS, Pattern
 from ccotel.sources.registry.follower import Registry
@@ -49,7 +48,7 @@ from ccotel.spans.build import DEFAULT_CONVENTIONS, Conventions, build_spans
 from ccotel.spans.content import ContentPolicy
 from ccotel.spans.correction import correction_span, ledger_span
 from ccotel.spans.pricing import DEFAULT_PRICING, Pricing
-from ccotel.store.ledger import Ledger, LedgerError
+from ccotel.store.ledger import Ledger
 from ccotel.store.state import Commit, State
 
 __all__ = ["Pipeline", "PipelineStats", "Options", "discover", "session_groups", "unread_bytes"]
@@ -120,7 +119,7 @@ class Pipeline:
         self._commit_every_ns = 0  # live: the least time between two commits from tick (go_live)
         self._last_commit_ns = 0
         self._unrecorded: list[SpanRecord] = []  # live: spans not in the ledger yet (written before each commit)
-        self._counted = _Counted()  # the usage of the calls built lately: what a correction is the difference from
+        self.usage = UsageRecorder(ledger, self.reader.stats, metrics)
         self._unreadable_dirs: set[str] = set()
         self._scan_cache = ScanCache()  # the safety rescan lists only directories that changed
         for path, source in options.orchestrator_logs:
@@ -211,7 +210,7 @@ class Pipeline:
                 self.detectors.catch_up_done(self.delivery.history_in_flight(), self.files)
             self.process_acks()
             if final:
-                self._ledger_caught_up()
+                self.usage.caught_up()
         finally:
             # Done or stopped (a signal): acknowledgements kept back since the last commit are
             # committed now, ledger rows first, and from here on as they come; the offsets of
@@ -220,7 +219,7 @@ class Pipeline:
             if not was[1]:
                 if self._unrecorded:
                     spans, self._unrecorded = self._unrecorded, []
-                    self._record(spans)
+                    self.usage.record(spans)
                 self.delivery.stop_coalescing()
         return kept
 
@@ -384,7 +383,7 @@ class Pipeline:
             return
         self._last_commit_ns = now
         spans, self._unrecorded = self._unrecorded, []
-        if not self._record(spans):
+        if not self.usage.record(spans):
             return  # the checkpoints wait for their ledger rows: a line passed in the state is never read again
         commit = Commit()
         # Done owners first, the acknowledgements kept back last, just before the write: one
@@ -436,7 +435,7 @@ class Pipeline:
                 continue
             built = build_spans(f, self.options.content, self.options.conventions, self.options.pricing)
             if isinstance(f.item, Call) and f.item.usage is not None and not f.item.is_api_error:
-                self._counted.remember(f.item.key, f.item.usage)
+                self.usage.remember(f.item.key, f.item.usage)
             batch.append((owner, built))
         if self.hooks is not None:  # all of them at once: a session's end goes on the last of its turns here
             self.hooks.annotate([s for _owner, built in batch for s in built])
@@ -452,7 +451,7 @@ class Pipeline:
             if self._commit_every_ns:
                 self._unrecorded += built_all  # written by the next commit, before the acknowledgements
             else:
-                self._record(built_all)
+                self.usage.record(built_all)
         self._send(spans)
 
     def _send(self, spans: list[SpanRecord]) -> None:
@@ -469,54 +468,19 @@ class Pipeline:
         ledger take the difference, once: the correction's id is committed with the counts it fed
         (acknowledged at once, never sent), so a restart that reads the line again skips it. The
         snapshot counted is this process's, else the ledger's (after a restart)."""
-        before = self._counted.get(c.key)
-        if before is None and self.ledger is not None:
-            try:
-                found = self.ledger.call_usage(c.key)
-            except sqlite3.Error:
-                found = None
-            before = found[1] if found is not None else None
+        before = self.usage.counted(c.key)
         if before is None or not rules.is_final_snapshot(c.usage, before):
             return
-        self._counted.remember(c.key, c.usage)
+        self.usage.remember(c.key, c.usage)
         self.delivery.register(c.owner, counting)
         row = ledger_span(c, self.options.pricing, self.options.conventions)
         if self._commit_every_ns:
             self._unrecorded.append(row)
         else:
-            self._record([row])
+            self.usage.record([row])
         taken = self.delivery.take(c.owner, [correction_span(c, before, self.options.pricing)])
         if taken:
             self.delivery.acknowledge(taken, exported=False)
-
-    def _record(self, spans: list[SpanRecord]) -> bool:
-        """Into the usage ledger (history for reports), with the rows of earlier failed writes. A
-        failed write (a full disk) is counted and logged; the ledger keeps its rows and writes them
-        with the next one, and False says the checkpoints must wait for them (a stop meanwhile
-        reads those lines again at the next start); tracing and counting go on."""
-        if self.ledger is None or not (spans or self.ledger.pending):
-            return True
-        try:
-            self.ledger.record(spans)
-        except sqlite3.Error as exc:
-            self.stats.errors["ledger_write"] += 1
-            if self.metrics is not None:
-                events.ledger_write_failed(self.metrics)
-            if self.stats.errors["ledger_write"] == 1:
-                log.error("the usage ledger could not be written (%s); its rows are kept and written again with "
-                          "the next commit, and the checkpoints wait for them", exc)
-            return False
-        return True
-
-    def _ledger_caught_up(self) -> None:
-        """The history is read and its rows written: a ledger marked as filling holds it all now."""
-        if self.ledger is None or self.ledger.pending:
-            return
-        try:
-            if self.ledger.still_filling():  # (not coverage(): it counts the calls)
-                self.ledger.filling(None)
-        except (sqlite3.Error, LedgerError) as exc:  # the mark stays: reports read every transcript (never wrong)
-            log.debug("usage ledger still marked as filling: %s", exc)
 
     # -- detectors ---------------------------------------------------------------
 
@@ -598,25 +562,6 @@ def _seen_digests(state: State) -> tuple[Iterable[int], Iterable[int]]:
 def _declare_series(metrics: Metrics, options: Options) -> None:
     """Series alerts watch start at 0, so the first event is an increase Prometheus can see."""
     events.declare_alerted_series(metrics, (source for _path, source in options.orchestrator_logs))
-
-
-class _Counted:
-    """Call key -> the usage its span was built with, for the most recent calls (bounded: a
-    correction of an older one asks the ledger)."""
-
-    _MAX = 1 << 16
-
-    def __init__(self) -> None:
-        self._usage: OrderedDict[str, Usage] = OrderedDict()
-
-    def get(self, key: str) -> Usage | None:
-        return self._usage.get(key)
-
-    def remember(self, key: str, usage: Usage) -> None:
-        self._usage[key] = usage
-        self._usage.move_to_end(key)
-        if len(self._usage) > self._MAX:
-            self._usage.popitem(last=False)
 
 
 def _owner_of(f: Finished) -> Owner:

@@ -1,0 +1,93 @@
+"""The pipeline's side of the usage ledger: rows written, kept when a write fails (the checkpoints
+then wait for them), the "still filling" mark cleared once the history is in, and the usage a
+later snapshot of a call is the difference from (pipeline._correct)."""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+from collections import OrderedDict
+from collections.abc import Sequence
+
+from ccotel.metrics import events
+from ccotel.metrics.counters import Metrics
+from ccotel.records import SpanRecord, Usage
+from ccotel.run.reader import ReadStats
+from ccotel.store.ledger import Ledger, LedgerError
+
+__all__ = ["UsageRecorder"]
+
+log = logging.getLogger("ccotel.pipeline")
+
+
+class UsageRecorder:
+    """Writes the ledger for a pipeline (``ledger`` None: there is none, every write succeeds)."""
+
+    def __init__(self, ledger: Ledger | None, stats: ReadStats, metrics: Metrics | None) -> None:
+        self.ledger = ledger
+        self._stats = stats
+        self._metrics = metrics
+        self._counted = _Counted()  # the usage of the calls built lately: what a correction is the difference from
+
+    def record(self, spans: Sequence[SpanRecord]) -> bool:
+        """Into the usage ledger (history for reports), with the rows of earlier failed writes. A
+        failed write (a full disk) is counted and logged; the ledger keeps its rows and writes them
+        with the next one, and False says the checkpoints must wait for them (a stop meanwhile
+        reads those lines again at the next start); tracing and counting go on."""
+        if self.ledger is None or not (spans or self.ledger.pending):
+            return True
+        try:
+            self.ledger.record(spans)
+        except sqlite3.Error as exc:
+            self._stats.errors["ledger_write"] += 1
+            if self._metrics is not None:
+                events.ledger_write_failed(self._metrics)
+            if self._stats.errors["ledger_write"] == 1:
+                log.error("the usage ledger could not be written (%s); its rows are kept and written again with "
+                          "the next commit, and the checkpoints wait for them", exc)
+            return False
+        return True
+
+    def caught_up(self) -> None:
+        """The history is read and its rows written: a ledger marked as filling holds it all now."""
+        if self.ledger is None or self.ledger.pending:
+            return
+        try:
+            if self.ledger.still_filling():  # (not coverage(): it counts the calls)
+                self.ledger.filling(None)
+        except (sqlite3.Error, LedgerError) as exc:  # the mark stays: reports read every transcript (never wrong)
+            log.debug("usage ledger still marked as filling: %s", exc)
+
+    def remember(self, key: str, usage: Usage) -> None:
+        """The usage a call's span was built (or corrected) with."""
+        self._counted.remember(key, usage)
+
+    def counted(self, key: str) -> Usage | None:
+        """The usage a call was counted with: this process's, else the ledger's (after a restart)."""
+        before = self._counted.get(key)
+        if before is None and self.ledger is not None:
+            try:
+                found = self.ledger.call_usage(key)
+            except sqlite3.Error:
+                found = None
+            before = found[1] if found is not None else None
+        return before
+
+
+class _Counted:
+    """Call key -> the usage its span was built with, for the most recent calls (bounded: a
+    correction of an older one asks the ledger)."""
+
+    _MAX = 1 << 16
+
+    def __init__(self) -> None:
+        self._usage: OrderedDict[str, Usage] = OrderedDict()
+
+    def get(self, key: str) -> Usage | None:
+        return self._usage.get(key)
+
+    def remember(self, key: str, usage: Usage) -> None:
+        self._usage[key] = usage
+        self._usage.move_to_end(key)
+        if len(self._usage) > self._MAX:
+            self._usage.popitem(last=False)
