@@ -16,10 +16,11 @@ than Python's own start."""
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
+
+from ccotel.commands.statusline_json import loads
 
 TYPE_CHECKING = False  # typing is not loaded for the status line: mypy reads this block, Python does not
 if TYPE_CHECKING:
@@ -226,7 +227,7 @@ def main(argv: list[str] | None = None, stdin: Any = None, now_ns: int | None = 
         opts = parse_options(sys.argv[2:] if argv is None else argv)
         raw = (stdin or sys.stdin).read(_MAX_INPUT)
         try:
-            data = json.loads(raw) if raw.strip() else {}
+            data = loads(raw) if raw.strip() else {}
         except ValueError:
             data = {}
         now = time.time_ns() if now_ns is None else now_ns
