@@ -232,10 +232,88 @@ def test_a_transcript_rewritten_in_place_is_read_again(tmp_path):
         assert _line(_doc(sid, main), root, state, now) == full
 
 
+# -- the ledger's snapshot ---------------------------------------------------------------------
+
+def _ledger_state(tmp_path: Path, name: str) -> tuple[Path, Path, Path, list[int]]:
+    config = load_fixture(name).config_dir
+    root = tmp_path / "claude"
+    shutil.copytree(config, root)
+    state = tmp_path / "state"
+    state.mkdir()
+    ledger = Ledger(str(state / LEDGER_FILE), roots=(str(root),))
+    Pipeline(Options(roots=(str(root),)), emit=ledger.record, state=None).backfill(close_all=True)
+    times = sorted(c.time_ns for c in ledger.calls())
+    ledger.close()
+    return root, state, next(root.glob("projects/*/*.jsonl")), times
+
+
+def test_the_ledgers_snapshot_answers_as_the_ledger_does_until_it_changes(tmp_path):
+    """At any later time (the same block, hours on, the next days) the line from the snapshot equals
+    the line read from the ledger; a change of the ledger (a commit, however small and however
+    soon) is seen at once; a broken snapshot is ignored."""
+    import sqlite3
+
+    root, state, main, times = _ledger_state(tmp_path, "2.1.330-s06_kill_orphan_resume")
+    doc = _doc(main.stem, main)
+    snap = state / "statusline" / f"{main.stem}.ledger.json"
+
+    def fresh(now: int) -> str:
+        snap.unlink(missing_ok=True)
+        return _line(doc, root, state, now)
+
+    last = times[-1]
+    fresh(last + MIN)
+    for now in (last + MIN, last + 10 * MIN, last + 59 * MIN, last + 61 * MIN, last + 4 * 3600 * 10**9,
+                last + 6 * 3600 * 10**9, last + 30 * 3600 * 10**9, last + 8 * 86_400 * 10**9):
+        _line(doc, root, state, last + MIN)  # a snapshot written at the start
+        assert snap.exists()
+        assert _line(doc, root, state, now) == fresh(now), now
+    assert "turn killed" in fresh(last + MIN) and "today" in fresh(last + MIN)
+    # the snapshot is what answers while the ledger is unchanged (a value planted in it shows) ...
+    _line(doc, root, state, last + MIN)
+    planted = json.loads(snap.read_text())
+    planted["rows"].append(["msg_planted:req_planted", "another-session", last, 1, 1, 1, 1, 1000.0])
+    snap.write_text(json.dumps(planted))
+    assert "$1,0" in _line(doc, root, state, last + MIN)
+    # ... and any commit to the ledger, even one that keeps its files' sizes, is seen at once
+    for _round in range(3):
+        with sqlite3.connect(state / LEDGER_FILE) as db:
+            db.execute("UPDATE turns SET outcome = 'completed'")
+        assert _line(doc, root, state, last + MIN) == fresh(last + MIN)
+        assert "turn killed" not in fresh(last + MIN)
+        _line(doc, root, state, last + MIN)
+        snap.write_text(json.dumps(planted))
+        with sqlite3.connect(state / LEDGER_FILE) as db:
+            db.execute("UPDATE turns SET outcome = 'killed' WHERE outcome = 'completed'")
+        assert _line(doc, root, state, last + MIN) == fresh(last + MIN)
+        assert "turn killed" in fresh(last + MIN)
+    # a broken snapshot, or one of other roots or another session, is not used
+    want = fresh(last + MIN)
+    good = json.loads(snap.read_text())
+    for broken in (b"", b"{", b"[]", b"\xff", json.dumps({**good, "rows": 5}).encode(),
+                   json.dumps({**good, "rows": [[1]]}).encode(), json.dumps({**good, "turns": [[1]]}).encode(),
+                   json.dumps({**good, "v": 0}).encode()):
+        snap.write_bytes(broken)
+        assert _line(doc, root, state, last + MIN) == want, broken
+    for other in ({"roots": ["/elsewhere"]}, {"sid": "another"}, {"after": last}, {"recent": last + 2 * MIN}):
+        snap.write_text(json.dumps({**planted, **other}))
+        assert _line(doc, root, state, last + MIN) == want, other
+
+
+def test_a_ledger_of_other_roots_or_none_shows_no_today(tmp_path):
+    root, state, main, times = _ledger_state(tmp_path, "2.1.330-s01_bash_tool")
+    doc = _doc(main.stem, main)
+    assert "today" in _line(doc, root, state, times[-1] + MIN)
+    assert "today" not in _line(doc, tmp_path / "other", state, times[-1] + MIN)
+    (state / LEDGER_FILE).unlink()
+    assert "today" not in _line(doc, root, state, times[-1] + MIN)
+
+
 # -- what it loads ------------------------------------------------------------------------------
 
 ALLOWED = {  # what ``ccotel statusline`` may load past Python's start (the stdlib's C modules only)
-    "ccotel", "ccotel.__main__", "ccotel.commands", "ccotel.commands.statusline", "ccotel.commands.statusline_json",
+    "ccotel", "ccotel.__main__", "ccotel.commands", "ccotel.commands.statusline", "ccotel.commands.statusline_ledger",
+    "ccotel.commands.statusline_json",
     "ccotel.commands.statusline_read", "ccotel.commands.statusline_price", "ccotel.rules", "ccotel.rules.model_name",
     "ccotel.rules.blocks", "ccotel.store", "ccotel.store.ledger_peek", "__future__", "_json", "_sqlite3",
 } | {  # what _sqlite3 loads itself (its statement cache is functools.lru_cache)
@@ -281,8 +359,9 @@ def test_what_it_loads_is_an_allow_list(tmp_path):
     assert out.strip() == "Opus | session -" and loaded <= NO_LEDGER, loaded - NO_LEDGER
     out, first = _loaded(args, doc)  # the first run prices the session's calls: pricing loaded once
     assert "ccotel.spans.pricing" in first and "today" in out
-    out, steady = _loaded(args, doc)
-    assert "today" in out and steady <= ALLOWED and "_sqlite3" in steady, steady - ALLOWED
+    _loaded(args, doc)  # (the first run's read may have created the ledger's WAL files: another signature)
+    out, steady = _loaded(args, doc)  # nothing new: the ledger's snapshot, no SQLite
+    assert "today" in out and steady <= NO_LEDGER, steady - NO_LEDGER
     last = next(json.loads(ln) for ln in reversed(main.read_text().splitlines())
                 if '"usage"' in ln and '"assistant"' in ln and "<synthetic>" not in ln)
     model = last["message"]["model"]
@@ -292,8 +371,14 @@ def test_what_it_loads_is_an_allow_list(tmp_path):
                        "usage": {"input_tokens": 10, "output_tokens": 20, "cache_read_input_tokens": 4000}}}
     with main.open("a") as f:
         f.write(json.dumps(new) + "\n")
-    out2, priced = _loaded(args, doc)
-    assert out2 != out and priced <= ALLOWED, priced - ALLOWED
+    out2, priced = _loaded(args, doc)  # read and priced from the memo; the ledger unchanged
+    assert out2 != out and priced <= NO_LEDGER, priced - NO_LEDGER
+    import sqlite3
+
+    with sqlite3.connect(state / LEDGER_FILE) as db:  # the ledger changes: it is read again
+        db.execute("UPDATE calls SET cost = cost + 1")
+    out3, changed = _loaded(args, doc)
+    assert out3 == out2 and changed <= ALLOWED and "_sqlite3" in changed, changed - ALLOWED  # (calls of other days)
     new.update(uuid="new-2", requestId="req_new_2", timestamp="2026-11-27T10:00:00.000Z")  # a day not priced yet
     new["message"] = {**new["message"], "id": "msg_new_2"}
     with main.open("a") as f:
