@@ -300,6 +300,35 @@ def test_the_ledgers_snapshot_answers_as_the_ledger_does_until_it_changes(tmp_pa
         assert _line(doc, root, state, last + MIN) == want, other
 
 
+def test_a_commit_that_keeps_the_ledgers_sizes_and_mtimes_is_seen(tmp_path):
+    """The WAL restarted after a checkpoint and rewritten to the same size, in the same clock tick
+    (the mtimes put back): the files' stat is as it was, the WAL index header is not."""
+    import sqlite3
+
+    root, state, main, times = _ledger_state(tmp_path, "2.1.330-s06_kill_orphan_resume")
+    doc = _doc(main.stem, main)
+    db, wal = state / LEDGER_FILE, state / f"{LEDGER_FILE}-wal"
+    now = times[-1] + MIN
+    keeper = sqlite3.connect(db)  # an open connection keeps the WAL (the last one to close removes it)
+    try:
+        keeper.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        keeper.execute("UPDATE turns SET stalled = stalled + 1")
+        keeper.commit()
+        before = _line(doc, root, state, now)
+        assert "stalled tool" in before, before
+        st_db, st_wal = db.stat(), wal.stat()
+        keeper.execute("PRAGMA wal_checkpoint(RESTART)")
+        keeper.execute("UPDATE turns SET stalled = stalled - 1")
+        keeper.commit()
+        assert wal.stat().st_size == st_wal.st_size and db.stat().st_size == st_db.st_size
+        os.utime(db, ns=(st_db.st_atime_ns, st_db.st_mtime_ns))
+        os.utime(wal, ns=(st_wal.st_atime_ns, st_wal.st_mtime_ns))
+        after = _line(doc, root, state, now)
+    finally:
+        keeper.close()
+    assert "stalled tool" not in after, after
+
+
 def test_a_ledger_of_other_roots_or_none_shows_no_today(tmp_path):
     root, state, main, times = _ledger_state(tmp_path, "2.1.330-s01_bash_tool")
     doc = _doc(main.stem, main)
