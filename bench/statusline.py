@@ -18,6 +18,8 @@ the other (the machine's load falls on all of them alike):
   wrapper, which imports ``re``, then ``ccotel.__main__:main``);
 - ccotel, python -c: the same started as ``python -c "from ccotel.__main__ import main; main()"
   statusline`` (neither runpy nor re);
+- ccotel, new call and ledger commit: the same after the ledger was written to (as ``ccotel run``
+  does after a call): the line's snapshot of the ledger is stale, the ledger is read;
 - ccotel, new model or day: a new call when the price memo is gone (the pricing module is loaded:
   once per model and UTC day);
 - ccotel, no bytecode: the steady case with PYTHONDONTWRITEBYTECODE=1 and no ``.pyc`` of ccotel (as
@@ -77,6 +79,16 @@ def _new_call(path: Path, n: int, sid: str, model: str) -> None:
                                                       "cache_read_input_tokens": 40000}}}
     with path.open("a") as f:
         f.write(json.dumps(line, separators=(",", ":")) + "\n")
+
+
+def _ledger_commit(path: Path, n: int) -> None:
+    """A write to the ledger, as ``ccotel run`` makes after a call (the line's snapshot of it is
+    then stale: SQLite is loaded and the ledger read)."""
+    import sqlite3
+
+    with sqlite3.connect(path) as db:
+        db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('bench', ?)", (str(n),))
+    db.close()
 
 
 def _wall_cpu(timed: tuple[float, str, float]) -> tuple[float, float]:
@@ -141,6 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     rows: dict[str, list[tuple[float, float]]] = {name: [] for name in (
         *BASELINES, "ccotel statusline, steady", "ccotel statusline, after a new call",
         "ccotel statusline, after a new call, console script", "ccotel statusline, after a new call, python -c",
+        "ccotel statusline, after a new call and a ledger commit",
         "ccotel statusline, new model or day (pricing loaded)",
         "ccotel statusline, steady, no bytecode", "ccusage statusline", "ccusage statusline --no-cache")}
     samples: dict[str, str] = {}
@@ -156,13 +169,16 @@ def main(argv: list[str] | None = None) -> int:
         timed = _timed(ours, doc, env)
         rows["ccotel statusline, steady"].append(_wall_cpu(timed))
         samples["ccotel"] = timed[1]
-        _new_call(transcript, 4 * n, sid, model)
+        _new_call(transcript, 5 * n, sid, model)
         rows["ccotel statusline, after a new call"].append(_wall_cpu(_timed(ours, doc, env)))
-        _new_call(transcript, 4 * n + 1, sid, model)
+        _new_call(transcript, 5 * n + 1, sid, model)
         rows["ccotel statusline, after a new call, console script"].append(_wall_cpu(_timed(script, doc, env)))
-        _new_call(transcript, 4 * n + 2, sid, model)
+        _new_call(transcript, 5 * n + 2, sid, model)
         rows["ccotel statusline, after a new call, python -c"].append(_wall_cpu(_timed(launcher, doc, env)))
-        _new_call(transcript, 4 * n + 3, sid, model)
+        _new_call(transcript, 5 * n + 3, sid, model)
+        _ledger_commit(state / LEDGER_FILE, n)
+        rows["ccotel statusline, after a new call and a ledger commit"].append(_wall_cpu(_timed(ours, doc, env)))
+        _new_call(transcript, 5 * n + 4, sid, model)
         memo.unlink()
         rows["ccotel statusline, new model or day (pricing loaded)"].append(_wall_cpu(_timed(ours, doc, env)))
         if not compiled:
