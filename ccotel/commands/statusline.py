@@ -16,10 +16,11 @@ than Python's own start."""
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
+
+from ccotel.commands.statusline_json import loads
 
 TYPE_CHECKING = False  # typing is not loaded for the status line: mypy reads this block, Python does not
 if TYPE_CHECKING:
@@ -27,9 +28,7 @@ if TYPE_CHECKING:
 
 __all__ = ["main", "Options", "parse_options", "status_line"]
 
-_DAY_NS = 86_400 * 1_000_000_000
 _STALL_NS = 180 * 1_000_000_000  # --stall-timeout's default (run, check, sessions)
-_RECENT_NS = 3600 * 1_000_000_000  # what ccotel run recorded in the last hour counts as "now"
 _MAX_INPUT = 1 << 20
 
 
@@ -156,6 +155,7 @@ def status_line(data: Any, opts: Options, now_ns: int, color: bool) -> str:
     sid = data.get("session_id") if isinstance(data.get("session_id"), str) else ""
     transcript = data.get("transcript_path") if isinstance(data.get("transcript_path"), str) else ""
     session_calls: dict[str, list[Any]] = {}
+    safe = "".join(ch for ch in sid if ch.isalnum() or ch in "-_")[:80]  # the name of its files under the state
     if transcript and not _under_roots(transcript, opts.roots):
         wrong.append("transcript outside the roots: not read")
     elif transcript and not os.path.isfile(transcript):
@@ -163,7 +163,6 @@ def status_line(data: Any, opts: Options, now_ns: int, color: bool) -> str:
     elif transcript:
         from ccotel.commands.statusline_read import read_session
 
-        safe = "".join(ch for ch in sid if ch.isalnum() or ch in "-_")[:80]
         cache = os.path.join(opts.state, "statusline", f"{safe}.json") if opts.state and safe else None
         read = read_session(transcript, sid or os.path.basename(transcript)[:-6], cache)
         session_calls = read.calls
@@ -180,31 +179,20 @@ def status_line(data: Any, opts: Options, now_ns: int, color: bool) -> str:
         session += f" (Claude Code {_money(float(theirs))})"
     line.add(session)
 
-    conn = None
+    ledger = None
+    midnight = _local_midnight_ns(now_ns)
     if opts.state and not opts.no_ledger and not opts.state.startswith(("postgresql://", "postgres://")):
-        from ccotel.store.ledger_peek import open_read_only
+        from ccotel.commands.statusline_ledger import ledger_part
 
-        conn = open_read_only(opts.state, opts.roots)
-    try:
-        midnight = _local_midnight_ns(now_ns)
-        rows: list[tuple[Any, ...]] = []
-        if conn is not None:
-            from ccotel.store.ledger_peek import calls_since, session_problems
-
-            rows = calls_since(conn, min(midnight, now_ns - _DAY_NS))
-            if rows and rows[0][2] - (now_ns - _DAY_NS) < 5 * 3600 * 1_000_000_000:
-                rows = calls_since(conn, now_ns - 7 * _DAY_NS)  # a block may have started before: look further back
-            if sid:
-                wrong += session_problems(conn, sid, now_ns - _RECENT_NS)
-        merged = _calls_by_key(rows, session_calls)
-        if conn is not None:
-            line.add(f"today {_money(sum(v[2] for v in merged.values() if v[0] >= midnight))}")
-        block = _active_block(merged, now_ns)
-        if block is not None:
-            line.add(f"block {_money(block[2])} {_tokens(block[1])} tok, {_duration(block[0] - now_ns)} left")
-    finally:
-        if conn is not None:
-            conn.close()
+        ledger = ledger_part(opts.state, opts.roots, sid, safe, midnight, now_ns)
+    if ledger is not None:
+        wrong += ledger.problems
+    merged = _calls_by_key(ledger.rows if ledger is not None else [], session_calls)
+    if ledger is not None:
+        line.add(f"today {_money(sum(v[2] for v in merged.values() if v[0] >= midnight))}")
+    block = _active_block(merged, now_ns)
+    if block is not None:
+        line.add(f"block {_money(block[2])} {_tokens(block[1])} tok, {_duration(block[0] - now_ns)} left")
 
     limits = data.get("rate_limits")
     if isinstance(limits, dict):
@@ -226,7 +214,7 @@ def main(argv: list[str] | None = None, stdin: Any = None, now_ns: int | None = 
         opts = parse_options(sys.argv[2:] if argv is None else argv)
         raw = (stdin or sys.stdin).read(_MAX_INPUT)
         try:
-            data = json.loads(raw) if raw.strip() else {}
+            data = loads(raw) if raw.strip() else {}
         except ValueError:
             data = {}
         now = time.time_ns() if now_ns is None else now_ns

@@ -2,18 +2,19 @@
 files), incrementally: each run reads only the bytes written since the last one, kept with the
 calls found so far in a small cache file under ccotel's state (``statusline/<session>.json``).
 
-The standard library only (plus ccotel's pricing, imported only when a call new to the cache has
-to be priced): the status line runs after every message. The rules are the report's (held equal
-by tests on the real-CLI fixtures): one call per (message.id, requestId) across the session's
-files, its largest usage snapshot (larger output, then larger total), ``<synthetic>`` lines and
-API errors are no billed call. Advisor iterations are not split out (the report prices them as
-calls of the advisor's model: there the two can differ)."""
+No ``json`` (statusline_json.py), and ccotel's pricing only when a call new to the cache is of a
+model and UTC day not priced before (statusline_price.py): the status line runs after every
+message. The rules are the report's (held equal by tests on the real-CLI fixtures): one call per
+(message.id, requestId) across the session's files, its largest usage snapshot (larger output,
+then larger total), ``<synthetic>`` lines and API errors are no billed call. Advisor iterations
+are not split out (the report prices them as calls of the advisor's model: there the two can
+differ)."""
 
 from __future__ import annotations
 
-import json
 import os
 
+from ccotel.commands.statusline_json import dumps, loads
 from ccotel.rules.model_name import reported_model
 
 TYPE_CHECKING = False  # typing is not loaded for the status line: mypy reads this block, Python does not
@@ -24,11 +25,13 @@ if TYPE_CHECKING:
     # model, cost or None, priced (0/1)]
     _Call = list[Any]
 
-__all__ = ["SessionRead", "read_session", "stamp_ns"]
+__all__ = ["SessionRead", "read_session", "stamp_ns", "PRICES_FILE"]
+
+PRICES_FILE = "prices.memo.json"  # beside the sessions' caches (a session's name has no dot): statusline_price.py
 
 _TOOL_USE_ID = b'"tool_use_id":'
 _MAX_READ = 64 << 20  # bytes read per file and run at most (a first run on a huge session reads it in parts)
-_CACHE_VERSION = 2
+_CACHE_VERSION = 3  # 3: a file that shrank or was replaced drops the calls found in it (2 kept them)
 _DIGITS = frozenset(b"0123456789")
 
 
@@ -77,16 +80,46 @@ def _session_files(transcript: str, session_id: str) -> list[str]:
     return out
 
 
+def _fresh() -> dict[str, Any]:
+    return {"v": _CACHE_VERSION, "files": {}, "calls": {}, "pending": {}}
+
+
 def _load_cache(path: str | None) -> dict[str, Any]:
+    """The cache at ``path``, or an empty one if there is none or it is not of the cache's shape."""
     if path:
         try:
-            with open(path, encoding="utf-8") as f:
-                doc = json.load(f)
-            if isinstance(doc, dict) and doc.get("v") == _CACHE_VERSION:
-                return doc
+            with open(path, "rb") as f:
+                doc = loads(f.read())
+            if _well_formed(doc):
+                return doc  # type: ignore[no-any-return]
         except (OSError, ValueError):
             pass
-    return {"v": _CACHE_VERSION, "files": {}, "calls": {}, "pending": {}}
+    return _fresh()
+
+
+def _well_formed(doc: Any) -> bool:
+    """The cache's shape: files [inode, offset, message id, key], calls of 11 fields, tool calls
+    [name, ns]. (A value of the wrong type inside fails in read_session: read from the start.)"""
+    if not isinstance(doc, dict) or doc.get("v") != _CACHE_VERSION:
+        return False
+    files, calls, pending = doc.get("files"), doc.get("calls"), doc.get("pending")
+    return isinstance(files, dict) and isinstance(calls, dict) and isinstance(pending, dict) \
+        and all(type(f) is list and len(f) == 4 and type(f[0]) is int and type(f[1]) is int for f in files.values()) \
+        and all(type(c) is list and len(c) == 11 for c in calls.values()) \
+        and all(type(t) is list and len(t) == 2 for t in pending.values())
+
+
+def _started_over(files: dict[str, list[Any]], paths: list[str]) -> bool:
+    """Has a file the cache read shrunk, been replaced (another inode) or gone? Then calls the cache
+    found in it may be gone too: the session is read from the start."""
+    for path, state in files.items():
+        try:
+            st = os.stat(path)
+        except OSError:
+            return True
+        if path not in paths or st.st_ino != state[0] or st.st_size < state[1]:
+            return True
+    return False
 
 
 def _save_cache(path: str | None, doc: dict[str, Any]) -> None:
@@ -97,7 +130,7 @@ def _save_cache(path: str | None, doc: dict[str, Any]) -> None:
         tmp = f"{path}.{os.getpid()}.tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(doc, f, separators=(",", ":"))
+            f.write(dumps(doc))
         os.replace(tmp, path)
     except OSError:
         pass  # no cache: the next run reads the files again, never wrong
@@ -172,7 +205,7 @@ def _read_file(path: str, state: list[Any] | None, calls: dict[str, _Call], pend
         if b'"assistant"' not in line:
             continue
         try:
-            obj = json.loads(line)
+            obj = loads(line)
         except ValueError:
             continue
         if isinstance(obj, dict) and obj.get("type") == "assistant":
@@ -195,7 +228,7 @@ def _results(line: bytes, pending: dict[str, list[Any]]) -> None:
 def _whole(line: bytes) -> bool:
     """Is this a whole JSON value (not a line still being written)?"""
     try:
-        json.loads(line)
+        loads(line)
     except ValueError:
         return False
     return True
@@ -203,23 +236,35 @@ def _whole(line: bytes) -> bool:
 
 def read_session(transcript: str, session_id: str, cache_path: str | None) -> SessionRead:
     """The session's calls and waiting tool calls, read since the cached run (new calls priced)."""
+    paths = _session_files(transcript, session_id)
     doc = _load_cache(cache_path)
+    if doc["files"] and _started_over(doc["files"], paths):
+        doc = _fresh()
+    try:
+        return _read(doc, paths, cache_path)
+    except (TypeError, ValueError, KeyError, IndexError, AttributeError):
+        return _read(_fresh(), paths, cache_path)  # a cache entry of the wrong type: read from the start
+
+
+def _read(doc: dict[str, Any], paths: list[str], cache_path: str | None) -> SessionRead:
     files: dict[str, list[Any]] = doc["files"]
     calls: dict[str, _Call] = doc["calls"]
     pending: dict[str, list[Any]] = doc["pending"]
     changed = False
-    for path in _session_files(transcript, session_id):
+    for path in paths:
         new = _read_file(path, files.get(path), calls, pending)
         if new is not None and new != files.get(path):
             files[path] = new
             changed = True
     unpriced = [c for c in calls.values() if not c[10]]
     if unpriced:
-        from ccotel.spans.pricing import DEFAULT_PRICING  # only for calls this cache has not priced yet
+        from ccotel.commands.statusline_price import PriceMemo  # only for calls this cache has not priced yet
 
+        memo = PriceMemo(os.path.join(os.path.dirname(cache_path), PRICES_FILE) if cache_path else None)
         for c in unpriced:
-            c[9] = DEFAULT_PRICING.cost_of(c[8], tuple(c[1:8]), c[0] or None)
+            c[9] = memo.cost_of(c[8], c[1:8], c[0] or None)
             c[10] = 1
+        memo.save()
     if changed or unpriced:
         _save_cache(cache_path, doc)
     return SessionRead(calls, pending)

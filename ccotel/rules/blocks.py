@@ -5,7 +5,9 @@ it, starts the next block. No imports: the report's blocks view and the status l
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+TYPE_CHECKING = False  # collections.abc is not loaded for the status line: mypy reads this block, Python does not
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 __all__ = ["HOUR_NS", "BLOCK_NS", "cut_blocks", "is_active"]
 

@@ -37,7 +37,7 @@ import orjson
 from ccotel.records import Usage
 
 __all__ = ["Price", "Pricing", "PriceCache", "PriceFileError", "DEFAULT_PRICING", "default_cache_path",
-           "load_overrides", "MAX_PRICE", "MAX_PRICE_FILE"]
+           "load_overrides", "MAX_PRICE", "MAX_PRICE_FILE", "price_table_file", "price_as_json"]
 
 _DAY_NS = 86_400 * 1_000_000_000
 
@@ -124,18 +124,37 @@ def _price_of_json(v: Any) -> Price | None:
     return Price(i, o, w5, w1, r)
 
 
-def default_cache_path(env: dict[str, str] | None = None) -> str | None:
-    """Where the prices genai-prices chose are kept, for the installed genai-prices (None: it is
-    not installed). Found without importing it."""
-    env = dict(os.environ) if env is None else env
+def price_table_file() -> str | None:
+    """The installed genai-prices' table (its data file), found without importing it; None: it is
+    not installed. A new version is a new file (or a new size and mtime)."""
     try:
         spec = importlib.util.find_spec("genai_prices")
         locations = list(spec.submodule_search_locations or ()) if spec is not None else []
         if not locations:
             return None
         data = os.path.join(locations[0], "data.py")
-        st = os.stat(data)
+        os.stat(data)
     except (ImportError, ValueError, OSError):
+        return None
+    return data
+
+
+def price_as_json(p: Price | None) -> list[Any] | None:
+    """A price as the disk cache keeps it: the five rates (input, output, cache write 5m and 1h,
+    cache read), each ``[base, [[threshold, rate], ...]]``; None for no price."""
+    return _price_json(p)
+
+
+def default_cache_path(env: dict[str, str] | None = None) -> str | None:
+    """Where the prices genai-prices chose are kept, for the installed genai-prices (None: it is
+    not installed). Found without importing it."""
+    env = dict(os.environ) if env is None else env
+    data = price_table_file()
+    if data is None:
+        return None
+    try:
+        st = os.stat(data)
+    except OSError:
         return None
     table = hashlib.sha256(f"{os.path.realpath(data)}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:16]
     base = env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
