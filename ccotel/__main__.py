@@ -8,7 +8,7 @@ import sys
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["statusline"] and "-h" not in argv and "--help" not in argv:
-        from ccotel.commands.statusline import main as statusline
+        from ccotel.commands.statusline.line import main as statusline
 
         return statusline(argv[1:])
     if argv[:1] == ["hook"] and "-h" not in argv and "--help" not in argv:

@@ -109,7 +109,7 @@ def _top_options(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("--root", action="append", default=None)
     sp.add_argument("--prices", type=price_file, default=None, metavar="FILE")
     sp.add_argument("-v", "--verbose", action="store_true")
-    from ccotel.commands import top
+    from ccotel.commands.top import view as top
 
     top.add_arguments(sp)
 
@@ -259,7 +259,7 @@ def _command(args: argparse.Namespace) -> int:
         from ccotel.commands.sessions import run as cmd_sessions
         return cmd_sessions(args)
     if args.command == "top":
-        from ccotel.commands.top import run as cmd_top
+        from ccotel.commands.top.view import run as cmd_top
         return cmd_top(args)
     if args.command == "doctor":
         from ccotel.commands.doctor.command import run as cmd_doctor
@@ -268,7 +268,7 @@ def _command(args: argparse.Namespace) -> int:
         from ccotel.commands.relay import run as cmd_relay
         return cmd_relay(args)
     if args.command == "statusline":  # reached through cli only from main(argv) (python -m ccotel takes a shorter way)
-        from ccotel.commands.statusline import main as cmd_statusline
+        from ccotel.commands.statusline.line import main as cmd_statusline
         argv = [*(f"--root={r}" for r in args.root or ()), *([f"--state={args.state}"] if args.state else []),
                 *(["--no-ledger"] if args.no_ledger else [])]
         return cmd_statusline(argv)

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from ccotel.commands.report.transcripts import build_report
-from ccotel.commands.statusline import main, parse_options, status_line
-from ccotel.commands.statusline_read import read_session
+from ccotel.commands.statusline.line import main, parse_options, status_line
+from ccotel.commands.statusline.session import read_session
 from ccotel.run.pipeline import Options, Pipeline
 from ccotel.store.ledger import LEDGER_FILE, Ledger
 from ccotel.store.ledger_peek import LEDGER_FILE as PEEK_LEDGER_FILE
@@ -265,7 +265,7 @@ def test_the_peek_names_the_ledgers_file():
 def test_its_timestamps_equal_the_parsers(realdata_config_dir):  # noqa: F811
     """stamp_ns (no calendar, no datetime) against read.parse_time on every timestamp of
     shared/realdata, and on shapes it hands over to the parser."""
-    from ccotel.commands.statusline_read import stamp_ns
+    from ccotel.commands.statusline.session import stamp_ns
     from ccotel.read.parse_time import parse_timestamp
 
     seen = 0

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from ccotel.commands import statusline_json
-from ccotel.commands.statusline import parse_options, status_line
-from ccotel.commands.statusline_price import PriceMemo, cost_at
-from ccotel.commands.statusline_read import PRICES_FILE
+from ccotel.commands.statusline import fastjson as statusline_json
+from ccotel.commands.statusline.line import parse_options, status_line
+from ccotel.commands.statusline.price import PriceMemo, cost_at
+from ccotel.commands.statusline.session import PRICES_FILE
 from ccotel.run.pipeline import Options, Pipeline
 from ccotel.spans.pricing import DEFAULT_PRICING, Price, Rate, price_as_json
 from ccotel.store.ledger import LEDGER_FILE, Ledger
@@ -105,7 +105,7 @@ def test_its_json_writes_what_json_writes(tmp_path):
 def test_its_json_errors_without_json_loaded():
     """json's C scanner raises json.decoder's error only if json.decoder is loaded: without it, a
     broken value (a line cut short) still raises ValueError, and nothing else."""
-    code = ("import sys\nfrom ccotel.commands.statusline_json import loads\n"
+    code = ("import sys\nfrom ccotel.commands.statusline.fastjson import loads\n"
             "for s in ['{\"a\": 1', '\"abc', '[1,', b'{\"a\": tru']:\n"
             "    try:\n        loads(s)\n    except ValueError:\n        print('ValueError')\n")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
@@ -341,9 +341,10 @@ def test_a_ledger_of_other_roots_or_none_shows_no_today(tmp_path):
 # -- what it loads ------------------------------------------------------------------------------
 
 ALLOWED = {  # what ``ccotel statusline`` may load past Python's start (the stdlib's C modules only)
-    "ccotel", "ccotel.__main__", "ccotel.commands", "ccotel.commands.statusline", "ccotel.commands.statusline_ledger",
-    "ccotel.commands.statusline_json",
-    "ccotel.commands.statusline_read", "ccotel.commands.statusline_price", "ccotel.rules", "ccotel.rules.model_name",
+    "ccotel", "ccotel.__main__", "ccotel.commands", "ccotel.commands.statusline", "ccotel.commands.statusline.line",
+    "ccotel.commands.statusline.ledger",
+    "ccotel.commands.statusline.fastjson",
+    "ccotel.commands.statusline.session", "ccotel.commands.statusline.price", "ccotel.rules", "ccotel.rules.model_name",
     "ccotel.rules.blocks", "ccotel.store", "ccotel.store.ledger_peek", "__future__", "_json", "_sqlite3",
 } | {  # what _sqlite3 loads itself (its statement cache is functools.lru_cache)
     "functools", "_functools", "collections", "_collections", "itertools", "keyword", "operator", "_operator",

@@ -26,11 +26,11 @@ import orjson
 import pytest
 from rich.console import Console
 
-from ccotel.commands import top
 from ccotel.commands.report.transcripts import build_report
 from ccotel.commands.sessions import _compact, select_sessions
 from ccotel.commands.terminal import dollars
-from ccotel.commands.top_rows import Sort, TopRow, Watcher, sort_rows
+from ccotel.commands.top import view as top
+from ccotel.commands.top.rows import Sort, TopRow, Watcher, sort_rows
 from ccotel.run.pipeline import Options
 from tests.harness.fixtures import load_fixture
 
@@ -221,7 +221,7 @@ def test_a_killed_process_is_red(tmp_path: Path) -> None:
 
 def test_a_process_that_dies_is_seen_at_once_and_a_finished_session_is_not_read_again(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from ccotel.commands import top_rows
+    from ccotel.commands.top import rows as top_rows
 
     st = Staged("s06_kill_orphan_resume", tmp_path, snapshot="after_kill", ago_s=5)
     claude = subprocess.Popen(["sleep", "60"])  # stands for the session's Claude Code process
@@ -246,7 +246,7 @@ def test_a_process_that_dies_is_seen_at_once_and_a_finished_session_is_not_read_
 
 def test_a_session_slow_to_read_is_read_again_at_most_a_fifth_of_the_time(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from ccotel.commands import top_rows
+    from ccotel.commands.top import rows as top_rows
 
     st = Staged("s01_bash_tool", tmp_path)
     st.process(os.getpid())

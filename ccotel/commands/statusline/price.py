@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import sys
 
-from ccotel.commands.statusline_json import dumps, loads
+from ccotel.commands.statusline.fastjson import dumps, loads
 
 TYPE_CHECKING = False  # typing is not loaded for the status line: mypy reads this block, Python does not
 if TYPE_CHECKING:

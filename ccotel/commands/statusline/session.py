@@ -3,7 +3,7 @@ files), incrementally: each run reads only the bytes written since the last one,
 calls found so far in a small cache file under ccotel's state (``statusline/<session>.json``).
 
 No ``json`` (statusline_json.py), and ccotel's pricing only when a call new to the cache is of a
-model and UTC day not priced before (statusline_price.py): the status line runs after every
+model and UTC day not priced before (price.py): the status line runs after every
 message. The rules are the report's (held equal by tests on the real-CLI fixtures): one call per
 (message.id, requestId) across the session's files, its largest usage snapshot (larger output,
 then larger total), ``<synthetic>`` lines and API errors are no billed call. Advisor iterations
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 
-from ccotel.commands.statusline_json import dumps, loads
+from ccotel.commands.statusline.fastjson import dumps, loads
 from ccotel.rules.model_name import reported_model
 
 TYPE_CHECKING = False  # typing is not loaded for the status line: mypy reads this block, Python does not
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 __all__ = ["SessionRead", "read_session", "stamp_ns", "PRICES_FILE"]
 
-PRICES_FILE = "prices.memo.json"  # beside the sessions' caches (a session's name has no dot): statusline_price.py
+PRICES_FILE = "prices.memo.json"  # beside the sessions' caches (a session's name has no dot): price.py
 
 _TOOL_USE_ID = b'"tool_use_id":'
 _MAX_READ = 64 << 20  # bytes read per file and run at most (a first run on a huge session reads it in parts)
@@ -258,7 +258,7 @@ def _read(doc: dict[str, Any], paths: list[str], cache_path: str | None) -> Sess
             changed = True
     unpriced = [c for c in calls.values() if not c[10]]
     if unpriced:
-        from ccotel.commands.statusline_price import PriceMemo  # only for calls this cache has not priced yet
+        from ccotel.commands.statusline.price import PriceMemo  # only for calls this cache has not priced yet
 
         memo = PriceMemo(os.path.join(os.path.dirname(cache_path), PRICES_FILE) if cache_path else None)
         for c in unpriced:

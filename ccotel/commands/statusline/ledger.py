@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 
-from ccotel.commands.statusline_json import dumps, loads
+from ccotel.commands.statusline.fastjson import dumps, loads
 from ccotel.rules.blocks import BLOCK_NS
 
 TYPE_CHECKING = False  # typing is not loaded for the status line: mypy reads this block, Python does not

@@ -1,6 +1,6 @@
 """``ccotel top``: the sessions running now, refreshing in place (no trace backend needed).
 
-One row per session (commands/top_rows.py: what a row says and where it comes from): its project,
+One row per session (commands/top/rows.py: what a row says and where it comes from): its project,
 model, turn, tokens, tokens and $ per minute, the tool running and for how long, the subagents
 running, and a state in red when it needs a look (stalled, orphaned, killed, ...). Keys: ``s``
 cycles the order, up/down (or j/k) select a session, ``t`` or Enter shows its current turn as
@@ -32,7 +32,7 @@ from rich.text import Text
 
 from ccotel.commands.sessions import _ago, _compact, options_from_args
 from ccotel.commands.terminal import dollars, fit_with_path, left_cut, short_model, stdout_console
-from ccotel.commands.top_rows import Sort, TopRow, Watcher, sort_rows
+from ccotel.commands.top.rows import Sort, TopRow, Watcher, sort_rows
 from ccotel.commands.trace import _duration, render_turn, select_turn, turns_of
 
 __all__ = ["add_arguments", "frame", "render_rows", "run"]

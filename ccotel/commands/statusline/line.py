@@ -9,7 +9,7 @@ timeout, what ``ccotel run`` recorded: a killed turn, stalled or orphaned tool c
 subagent).
 
 It answers from the usage ledger (read-only) and the session's own transcript, read incrementally
-(statusline_read.py). It never fails: bad input, no state, no ledger, a missing transcript still
+(session.py). It never fails: bad input, no state, no ledger, a missing transcript still
 print a line and exit 0. It reads only under the roots. ``python -m ccotel statusline`` reaches
 here without argparse, logging or the pipeline (ccotel/__main__.py): the line costs little more
 than Python's own start."""
@@ -20,7 +20,7 @@ import os
 import sys
 import time
 
-from ccotel.commands.statusline_json import loads
+from ccotel.commands.statusline.fastjson import loads
 
 TYPE_CHECKING = False  # typing is not loaded for the status line: mypy reads this block, Python does not
 if TYPE_CHECKING:
@@ -161,7 +161,7 @@ def status_line(data: Any, opts: Options, now_ns: int, color: bool) -> str:
     elif transcript and not os.path.isfile(transcript):
         wrong.append("transcript missing")
     elif transcript:
-        from ccotel.commands.statusline_read import read_session
+        from ccotel.commands.statusline.session import read_session
 
         cache = os.path.join(opts.state, "statusline", f"{safe}.json") if opts.state and safe else None
         read = read_session(transcript, sid or os.path.basename(transcript)[:-6], cache)
@@ -182,7 +182,7 @@ def status_line(data: Any, opts: Options, now_ns: int, color: bool) -> str:
     ledger = None
     midnight = _local_midnight_ns(now_ns)
     if opts.state and not opts.no_ledger and not opts.state.startswith(("postgresql://", "postgres://")):
-        from ccotel.commands.statusline_ledger import ledger_part
+        from ccotel.commands.statusline.ledger import ledger_part
 
         ledger = ledger_part(opts.state, opts.roots, sid, safe, midnight, now_ns)
     if ledger is not None:
