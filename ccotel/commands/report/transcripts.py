@@ -240,8 +240,8 @@ class _GroupCalls:
                         tf.project, cwd)
 
     def read_file(self, tf: TranscriptFile, max_line_bytes: int) -> None:
-        """Take every assistant line of one file. The usual line (no advisor iterations, no
-        thinking details, nothing odd) is taken here, as ``take`` takes it, without a tuple or a
+        """Take every assistant line of one file. The usual line (no advisor calls, nothing odd)
+        is taken here, as ``take`` takes it, without a tuple or a
         call of ours in between: per line, this loop is most of a cold report's work
         (bench/NOTES.md). Anything else goes through ``_line_of``/``_slow`` and ``take``."""
         self.last_mid = None
@@ -262,8 +262,15 @@ class _GroupCalls:
             msg, made_by, stamp = o.message, o.madeBy, o.timestamp
             u = None if msg is None else msg.usage
             ts = 0 if stamp is None else parse_timestamp(stamp)
+            usage: UsageTuple | None = None
+            if u is not None and msg is not None and ts is not None:
+                if u.iterations is None:
+                    usage = (*u.counts(), 0 if u.output_tokens_details is None else u.thinking())
+                else:
+                    record, advisors = u.record()
+                    usage = None if advisors else _as_tuple(record)  # advisor calls: the general route
             if (msg is None or ts is None or (made_by is not None and type(made_by) is not str)
-                    or (u is not None and (u.iterations is not None or u.output_tokens_details is not None))):
+                    or (u is not None and usage is None)):
                 one = _line_of(o)
                 for line in _slow(raw, offset) if one is None else (one,):
                     self.take(line, tf)
@@ -273,7 +280,6 @@ class _GroupCalls:
             model = msg.model
             if sid is None or not is_api_call(model, made_by, api_error):
                 continue
-            usage = None if u is None else (*u.counts(), 0)
             uuid, mid = o.uuid, msg.id
             again = False
             if uuid is not None:
