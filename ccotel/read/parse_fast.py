@@ -112,10 +112,14 @@ class _JUsage(msgspec.Struct):
                 self.cache_creation_input_tokens or 0, (cc.ephemeral_5m_input_tokens or 0) if cc is not None else 0,
                 (cc.ephemeral_1h_input_tokens or 0) if cc is not None else 0)
 
-    def record(self) -> tuple[Usage, tuple[AdvisorCall, ...]]:
+    def thinking(self) -> int:
+        """output_tokens_details.thinking_tokens when it is a count, else 0. With no iterations,
+        ``counts`` and this are the call's usage (``record``)."""
         details = self.output_tokens_details
-        thinking = _int(details.get("thinking_tokens")) if type(details) is dict else None
-        return _usage_record(*self.counts(), thinking or 0,
+        return (_int(details.get("thinking_tokens")) or 0) if type(details) is dict else 0
+
+    def record(self) -> tuple[Usage, tuple[AdvisorCall, ...]]:
+        return _usage_record(*self.counts(), self.thinking(),
                              [i.row() for i in self.iterations] if self.iterations else [])
 
 

@@ -59,6 +59,51 @@ def test_the_quick_line_read_equals_the_parser_on_every_real_assistant_line(real
     assert checked > 10_000 and iterations > 0
 
 
+def test_a_file_read_in_one_loop_equals_its_lines_taken_one_by_one(realdata_config_dir):  # noqa: F811
+    """``read_file`` takes the usual line inline: every call of every session group (key, session,
+    usage, error, model, times, project, cwd) is what ``take`` makes of the same lines, on realdata
+    and on every fixture (replayed lines, side questions, compaction copies, API errors...)."""
+    from dataclasses import astuple
+
+    from ccotel.commands.report.transcripts import _NEEDLE, _GroupCalls, _quick, _slow
+    from ccotel.read.discover import find, session_groups
+
+    roots = [str(realdata_config_dir), *(str(load_fixture(name).config_dir) for name in list_fixtures())]
+    calls = 0
+    for root in roots:
+        for group in session_groups(find((root,), None, {})):
+            inline, by_line = _GroupCalls(), _GroupCalls()
+            for _root, tf in group:
+                inline.read_file(tf, 64 << 20)
+                by_line.last_mid = None
+                for offset, raw in _lines_with(tf.path, _NEEDLE, 64 << 20):
+                    one = _quick(raw)
+                    for line in (_slow(raw, offset) if one is None else [one] if one else []):
+                        by_line.take(line, tf)
+            assert list(inline.calls) == list(by_line.calls), root
+            assert [astuple(c) for c in inline.calls.values()] == [astuple(c) for c in by_line.calls.values()], root
+            calls += len(inline.calls)
+    assert calls > 4_000
+
+
+def test_jobs_over_processes_are_each_read_once(corpus):
+    """More jobs than processes, taken as processes come free (this one from the lightest end):
+    each job read once, the calls those of one process reading them all."""
+    from ccotel.commands.report.transcripts import _merged, _read_jobs, _read_shard
+    from ccotel.read.discover import find, session_groups
+    from ccotel.spans.pricing import DEFAULT_PRICING
+
+    groups = session_groups(find((str(corpus),), None, {}))
+    jobs = [[(i, g)] for i, g in enumerate(groups)]
+    assert len(jobs) >= 8
+    results = _read_jobs(jobs, 2, 64 << 20, DEFAULT_PRICING)
+    assert len(results) == len(jobs)
+    assert sorted(row[0] for rows in results for row in rows) == \
+        sorted(row[0] for row in _read_shard(list(enumerate(groups)), 64 << 20, DEFAULT_PRICING))
+    assert _merged(results, DEFAULT_PRICING) == \
+        _merged([_read_shard(list(enumerate(groups)), 64 << 20, DEFAULT_PRICING)], DEFAULT_PRICING)
+
+
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from bench.corpus import generate

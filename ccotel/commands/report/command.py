@@ -89,8 +89,10 @@ def run(args: argparse.Namespace, now_ns: int | None = None) -> int:
     time the blocks view takes as now (a test's; default the clock's)."""
     roots = tuple(args.root or _default_roots())
     overrides: dict[str, Price] | None = args.prices  # read and checked by --prices' type (options.price_file)
-    state_dir = _state_location(getattr(args, "state", None), args.state_dir)
-    ledger = None if args.no_ledger else open_ledger(state_dir, roots, getattr(args, "host_id", None))
+    ledger = None
+    if not args.no_ledger:  # the state dir is looked for only when its ledger may be used
+        state_dir = _state_location(getattr(args, "state", None), args.state_dir)
+        ledger = open_ledger(state_dir, roots, getattr(args, "host_id", None))
     q = Query(view=args.view, tz=args.timezone, since=args.since, until=args.until,
               start_of_week=WEEKDAYS.index(args.start_of_week), order=args.order)
     try:

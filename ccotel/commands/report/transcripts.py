@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any
@@ -97,14 +96,21 @@ class _Call:
     def merge_line(self, usage: UsageTuple | None, is_api_error: bool, model: str | None, ts: int,
                    cwd: str | None = None) -> None:
         """A later line of the same call."""
-        self.cwd = self.cwd or cwd
-        if usage is not None and (self.usage is None or _bigger(usage, self.usage)):
+        if not self.cwd:
+            self.cwd = cwd
+        have = self.usage
+        # An equal snapshot (most lines of a response repeat its usage) is no bigger one.
+        if usage is not None and (have is None or (usage != have and _bigger(usage, have))):
             self.usage = usage
-        self.is_api_error = self.is_api_error or is_api_error
-        self.model = model or self.model
+        if is_api_error:
+            self.is_api_error = True
+        if model:
+            self.model = model
         if ts:
-            self.first_ns = min(self.first_ns, ts) if self.first_ns else ts
-            self.last_ns = max(self.last_ns, ts)
+            if not self.first_ns or ts < self.first_ns:
+                self.first_ns = ts
+            if ts > self.last_ns:
+                self.last_ns = ts
 
 
 def _bigger(a: UsageTuple, b: UsageTuple) -> bool:
@@ -156,6 +162,11 @@ def _quick(line: bytes) -> _Line | None:
         return None
     if o.type != "assistant":
         return ()
+    return _line_of(o)
+
+
+def _line_of(o: _RLine) -> _Line | None:
+    """The fields of a decoded assistant line; None: ``parse_line`` decides."""
     msg, made_by, stamp = o.message, o.madeBy, o.timestamp
     if msg is None or (made_by is not None and type(made_by) is not str):
         return None
@@ -228,20 +239,80 @@ class _GroupCalls:
             _merge_line(calls, f"{key}#advisor{i}", sid, _as_tuple(adv.usage), False, adv.model, ts,
                         tf.project, cwd)
 
+    def read_file(self, tf: TranscriptFile, max_line_bytes: int) -> None:
+        """Take every assistant line of one file. The usual line (no advisor calls, nothing odd)
+        is taken here, as ``take`` takes it, without a tuple or a
+        call of ours in between: per line, this loop is most of a cold report's work
+        (bench/NOTES.md). Anything else goes through ``_line_of``/``_slow`` and ``take``."""
+        self.last_mid = None
+        decode = _decoder.decode
+        calls, seen, mids = self.calls, self.seen_uuids, self.mids
+        file_sid, project = tf.session_id, tf.project
+        in_agent = tf.kind is not FileKind.MAIN
+        is_api_call, line_call_key, replays = rules.is_api_call, rules.line_call_key, rules.replays_parent_message
+        for offset, raw in lines_with(tf.path, _NEEDLE, max_line_bytes, _CHUNK):
+            try:
+                o = decode(raw)
+            except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError):
+                for line in _slow(raw, offset):
+                    self.take(line, tf)
+                continue
+            if o.type != "assistant":
+                continue
+            msg, made_by, stamp = o.message, o.madeBy, o.timestamp
+            u = None if msg is None else msg.usage
+            ts = 0 if stamp is None else parse_timestamp(stamp)
+            usage: UsageTuple | None = None
+            if u is not None and msg is not None and ts is not None:
+                if u.iterations is None:
+                    usage = (*u.counts(), 0 if u.output_tokens_details is None else u.thinking())
+                else:
+                    record, advisors = u.record()
+                    usage = None if advisors else _as_tuple(record)  # advisor calls: the general route
+            if (msg is None or ts is None or (made_by is not None and type(made_by) is not str)
+                    or (u is not None and usage is None)):
+                one = _line_of(o)
+                for line in _slow(raw, offset) if one is None else (one,):
+                    self.take(line, tf)
+                continue
+            sid = o.sessionId or file_sid
+            api_error = o.isApiErrorMessage is True
+            model = msg.model
+            if sid is None or not is_api_call(model, made_by, api_error):
+                continue
+            uuid, mid = o.uuid, msg.id
+            again = False
+            if uuid is not None:
+                seen_key = (sid, uuid)
+                again = seen_key in seen
+                seen.add(seen_key)
+            if mid and o.requestId is None and self.last_mid == mid and not again:
+                key: str | None = self.last_key
+            else:
+                key = line_call_key(mid, o.requestId, uuid if usage is not None else None)
+            if key is None:
+                continue
+            have = calls.get(key)
+            if again:  # the same line again, maybe a later snapshot (a compaction agent's copy)
+                if have is not None and usage is not None:
+                    have.merge_line(usage, False, None, 0)
+                continue
+            if mid:
+                if replays(in_agent, mid in mids, have is not None):
+                    continue
+                mids.add(mid)
+            self.last_mid, self.last_key = mid, key
+            if have is None:
+                calls[key] = _Call(sid, usage, api_error, model, ts, ts, project, o.cwd)
+            else:
+                have.merge_line(usage, api_error, model, ts, o.cwd)
+
 
 def _read_group(group: Group, max_line_bytes: int) -> dict[str, _Call]:
     """The calls of one session group, by call key, in the order they first appear."""
     into = _GroupCalls()
-    take = into.take
     for _root, tf in group:
-        into.last_mid = None
-        for offset, raw in lines_with(tf.path, _NEEDLE, max_line_bytes, _CHUNK):
-            one = _quick(raw)
-            if one:
-                take(one, tf)
-            elif one is None:
-                for line in _slow(raw, offset):
-                    take(line, tf)
+        into.read_file(tf, max_line_bytes)
     return into.calls
 
 
@@ -307,15 +378,33 @@ def read_rows(options: Options | ReadOptions, workers: int | None, parallel_min_
     n = default_workers() if workers is None else max(1, workers)
     if n == 1 or sum(weights) < parallel_min_bytes:
         return _merged([_read_shard(list(enumerate(groups)), options.max_line_bytes, pricing)], pricing)
-    bins = balance(plan_shards(groups, weights), weights, n)
-    jobs = [[(i, groups[i]) for i in b] for b in bins]
+    bins = balance(plan_shards(groups, weights), weights, n * _JOBS_PER_PROCESS)
+    jobs = sorted(([(i, groups[i]) for i in b] for b in bins), key=lambda job: -sum(weights[i] for i, _g in job))
     if len(jobs) == 1:
         return _merged([_read_shard(jobs[0], options.max_line_bytes, pricing)], pricing)
-    with ProcessPoolExecutor(len(jobs) - 1, mp_context=process_context()) as pool:
-        futures = [pool.submit(_read_shard, job, options.max_line_bytes, pricing) for job in jobs[1:]]
-        results = [_read_shard(jobs[0], options.max_line_bytes, pricing)]  # this process reads a share too
-        results += [f.result() for f in futures]
-    return _merged(results, pricing)
+    return _merged(_read_jobs(jobs, n, options.max_line_bytes, pricing), pricing)
+
+
+# Jobs per reading process: more, smaller jobs than processes, handed out as processes come free,
+# so that all of them end together however the machine shares its cores (bench/NOTES.md).
+_JOBS_PER_PROCESS = 4
+
+
+def _read_jobs(jobs: list[list[tuple[int, Group]]], n: int, max_line_bytes: int,
+               pricing: Pricing) -> list[list[tuple[Any, ...]]]:
+    """``_read_shard`` of every job (heaviest first) over ``n`` processes, this one included: the
+    workers take jobs from the heaviest on, this process from the lightest, each job once (a job
+    is this process's only if no worker has started it: ``Future.cancel``)."""
+    from concurrent.futures import ProcessPoolExecutor  # only when a history is read in parallel
+
+    results: list[list[tuple[Any, ...]]] = []
+    with ProcessPoolExecutor(min(n - 1, len(jobs) - 1), mp_context=process_context()) as pool:
+        futures = [pool.submit(_read_shard, job, max_line_bytes, pricing) for job in jobs]
+        for job, future in zip(reversed(jobs), reversed(futures), strict=True):
+            if future.cancel():
+                results.append(_read_shard(job, max_line_bytes, pricing))
+        results += [f.result() for f in futures if not f.cancelled()]
+    return results
 
 
 def _merged(results: Sequence[list[tuple[Any, ...]]], pricing: Pricing) -> list[tuple[Any, ...]]:
