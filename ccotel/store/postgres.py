@@ -29,9 +29,11 @@ claims it again until it is done or its own. Claims written before leases existe
 Bounded as the SQLite state: every shared row carries the anchor of the (host, file) it was read
 from (``digest64("<host id>:<file anchor>")``) and goes when that host's file goes.
 
-Faults: each commit is one transaction that also writes the host's commit number, so a commit
-whose answer was lost with the connection is looked up after reconnecting, never written twice
-(counters are increments); claims are idempotent for their host. A lost connection is opened
+Faults: each commit is one transaction that also writes its writer's commit number (``writers``:
+one row per open state, so per process: a host's catch-up workers write its state at once), so a
+commit whose answer was lost with the connection is looked up after reconnecting, never written
+twice (counters are increments) nor dropped because another writer of the host moved on; claims
+are idempotent for their host. A lost connection is opened
 again on the next use; ``claim`` waits for the server (the pipeline does not send what no host
 may have claimed). Credentials come from libpq's usual places only: the URL, the PG* variables,
 ``~/.pgpass`` or ``$PGPASSFILE``; logs name the URL without its password, and error texts are
@@ -44,6 +46,7 @@ import logging
 import threading
 import time
 import urllib.parse
+import uuid
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -72,6 +75,9 @@ T = TypeVar("T")
 CAUGHT_UP = "caught_up"  # detectors.CAUGHT_UP: a host's own first catch-up, kept per host
 READ_RETRY_S = 30.0  # reads at start wait this long for the server before giving up
 _MIGRATION_LOCK = 0x63636F74656C  # "ccotel": pg_advisory_xact_lock key, so two hosts never migrate at once
+
+# A dead process's writer row goes this long after its last commit (lost answers settle far sooner).
+WRITER_KEPT = "7 days"
 
 # Schema versions, each a step from the one before (``meta.schema``); a new version appends one.
 _V1 = """
@@ -128,7 +134,13 @@ CREATE INDEX claims_open ON ccotel.claims (hid) WHERE NOT done;
 _V3_MARKERS = """
 ALTER TABLE ccotel.files ADD COLUMN marker text;
 """
-MIGRATIONS: tuple[str, ...] = (_V1, _V2_LEASES, _V3_MARKERS)  # MIGRATIONS[i] takes schema i to i + 1
+# Commit numbers per writer (an open state: catch-up workers share their host's id), no longer
+# per host: one writer's lost answer must not be settled by another's number (``_flush``).
+_V4_WRITERS = """
+CREATE TABLE ccotel.writers (hid int NOT NULL, writer text NOT NULL, commit_seq bigint NOT NULL,
+    seen_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (hid, writer));
+"""
+MIGRATIONS: tuple[str, ...] = (_V1, _V2_LEASES, _V3_MARKERS, _V4_WRITERS)  # MIGRATIONS[i] takes schema i to i + 1
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
@@ -222,6 +234,12 @@ class Link:
             self._conn = connect(self.url)
         return self._conn
 
+    def open_conn(self) -> psycopg.Connection[Any] | None:
+        """The connection if it is open and not broken (none is opened for it)."""
+        if self._conn is None or self._conn.closed or self._conn.broken:
+            return None
+        return self._conn
+
     def run(self, fn: Callable[[psycopg.Connection[Any]], T]) -> T:
         try:
             return fn(self.conn())
@@ -259,19 +277,23 @@ class PgState:
         self._unsure: tuple[int, Commit] | None = None  # sent, the answer lost with the connection
         self._committed: dict[str, float] = {}
         self._outage_logged = False
+        self._writer = uuid.uuid4().hex  # this open state's commit numbers (``writers``)
+        self._seq = 0
         try:
-            self._hid, self._seq, self.fresh = self._read(self._register)
+            self._hid, self.fresh = self._read(self._register)
         except psycopg.Error as exc:
             raise StateUnavailable(f"the state {self.path} cannot be used ({self._link.error(exc)})") from None
 
-    def _register(self, conn: psycopg.Connection[Any]) -> tuple[int, int, bool]:
+    def _register(self, conn: psycopg.Connection[Any]) -> tuple[int, bool]:
         migrate(conn, self.path)
         with conn.transaction():
             conn.execute("INSERT INTO ccotel.hosts (host) VALUES (%s) ON CONFLICT (host) DO NOTHING", (self.host,))
-            row = conn.execute("SELECT hid, commit_seq FROM ccotel.hosts WHERE host = %s", (self.host,)).fetchone()
+            row = conn.execute("SELECT hid FROM ccotel.hosts WHERE host = %s", (self.host,)).fetchone()
             assert row is not None
             files = conn.execute("SELECT 1 FROM ccotel.files WHERE hid = %s LIMIT 1", (row[0],)).fetchone()
-        return int(row[0]), int(row[1]), files is None
+            conn.execute("DELETE FROM ccotel.writers WHERE hid = %s AND seen_at < now() - %s::interval",
+                         (row[0], WRITER_KEPT))
+        return int(row[0]), files is None
 
     # -- anchors ---------------------------------------------------------------------
 
@@ -477,7 +499,8 @@ class PgState:
             if self._unsure is not None:
                 seq, earlier = self._unsure
                 row = self._link.run(lambda c: c.execute(
-                    "SELECT commit_seq FROM ccotel.hosts WHERE hid = %s", (self._hid,)).fetchone())
+                    "SELECT commit_seq FROM ccotel.writers WHERE hid = %s AND writer = %s",
+                    (self._hid, self._writer)).fetchone())
                 self._unsure = None
                 if row is not None and int(row[0]) >= seq:  # it was written: never write it again
                     self._seq = seq
@@ -538,7 +561,8 @@ class PgState:
                     anchors = [self._anchor(a) for _d, a in rows]
                     cur.execute(f"INSERT INTO ccotel.{table} SELECT d, a, %s FROM unnest(%s::bigint[], "  # noqa: S608
                                 f"%s::bigint[]) AS t(d, a) ON CONFLICT DO NOTHING", (hid, digests, anchors))
-            added = [(hid, k, v - self._committed.get(k, 0.0)) for k, v in c.counters.items()]
+            # in one order for every writer of the host: no deadlock between two on its rows
+            added = [(hid, k, v - self._committed.get(k, 0.0)) for k, v in sorted(c.counters.items())]
             added = [row for row in added if row[2]]
             if added:
                 cur.executemany("INSERT INTO ccotel.counters VALUES (%s, %s, %s) ON CONFLICT (hid, key) DO UPDATE "
@@ -549,7 +573,9 @@ class PgState:
                 else:
                     cur.execute("INSERT INTO ccotel.marks VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
                                 (key, self._anchor(anchor), hid))
-            cur.execute("UPDATE ccotel.hosts SET commit_seq = %s, seen_at = now() WHERE hid = %s", (seq, hid))
+            cur.execute("INSERT INTO ccotel.writers VALUES (%s, %s, %s) ON CONFLICT (hid, writer) DO UPDATE "
+                        "SET commit_seq = excluded.commit_seq, seen_at = now()", (hid, self._writer, seq))
+            cur.execute("UPDATE ccotel.hosts SET seen_at = now() WHERE hid = %s", (hid,))
 
     def _failed(self, c: Commit, exc: BaseException) -> None:
         self.failures += 1
@@ -562,5 +588,12 @@ class PgState:
             self.on_error("io_error")
 
     def close(self) -> None:
+        """Close, dropping this writer's row if connected (one left behind goes after WRITER_KEPT)."""
         with self._lock:
+            conn = self._link.open_conn()
+            if conn is not None:
+                try:
+                    conn.execute("DELETE FROM ccotel.writers WHERE hid = %s AND writer = %s", (self._hid, self._writer))
+                except psycopg.Error:
+                    pass
             self._link.close()

@@ -205,6 +205,43 @@ def test_lost_answer_is_not_written_twice(pg: PostgresServer) -> None:
     assert PgState(url, "A").counters() == {"delivered:x": 6.0}
 
 
+def _answer_lost(st: PgState, written: bool) -> Callable[[], None]:
+    """Make ``st``'s next commits lose their answer with the connection, after the server wrote
+    them (``written``) or before; returns what undoes it."""
+    real = st._write_commit
+
+    def lost(conn: psycopg.Connection, c: Commit, seq: int) -> None:  # type: ignore[type-arg]
+        if written:
+            real(conn, c, seq)
+        raise psycopg.OperationalError("server closed the connection unexpectedly")
+
+    st._write_commit = lost  # type: ignore[method-assign]
+    return lambda: setattr(st, "_write_commit", real)
+
+
+@pytest.mark.parametrize("written", [False, True], ids=["not_written", "written"])
+def test_lost_answer_of_one_writer_while_another_of_its_host_commits(pg: PostgresServer, written: bool) -> None:
+    """Catch-up workers are writers of one host id: a commit whose answer one of them lost is
+    settled by its own commit number, not by the host's that the others move on meanwhile. Not
+    written: written now, offsets and counter increments kept; written: not added a second time."""
+    url = pg.create_db(f"lost_answer_writers_{int(written)}")
+    one, two = PgState(url, "A"), PgState(url, "A")
+    undo = _answer_lost(one, written)
+    assert not one.commit(Commit(offsets={"/r/one.jsonl": (None, 40, 40, None)}, counters={"delivered:x": 4.0}))
+    undo()
+    for n in (1.0, 2.0, 3.0):  # the other writer's commits move on past the lost one's number
+        assert two.commit(Commit(offsets={"/r/two.jsonl": (None, int(n), int(n), None)},
+                                 counters={"delivered:y": n}))
+    assert one.retry() and one.pending == 0
+    assert one.commit(Commit(counters={"delivered:x": 5.0}))
+    for st in (one, two):
+        st.close()
+    again = PgState(url, "A")
+    assert again.counters() == {"delivered:x": 5.0, "delivered:y": 3.0}
+    assert {p: v[1] for p, v in again.files().items()} == {"/r/one.jsonl": 40, "/r/two.jsonl": 3}
+    again.close()
+
+
 def test_server_restart_loses_and_doubles_nothing(pg: PostgresServer) -> None:
     url = pg.create_db("restart_state")
     st = PgState(url, "A")
