@@ -242,6 +242,23 @@ def test_lost_answer_of_one_writer_while_another_of_its_host_commits(pg: Postgre
     again.close()
 
 
+def test_writer_rows_go_at_close_or_when_long_unseen(pg: PostgresServer) -> None:
+    """One ``writers`` row per open state: dropped when it closes, and one its process never
+    closed (killed) is dropped by a later start of the host once WRITER_KEPT passed."""
+    url = pg.create_db("writer_rows")
+    closed, killed = PgState(url, "A"), PgState(url, "A")
+    for st in (closed, killed):
+        assert st.commit(Commit(counters={"delivered:x": 1.0}))
+    closed.close()
+    with psycopg.connect(url, autocommit=True) as c:
+        assert c.execute("SELECT writer FROM ccotel.writers").fetchall() == [(killed._writer,)]
+        c.execute("UPDATE ccotel.writers SET seen_at = now() - interval '8 days'")
+    PgState(url, "A").close()
+    with psycopg.connect(url, autocommit=True) as c:
+        assert c.execute("SELECT count(*) FROM ccotel.writers").fetchone() == (0,)
+    killed._link.close()
+
+
 def test_server_restart_loses_and_doubles_nothing(pg: PostgresServer) -> None:
     url = pg.create_db("restart_state")
     st = PgState(url, "A")
