@@ -31,7 +31,7 @@ from ccotel.spans.content import DEFAULT_REDACTIONS, ContentPolicy
 from ccotel.spans.pricing import DEFAULT_PRICING, Pricing
 from ccotel.store.backends import lock_state, open_state
 from ccotel.store.location import local_state_dir
-from ccotel.store.state import StateLock, is_url, resolve_state
+from ccotel.store.state import StateLock, resolve_state
 
 if TYPE_CHECKING:
     from ccotel.run.catchup import CatchUpResult
@@ -127,14 +127,14 @@ def _catch_up_in_parallel(args: argparse.Namespace, progress: _Progress, close_a
     """A large history is first read by several processes (catchup.py); the pipeline then reads
     only what they left open."""
     location = _state_dir(args)
-    if location is None or is_url(location):
-        return None  # without checkpoints the pipeline would read it all again; PostgreSQL: one reader per host
+    if location is None:
+        return None  # without checkpoints the pipeline would read it all again
     from ccotel.run.catchup import catch_up_in_parallel  # multiprocessing and ctypes: only when needed
 
     workers = default_workers() if args.workers is None else args.workers
     done = catch_up_in_parallel(options_of(args), location, args.traces_exporter,
                                 workers, progress, close_all=close_all, min_bytes=int(args.parallel_min_mb * 1e6),
-                                metrics=metrics, stopper=stopper, live=live)
+                                metrics=metrics, stopper=stopper, live=live, host=args.host_id)
     if done is not None:
         log.info("%d processes read %d files, %d lines and exported %d spans in %.1f s (%s s; peak RSS %s MB)%s",
                  done.workers, done.files, done.lines, done.spans_exported, done.seconds,

@@ -3,7 +3,8 @@
 One Python process is bound by its per-line work (parse, assemble, build and encode spans).
 When the history to read is large, worker processes each run the ordinary pipeline over a
 shard of the sessions (shard.py: sessions that may share API calls stay together) with their
-own OTLP exporter, writing the same checkpoint database. The ordinary rules make this safe:
+own OTLP exporter, writing the same state (the SQLite database, or their host's rows in
+PostgreSQL: each a writer of its own, postgres.py). The ordinary rules make this safe:
 a worker moves a file's checkpoint only past turns whose every span the backend acknowledged,
 and adds its counter increments (state.py commits counters as increments). Afterwards the caller's own
 pipeline starts from those checkpoints: it re-reads only the turns still open, skips spans
@@ -38,7 +39,7 @@ from ccotel.read.procs import peak_rss_kb
 from ccotel.read.shard import Group, balance, plan_shards, process_context
 from ccotel.run.memory import Heap
 from ccotel.run.pipeline import Options, discover, session_groups, unread_bytes
-from ccotel.store.sqlite import SqliteState
+from ccotel.store.backends import open_state
 
 if TYPE_CHECKING:
     from multiprocessing.sharedctypes import Synchronized
@@ -82,7 +83,8 @@ WORKER_STOP_GRACE_S = 1.2
 def catch_up_in_parallel(options: Options, state_dir: str, exporter: str, workers: int,
                          progress: Callable[[int, int], None] | None = None, close_all: bool = False,
                          min_bytes: int = PARALLEL_MIN_BYTES, metrics: bool = True,
-                         stopper: Any = None, live: LiveFirst | None = None) -> CatchUpResult | None:
+                         stopper: Any = None, live: LiveFirst | None = None,
+                         host: str | None = None) -> CatchUpResult | None:
     """Read the unread history in ``workers`` processes. None if it is too small to split (or
     cannot be split: one shard); the caller's pipeline then reads it all, as it always does.
     ``metrics``: the caller keeps metrics (``ccotel run``), so the workers add to its counters.
@@ -90,11 +92,13 @@ def catch_up_in_parallel(options: Options, state_dir: str, exporter: str, worker
     any exception (``progress`` may raise one) stops them too before it goes on.
     ``live`` (``ccotel run``): the shards of the live sessions are not the workers': this process
     reads them first and follows them while the workers read the rest (livefirst.py); once the
-    workers are done it takes over what they wrote (checkpoints, acknowledged ids, counters)."""
+    workers are done it takes over what they wrote (checkpoints, acknowledged ids, counters). ``host``: this
+    host's id in a PostgreSQL state; the workers write as that host (each a writer of its own,
+    postgres.py) under the lock and lease the caller holds: they take neither."""
     if workers < 2 or exporter == "console":  # console: several processes would interleave the output
         return None
     t0 = time.monotonic()
-    state = SqliteState(state_dir, verify=False)  # the caller opened (and checked) it first
+    state = open_state(state_dir, host, verify=False)  # the caller opened (and checked) it first
     try:
         checkpoints = state.files()
     finally:
@@ -129,7 +133,7 @@ def catch_up_in_parallel(options: Options, state_dir: str, exporter: str, worker
             started = None if sizes is None else {tf.path: sizes.get(tf.path, 0) for g in shard for _r, tf in g}
             proc = ctx.Process(target=_worker, name="ccotel-catchup", daemon=True,
                                args=(worker_options, state_dir, exporter, shard, close_all,
-                                     metrics, done, writer, os.getpid(), started))
+                                     metrics, done, writer, os.getpid(), started, host))
             proc.start()
             writer.close()
             procs.append((proc, reader))
@@ -180,7 +184,7 @@ def _take_over(live: LiveFirst, metrics: bool) -> None:
     counters too, which ccotel run serves from here on)."""
     pipeline = live.pipeline
     pipeline.adopt_state()
-    if metrics and pipeline.metrics is not None and isinstance(pipeline.state, SqliteState):
+    if metrics and pipeline.metrics is not None and pipeline.state is not None:
         pipeline.metrics.absorb(pipeline.state.others_counters())
 
 
@@ -229,7 +233,7 @@ def _receive(reader: Any) -> dict[str, Any] | None:
 
 def _worker(options: Options, state_dir: str, exporter: str, groups: list[Group], close_all: bool,
             count: bool, done: Synchronized[int], writer: Any, parent_pid: int,
-            started_sizes: dict[str, int] | None = None) -> None:
+            started_sizes: dict[str, int] | None = None, host: str | None = None) -> None:
     from ccotel.run.runner import Interrupted, Stopper, die, settle_state, wire
 
     stopper = Stopper(grace_s=WORKER_STOP_GRACE_S).install()  # hard: raises at once until the first file
@@ -239,7 +243,7 @@ def _worker(options: Options, state_dir: str, exporter: str, groups: list[Group]
     trimmed = [0]
     t0 = time.monotonic()
     metrics = Metrics(max_label_values=options.max_label_values) if count else None
-    wired = wire(options, exporter, state_dir, metrics, stopper, verify=False)
+    wired = wire(options, exporter, state_dir, metrics, stopper, verify=False, host=host)
     pipeline, queue, state = wired.pipeline, wired.queue, wired.state
     assert state is not None
     pipeline.delivery.started_sizes = started_sizes  # lines written since ccotel run started count

@@ -29,9 +29,11 @@ claims it again until it is done or its own. Claims written before leases existe
 Bounded as the SQLite state: every shared row carries the anchor of the (host, file) it was read
 from (``digest64("<host id>:<file anchor>")``) and goes when that host's file goes.
 
-Faults: each commit is one transaction that also writes the host's commit number, so a commit
-whose answer was lost with the connection is looked up after reconnecting, never written twice
-(counters are increments); claims are idempotent for their host. A lost connection is opened
+Faults: each commit is one transaction that also writes its writer's commit number (``writers``:
+one row per open state, so per process: a host's catch-up workers write its state at once), so a
+commit whose answer was lost with the connection is looked up after reconnecting, never written
+twice (counters are increments) nor dropped because another writer of the host moved on; claims
+are idempotent for their host. A lost connection is opened
 again on the next use; ``claim`` waits for the server (the pipeline does not send what no host
 may have claimed). Credentials come from libpq's usual places only: the URL, the PG* variables,
 ``~/.pgpass`` or ``$PGPASSFILE``; logs name the URL without its password, and error texts are
@@ -44,6 +46,7 @@ import logging
 import threading
 import time
 import urllib.parse
+import uuid
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -52,6 +55,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from ccotel.assemble.digests import digest64
 from ccotel.read.tail import FileIdentity, Marker
+from ccotel.store.postgres_schema import MIGRATIONS, SCHEMA_VERSION
 from ccotel.store.state import (
     Claimed,
     Commit,
@@ -63,7 +67,7 @@ from ccotel.store.state import (
     unsigned64,
 )
 
-__all__ = ["PgState", "masked", "scrub", "SCHEMA_VERSION", "connect", "migrate", "Link"]
+__all__ = ["PgState", "masked", "scrub", "connect", "migrate", "Link"]
 
 log = logging.getLogger("ccotel.state")
 
@@ -73,63 +77,9 @@ CAUGHT_UP = "caught_up"  # detectors.CAUGHT_UP: a host's own first catch-up, kep
 READ_RETRY_S = 30.0  # reads at start wait this long for the server before giving up
 _MIGRATION_LOCK = 0x63636F74656C  # "ccotel": pg_advisory_xact_lock key, so two hosts never migrate at once
 
-# Schema versions, each a step from the one before (``meta.schema``); a new version appends one.
-_V1 = """
-CREATE TABLE ccotel.hosts (hid serial PRIMARY KEY, host text UNIQUE NOT NULL,
-    commit_seq bigint NOT NULL DEFAULT 0, seen_at timestamptz NOT NULL DEFAULT now());
-CREATE TABLE ccotel.files (hid int NOT NULL, path text NOT NULL, dev bigint, ino bigint, head_len bigint,
-    fingerprint text, read_offset bigint NOT NULL, read_to bigint NOT NULL DEFAULT 0, PRIMARY KEY (hid, path));
-CREATE TABLE ccotel.acked_ids (hid int NOT NULL, owner text NOT NULL, span_ids bytea NOT NULL);
-CREATE INDEX acked_ids_owner ON ccotel.acked_ids (hid, owner);
-CREATE TABLE ccotel.claims (span_id bigint PRIMARY KEY, hid int NOT NULL, anchor bigint NOT NULL);
-CREATE INDEX claims_anchor ON ccotel.claims (anchor);
-CREATE TABLE ccotel.calls (digest bigint NOT NULL, anchor bigint NOT NULL, hid int NOT NULL,
-    PRIMARY KEY (digest, anchor));
-CREATE INDEX calls_anchor ON ccotel.calls (anchor);
-CREATE INDEX calls_hid ON ccotel.calls (hid);
-CREATE TABLE ccotel.prompts (digest bigint NOT NULL, anchor bigint NOT NULL, hid int NOT NULL,
-    PRIMARY KEY (digest, anchor));
-CREATE INDEX prompts_anchor ON ccotel.prompts (anchor);
-CREATE INDEX prompts_hid ON ccotel.prompts (hid);
-CREATE TABLE ccotel.marks (key text NOT NULL, anchor bigint NOT NULL, hid int NOT NULL, PRIMARY KEY (key, anchor));
-CREATE INDEX marks_anchor ON ccotel.marks (anchor);
-CREATE INDEX marks_key ON ccotel.marks (key);
-CREATE TABLE ccotel.mark_claims (key text PRIMARY KEY, hid int NOT NULL);
-CREATE TABLE ccotel.host_marks (hid int NOT NULL, key text NOT NULL, PRIMARY KEY (hid, key));
-CREATE TABLE ccotel.counters (hid int NOT NULL, key text NOT NULL, value double precision NOT NULL,
-    PRIMARY KEY (hid, key));
-CREATE SCHEMA IF NOT EXISTS ccotel_ledger;
-CREATE TABLE ccotel_ledger.meta (key text PRIMARY KEY, value text NOT NULL);
-CREATE TABLE ccotel_ledger.calls (key text PRIMARY KEY, session_id text NOT NULL, time_ns bigint NOT NULL,
-    start_ns bigint NOT NULL, cwd text, project text, model text, agent_id text, api_error int NOT NULL,
-    input bigint NOT NULL, output bigint NOT NULL, cache_read bigint NOT NULL, cache_write bigint NOT NULL,
-    cache_write_5m bigint NOT NULL, cache_write_1h bigint NOT NULL, reasoning bigint NOT NULL,
-    cost double precision, priced int NOT NULL, version text);
-CREATE INDEX calls_time ON ccotel_ledger.calls (time_ns);
-CREATE TABLE ccotel_ledger.tools (session_id text NOT NULL, tool_use_id text NOT NULL, time_ns bigint NOT NULL,
-    end_ns bigint NOT NULL, name text NOT NULL, agent_id text, error_type text, repaired int NOT NULL,
-    PRIMARY KEY (session_id, tool_use_id));
-CREATE TABLE ccotel_ledger.agents (session_id text NOT NULL, agent_key text NOT NULL, time_ns bigint NOT NULL,
-    end_ns bigint NOT NULL, agent_type text NOT NULL, background int NOT NULL, interrupted int NOT NULL,
-    PRIMARY KEY (session_id, agent_key));
-CREATE TABLE ccotel_ledger.turns (session_id text NOT NULL, span_id text NOT NULL, time_ns bigint NOT NULL,
-    end_ns bigint NOT NULL, cwd text, project text, version text, outcome text NOT NULL, api_calls int NOT NULL,
-    tool_calls int NOT NULL, api_errors int NOT NULL, orphaned_tools int NOT NULL, lost_tools int NOT NULL,
-    stalled int NOT NULL, PRIMARY KEY (session_id, span_id));
-"""
-# Leases on claims (see the module docstring). Rows from before are taken as delivered and their
-# hosts as alive for good: neither is ever taken over, as before.
-_V2_LEASES = """
-ALTER TABLE ccotel.hosts ADD COLUMN lease_until timestamptz NOT NULL DEFAULT 'infinity';
-ALTER TABLE ccotel.claims ADD COLUMN done boolean NOT NULL DEFAULT true;
-CREATE INDEX claims_open ON ccotel.claims (hid) WHERE NOT done;
-"""
-# Offset markers (tail.Marker) with the checkpoints; those written before have none (trusted).
-_V3_MARKERS = """
-ALTER TABLE ccotel.files ADD COLUMN marker text;
-"""
-MIGRATIONS: tuple[str, ...] = (_V1, _V2_LEASES, _V3_MARKERS)  # MIGRATIONS[i] takes schema i to i + 1
-SCHEMA_VERSION = len(MIGRATIONS)
+# A dead process's writer row goes this long after its last commit (lost answers settle far sooner).
+WRITER_KEPT = "7 days"
+
 
 
 def masked(url: str) -> str:
@@ -222,6 +172,12 @@ class Link:
             self._conn = connect(self.url)
         return self._conn
 
+    def open_conn(self) -> psycopg.Connection[Any] | None:
+        """The connection if it is open and not broken (none is opened for it)."""
+        if self._conn is None or self._conn.closed or self._conn.broken:
+            return None
+        return self._conn
+
     def run(self, fn: Callable[[psycopg.Connection[Any]], T]) -> T:
         try:
             return fn(self.conn())
@@ -259,19 +215,23 @@ class PgState:
         self._unsure: tuple[int, Commit] | None = None  # sent, the answer lost with the connection
         self._committed: dict[str, float] = {}
         self._outage_logged = False
+        self._writer = uuid.uuid4().hex  # this open state's commit numbers (``writers``)
+        self._seq = 0
         try:
-            self._hid, self._seq, self.fresh = self._read(self._register)
+            self._hid, self.fresh = self._read(self._register)
         except psycopg.Error as exc:
             raise StateUnavailable(f"the state {self.path} cannot be used ({self._link.error(exc)})") from None
 
-    def _register(self, conn: psycopg.Connection[Any]) -> tuple[int, int, bool]:
+    def _register(self, conn: psycopg.Connection[Any]) -> tuple[int, bool]:
         migrate(conn, self.path)
         with conn.transaction():
             conn.execute("INSERT INTO ccotel.hosts (host) VALUES (%s) ON CONFLICT (host) DO NOTHING", (self.host,))
-            row = conn.execute("SELECT hid, commit_seq FROM ccotel.hosts WHERE host = %s", (self.host,)).fetchone()
+            row = conn.execute("SELECT hid FROM ccotel.hosts WHERE host = %s", (self.host,)).fetchone()
             assert row is not None
             files = conn.execute("SELECT 1 FROM ccotel.files WHERE hid = %s LIMIT 1", (row[0],)).fetchone()
-        return int(row[0]), int(row[1]), files is None
+            conn.execute("DELETE FROM ccotel.writers WHERE hid = %s AND seen_at < now() - %s::interval",
+                         (row[0], WRITER_KEPT))
+        return int(row[0]), files is None
 
     # -- anchors ---------------------------------------------------------------------
 
@@ -326,12 +286,21 @@ class PgState:
 
     def counters(self) -> dict[str, float]:
         """This host's totals (its own Prometheus counters)."""
+        return self._load_counters()[0]
+
+    def others_counters(self) -> dict[str, float]:
+        """What this host's other processes (catch-up workers) added to its counters since this one
+        last loaded or wrote them; from here on counted as loaded by this one."""
+        return self._load_counters()[1]
+
+    def _load_counters(self) -> tuple[dict[str, float], dict[str, float]]:
         rows = self._read(lambda c: c.execute(
             "SELECT key, value FROM ccotel.counters WHERE hid = %s", (self._hid,)).fetchall())
         totals = {str(k): float(v) for k, v in rows}
         with self._lock:
+            added = {k: v - self._committed.get(k, 0.0) for k, v in totals.items() if v != self._committed.get(k, 0.0)}
             self._committed.update(totals)
-        return totals
+        return totals, added
 
     def marks(self) -> set[str]:
         """Every host's marks of events (shared), and this host's own caught-up mark."""
@@ -477,7 +446,8 @@ class PgState:
             if self._unsure is not None:
                 seq, earlier = self._unsure
                 row = self._link.run(lambda c: c.execute(
-                    "SELECT commit_seq FROM ccotel.hosts WHERE hid = %s", (self._hid,)).fetchone())
+                    "SELECT commit_seq FROM ccotel.writers WHERE hid = %s AND writer = %s",
+                    (self._hid, self._writer)).fetchone())
                 self._unsure = None
                 if row is not None and int(row[0]) >= seq:  # it was written: never write it again
                     self._seq = seq
@@ -538,7 +508,8 @@ class PgState:
                     anchors = [self._anchor(a) for _d, a in rows]
                     cur.execute(f"INSERT INTO ccotel.{table} SELECT d, a, %s FROM unnest(%s::bigint[], "  # noqa: S608
                                 f"%s::bigint[]) AS t(d, a) ON CONFLICT DO NOTHING", (hid, digests, anchors))
-            added = [(hid, k, v - self._committed.get(k, 0.0)) for k, v in c.counters.items()]
+            # in one order for every writer of the host: no deadlock between two on its rows
+            added = [(hid, k, v - self._committed.get(k, 0.0)) for k, v in sorted(c.counters.items())]
             added = [row for row in added if row[2]]
             if added:
                 cur.executemany("INSERT INTO ccotel.counters VALUES (%s, %s, %s) ON CONFLICT (hid, key) DO UPDATE "
@@ -549,7 +520,9 @@ class PgState:
                 else:
                     cur.execute("INSERT INTO ccotel.marks VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
                                 (key, self._anchor(anchor), hid))
-            cur.execute("UPDATE ccotel.hosts SET commit_seq = %s, seen_at = now() WHERE hid = %s", (seq, hid))
+            cur.execute("INSERT INTO ccotel.writers VALUES (%s, %s, %s) ON CONFLICT (hid, writer) DO UPDATE "
+                        "SET commit_seq = excluded.commit_seq, seen_at = now()", (hid, self._writer, seq))
+            cur.execute("UPDATE ccotel.hosts SET seen_at = now() WHERE hid = %s", (hid,))
 
     def _failed(self, c: Commit, exc: BaseException) -> None:
         self.failures += 1
@@ -562,5 +535,12 @@ class PgState:
             self.on_error("io_error")
 
     def close(self) -> None:
+        """Close, dropping this writer's row if connected (one left behind goes after WRITER_KEPT)."""
         with self._lock:
+            conn = self._link.open_conn()
+            if conn is not None:
+                try:
+                    conn.execute("DELETE FROM ccotel.writers WHERE hid = %s AND writer = %s", (self._hid, self._writer))
+                except psycopg.Error:
+                    pass
             self._link.close()

@@ -87,6 +87,11 @@ class State(Protocol):
         """The counter totals (this process then commits what they grow by)."""
         ...
 
+    def others_counters(self) -> dict[str, float]:
+        """What other processes of this state (catch-up workers) added to the counters since this
+        one last loaded or wrote them; from here on counted as loaded by this one."""
+        ...
+
     def marks(self) -> set[str]:
         """The one-off events already counted."""
         ...

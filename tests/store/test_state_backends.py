@@ -22,8 +22,9 @@ import pytest
 
 from ccotel.read.tail import FileIdentity, Marker
 from ccotel.store.backends import lock_state, open_state
-from ccotel.store.postgres import SCHEMA_VERSION, PgState, masked, scrub
+from ccotel.store.postgres import PgState, masked, scrub
 from ccotel.store.postgres_lease import lock_host
+from ccotel.store.postgres_schema import MIGRATIONS, SCHEMA_VERSION
 from ccotel.store.state import (
     PERMANENT,
     Commit,
@@ -205,6 +206,60 @@ def test_lost_answer_is_not_written_twice(pg: PostgresServer) -> None:
     assert PgState(url, "A").counters() == {"delivered:x": 6.0}
 
 
+def _answer_lost(st: PgState, written: bool) -> Callable[[], None]:
+    """Make ``st``'s next commits lose their answer with the connection, after the server wrote
+    them (``written``) or before; returns what undoes it."""
+    real = st._write_commit
+
+    def lost(conn: psycopg.Connection, c: Commit, seq: int) -> None:  # type: ignore[type-arg]
+        if written:
+            real(conn, c, seq)
+        raise psycopg.OperationalError("server closed the connection unexpectedly")
+
+    st._write_commit = lost  # type: ignore[method-assign]
+    return lambda: setattr(st, "_write_commit", real)
+
+
+@pytest.mark.parametrize("written", [False, True], ids=["not_written", "written"])
+def test_lost_answer_of_one_writer_while_another_of_its_host_commits(pg: PostgresServer, written: bool) -> None:
+    """Catch-up workers are writers of one host id: a commit whose answer one of them lost is
+    settled by its own commit number, not by the host's that the others move on meanwhile. Not
+    written: written now, offsets and counter increments kept; written: not added a second time."""
+    url = pg.create_db(f"lost_answer_writers_{int(written)}")
+    one, two = PgState(url, "A"), PgState(url, "A")
+    undo = _answer_lost(one, written)
+    assert not one.commit(Commit(offsets={"/r/one.jsonl": (None, 40, 40, None)}, counters={"delivered:x": 4.0}))
+    undo()
+    for n in (1.0, 2.0, 3.0):  # the other writer's commits move on past the lost one's number
+        assert two.commit(Commit(offsets={"/r/two.jsonl": (None, int(n), int(n), None)},
+                                 counters={"delivered:y": n}))
+    assert one.retry() and one.pending == 0
+    assert one.commit(Commit(counters={"delivered:x": 5.0}))
+    for st in (one, two):
+        st.close()
+    again = PgState(url, "A")
+    assert again.counters() == {"delivered:x": 5.0, "delivered:y": 3.0}
+    assert {p: v[1] for p, v in again.files().items()} == {"/r/one.jsonl": 40, "/r/two.jsonl": 3}
+    again.close()
+
+
+def test_writer_rows_go_at_close_or_when_long_unseen(pg: PostgresServer) -> None:
+    """One ``writers`` row per open state: dropped when it closes, and one its process never
+    closed (killed) is dropped by a later start of the host once WRITER_KEPT passed."""
+    url = pg.create_db("writer_rows")
+    closed, killed = PgState(url, "A"), PgState(url, "A")
+    for st in (closed, killed):
+        assert st.commit(Commit(counters={"delivered:x": 1.0}))
+    closed.close()
+    with psycopg.connect(url, autocommit=True) as c:
+        assert c.execute("SELECT writer FROM ccotel.writers").fetchall() == [(killed._writer,)]
+        c.execute("UPDATE ccotel.writers SET seen_at = now() - interval '8 days'")
+    PgState(url, "A").close()
+    with psycopg.connect(url, autocommit=True) as c:
+        assert c.execute("SELECT count(*) FROM ccotel.writers").fetchone() == (0,)
+    killed._link.close()
+
+
 def test_server_restart_loses_and_doubles_nothing(pg: PostgresServer) -> None:
     url = pg.create_db("restart_state")
     st = PgState(url, "A")
@@ -356,7 +411,7 @@ def test_checkpoints_written_before_offset_markers_are_kept_and_trusted(tmp_path
     commits keep one."""
     import sqlite3
 
-    from ccotel.store import postgres, sqlite
+    from ccotel.store import sqlite
 
     state_dir = tmp_path / "st"
     state_dir.mkdir()
@@ -371,7 +426,7 @@ def test_checkpoints_written_before_offset_markers_are_kept_and_trusted(tmp_path
     with psycopg.connect(url, autocommit=True) as c:
         c.execute("CREATE SCHEMA ccotel")
         c.execute("CREATE TABLE ccotel.meta (key text PRIMARY KEY, value text NOT NULL)")
-        c.execute(postgres.MIGRATIONS[0].encode())
+        c.execute(MIGRATIONS[0].encode())
         c.execute("INSERT INTO ccotel.meta VALUES ('schema', '1')")
         c.execute("INSERT INTO ccotel.hosts (host) VALUES ('h1')")
         c.execute("INSERT INTO ccotel.files VALUES (1, '/r/a', 1, 2, 10, 'f', 100, 120)")
