@@ -240,8 +240,12 @@ def test_without_ccotel_on_path_the_plugins_hooks_are_silent_and_successful(clau
     assert r.returncode == 0, r.stderr[-2000:]
     assert (r.result or {}).get("is_error") is False
     responses = [x for x in r.records if x.get("type") == "system" and x.get("subtype") == "hook_response"]
-    assert responses and all(x.get("outcome") == "success" and not (x.get("stdout") or "").strip()
-                             for x in responses), responses
+    # silent everywhere; successful, or (a background hook still running when `claude -p` exits)
+    # cancelled by Claude Code: nothing of ours failed
+    outcomes = [(x.get("hook_name"), x.get("outcome"), x.get("exit_code")) for x in responses]
+    assert responses and not any((x.get("stdout") or "").strip() for x in responses), outcomes
+    assert all(outcome == "success" or (name or "").startswith(("PostToolUse", "PreToolUse")) and outcome == "cancelled"
+               for name, outcome, _code in outcomes), outcomes
 
 
 @pytest.mark.parametrize("where", ["plugin", "."])
