@@ -923,7 +923,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", default=None,
                     help="comma list of: backfill,identity,report,live,livecpu,idle,restart")
     ap.add_argument("--corpora", default=None,
-                    help="comma list of: main,main200,new,new200 (default all; --quick: main and new at 20 MB)")
+                    help="comma list of: main,main200,new,new200,agents200 (default all; --quick: main and new at 20 MB)")
     ap.add_argument("--small-size", type=corpus_mod.parse_size, default=None,
                     help="the smaller corpora's size (default 200MB; none with --quick)")
     ap.add_argument("--line-rate", type=float, default=1000.0, help="live CPU row: lines written per second")
@@ -964,7 +964,7 @@ def main(argv: list[str] | None = None) -> int:
     # The other corpora: (tag, label, root, expected). Smaller main: 200 MB; the 2.1.330 shape (many
     # small subagent files, ~40 KB api-request-shape lines, attachments, cost-state) at both sizes.
     others: list[tuple[str, str, Path, dict[str, Any]]] = []
-    want = set(args.corpora.split(",")) if args.corpora else {"main", "main200", "new", "new200"}
+    want = set(args.corpora.split(",")) if args.corpora else {"main", "main200", "new", "new200", "agents200"}
     small = args.small_size or (0 if q else 200_000_000)
     if small and "main200" in want and small != size:
         r = work / f"main-{small}-s{args.seed}"
@@ -975,6 +975,10 @@ def main(argv: list[str] | None = None) -> int:
             r = work / f"new-{sz}-s{args.seed + 5}"
             others.append((tag, f"2.1.330 shape, {sz / 1e6:,.0f} MB", r,
                            ensure_corpus(r, size=sz, seed=args.seed + 5, session_mean=1_000_000, shape="2.1.330")))
+    if small and "agents200" in want:  # most of the bytes in ~2,000 small subagent files
+        r = work / f"agents-{small}-s{args.seed + 6}"
+        others.append(("_agents_200mb", f"many small subagent files, {small / 1e6:,.0f} MB", r,
+                       ensure_corpus(r, size=small, seed=args.seed + 6, session_mean=100_000, shape="agents")))
     for tag, label, _r, e in others:
         res.details["corpus" + tag] = {"label": label, **{k: v for k, v in e.items() if k != "sessions"}}
     floor_rss = None
