@@ -770,7 +770,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--projects", type=int, default=8)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--shape", choices=SHAPES, default="2.1.39",
-                    help="the Claude Code version whose lines are written (2.1.330: many small subagent files; agents: 2.1.330 lines, most bytes in small subagent files)")
+                    help="the Claude Code version whose lines are written (2.1.330: many small subagent files; "
+                         "agents: 2.1.330 lines, most bytes in small subagent files)")
     args = ap.parse_args(argv)
     if args.size is None and args.sessions is None:
         ap.error("give --size or --sessions")

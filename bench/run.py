@@ -923,7 +923,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", default=None,
                     help="comma list of: backfill,identity,report,live,livecpu,idle,restart")
     ap.add_argument("--corpora", default=None,
-                    help="comma list of: main,main200,new,new200,agents200 (default all; --quick: main and new at 20 MB)")
+                    help="comma list of: main,main200,new,new200,agents200 (default all; --quick: main and new "
+                         "at 20 MB)")
     ap.add_argument("--small-size", type=corpus_mod.parse_size, default=None,
                     help="the smaller corpora's size (default 200MB; none with --quick)")
     ap.add_argument("--line-rate", type=float, default=1000.0, help="live CPU row: lines written per second")
