@@ -1,6 +1,6 @@
 """ccotel benchmarks, one command:
 
-    .venv/bin/python -m bench.run                 # 1 GB + 200 MB of two corpora, live, idle (~25 min)
+    .venv/bin/python -m bench.run                 # 1 GB + 200 MB of two corpora, 200 MB of a third (~26 min)
     .venv/bin/python -m bench.run --quick         # 20 MB, a few seconds each (~1 min)
 
 Prints a table (each result beside the baseline measured in the same run, and the ratio; the
@@ -9,7 +9,8 @@ Corpora are generated once under --workdir (default /tmp/ccotel-bench) and reuse
 
 Corpora (bench/corpus.py): bench's own (2.1.39-shaped) at 1 GB and 200 MB, and a 2.1.330-shaped one
 (attachments, ~40 KB api-request-shape lines, api-request/blob, cost-state, many small subagent
-files) at both sizes; the issue-15 targets are printed for each.
+files) at both sizes, and the agents shape (most bytes in ~2,000 small subagent files, issue 31) at
+200 MB; the issue-15 targets are printed for each.
 
 Rows:
  1. backfill: ``ccotel backfill`` (default settings and ``--workers 1``: read, assemble, spans,
