@@ -49,7 +49,9 @@ CC_VERSION = "2.1.39"
 # every file, an api-request-blob and an api-request line before each response (named by the
 # assistant lines' requestRef), tools-used, atis-latch and cost-state lines; and many small
 # subagent files (more turns spawn, more agents each, short subagents).
-SHAPES = ("2.1.39", "2.1.330")
+# shape="agents": the 2.1.330 lines with most of the bytes in small subagent files (most turns spawn
+# up to 8 agents of one or two calls each; with a small session mean, ~2,000 files in 200 MB).
+SHAPES = ("2.1.39", "2.1.330", "agents")
 BASE_MS = 1_748_736_000_000  # 2025-06-01T00:00:00Z: old enough that every turn is finished
 
 MODELS = ("claude-opus-4-6", "claude-opus-4-6", "claude-opus-4-6", "claude-sonnet-4-5-20250929")
@@ -155,7 +157,7 @@ class _Thread:
         self.last: str | None = None
         self.ctx = gen.rng.randint(6_000, 20_000)  # cached context: grows along the conversation
         self.prev_of_last: str | None = None  # parent of the last assistant line written
-        self.new_shape = gen.corpus.shape == "2.1.330"
+        self.new_shape = gen.corpus.shape != "2.1.39"
         self.shape_written = False  # 2.1.330: an api-request-shape line opens each file
 
     def stamp(self, lo: int = 20, hi: int = 1500) -> str:
@@ -599,9 +601,9 @@ class _Corpus:
         self.out = out
         self.shape = shape
         small_agents = shape == "2.1.330"  # many small subagent files
-        self.p_spawn = 0.35 if small_agents else P_SPAWN
-        self.max_agents = 5 if small_agents else 3
-        self.max_sub_calls = 3 if small_agents else 6
+        self.p_spawn = 0.35 if small_agents else 0.9 if shape == "agents" else P_SPAWN
+        self.max_agents = 5 if small_agents else 8 if shape == "agents" else 3
+        self.max_sub_calls = 3 if small_agents else 1 if shape == "agents" else 6
         self.size = size
         self.sessions_wanted = sessions
         self.rng = random.Random(seed)
@@ -768,7 +770,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--projects", type=int, default=8)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--shape", choices=SHAPES, default="2.1.39",
-                    help="the Claude Code version whose lines are written (2.1.330: many small subagent files)")
+                    help="the Claude Code version whose lines are written (2.1.330: many small subagent files; "
+                         "agents: 2.1.330 lines, most bytes in small subagent files)")
     args = ap.parse_args(argv)
     if args.size is None and args.sessions is None:
         ap.error("give --size or --sessions")

@@ -1,6 +1,6 @@
 """ccotel benchmarks, one command:
 
-    .venv/bin/python -m bench.run                 # 1 GB + 200 MB of two corpora, live, idle (~25 min)
+    .venv/bin/python -m bench.run                 # 1 GB + 200 MB of two corpora, 200 MB of a third (~26 min)
     .venv/bin/python -m bench.run --quick         # 20 MB, a few seconds each (~1 min)
 
 Prints a table (each result beside the baseline measured in the same run, and the ratio; the
@@ -9,7 +9,8 @@ Corpora are generated once under --workdir (default /tmp/ccotel-bench) and reuse
 
 Corpora (bench/corpus.py): bench's own (2.1.39-shaped) at 1 GB and 200 MB, and a 2.1.330-shaped one
 (attachments, ~40 KB api-request-shape lines, api-request/blob, cost-state, many small subagent
-files) at both sizes; the issue-15 targets are printed for each.
+files) at both sizes, and the agents shape (most bytes in ~2,000 small subagent files, issue 31) at
+200 MB; the issue-15 targets are printed for each.
 
 Rows:
  1. backfill: ``ccotel backfill`` (default settings and ``--workers 1``: read, assemble, spans,
@@ -986,7 +987,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", default=None,
                     help="comma list of: backfill,identity,report,live,livecpu,idle,restart,livecatchup")
     ap.add_argument("--corpora", default=None,
-                    help="comma list of: main,main200,new,new200 (default all; --quick: main and new at 20 MB)")
+                    help="comma list of: main,main200,new,new200,agents200 (default all; --quick: main and new "
+                         "at 20 MB)")
     ap.add_argument("--small-size", type=corpus_mod.parse_size, default=None,
                     help="the smaller corpora's size (default 200MB; none with --quick)")
     ap.add_argument("--line-rate", type=float, default=1000.0, help="live CPU row: lines written per second")
@@ -1029,7 +1031,7 @@ def main(argv: list[str] | None = None) -> int:
     # The other corpora: (tag, label, root, expected). Smaller main: 200 MB; the 2.1.330 shape (many
     # small subagent files, ~40 KB api-request-shape lines, attachments, cost-state) at both sizes.
     others: list[tuple[str, str, Path, dict[str, Any]]] = []
-    want = set(args.corpora.split(",")) if args.corpora else {"main", "main200", "new", "new200"}
+    want = set(args.corpora.split(",")) if args.corpora else {"main", "main200", "new", "new200", "agents200"}
     small = args.small_size or (0 if q else 200_000_000)
     if small and "main200" in want and small != size:
         r = work / f"main-{small}-s{args.seed}"
@@ -1040,6 +1042,10 @@ def main(argv: list[str] | None = None) -> int:
             r = work / f"new-{sz}-s{args.seed + 5}"
             others.append((tag, f"2.1.330 shape, {sz / 1e6:,.0f} MB", r,
                            ensure_corpus(r, size=sz, seed=args.seed + 5, session_mean=1_000_000, shape="2.1.330")))
+    if small and "agents200" in want:  # most of the bytes in ~2,000 small subagent files
+        r = work / f"agents-{small}-s{args.seed + 6}"
+        others.append(("_agents_200mb", f"many small subagent files, {small / 1e6:,.0f} MB", r,
+                       ensure_corpus(r, size=small, seed=args.seed + 6, session_mean=100_000, shape="agents")))
     for tag, label, _r, e in others:
         res.details["corpus" + tag] = {"label": label, **{k: v for k, v in e.items() if k != "sessions"}}
     floor_rss = None

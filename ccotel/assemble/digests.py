@@ -10,6 +10,7 @@ two parts never hold the same digest, so ``len`` is the number of distinct diges
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import heapq
 import itertools
@@ -19,6 +20,11 @@ from collections.abc import Iterable, Iterator
 
 __all__ = ["Digests", "PACK_MIN", "digest64"]
 
+
+# Memoised: the assembler asks for the digest of one call key, message id or file path again and
+# again (every line of a response, every span of a file), and a bounded cache lookup is cheaper
+# than hashing; the digest of a string never changes.
+@functools.lru_cache(maxsize=4096)
 def digest64(text: str) -> int:
     """A signed 64-bit digest (fits an SQLite INTEGER)."""
     return int.from_bytes(hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).digest(),

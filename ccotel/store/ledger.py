@@ -75,6 +75,8 @@ ON CONFLICT (key) DO UPDATE SET
 _UPSERT_TOOL = """INSERT INTO tools VALUES (?,?,?,?,?,?,?,?) ON CONFLICT (session_id, tool_use_id) DO UPDATE SET
     time_ns = excluded.time_ns, end_ns = excluded.end_ns, name = excluded.name, agent_id = excluded.agent_id,
     error_type = excluded.error_type, repaired = excluded.repaired"""
+# The page cache of a process that writes the ledger, in KiB (SQLite's default is 2,000).
+WRITER_CACHE_KIB = 8_000
 _UPSERT_AGENT = "INSERT OR REPLACE INTO agents VALUES (?,?,?,?,?,?,?)"
 _UPSERT_TURN = "INSERT OR REPLACE INTO turns VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
 
@@ -164,6 +166,7 @@ class Ledger:
         self.path = path
         self.clock = clock
         self._backlog: list[Rows] = []  # rows of failed writes, written with the next one
+        self._writing = False  # the writer's page cache is set (at the first write)
         self.created = path == ":memory:" or not os.path.exists(path)
         if path != ":memory:":
             os.makedirs(os.path.dirname(os.path.abspath(path)), mode=0o700, exist_ok=True)
@@ -249,6 +252,12 @@ class Ledger:
         """Write ``rows`` after those of failed writes (kept, in order: the upserts are idempotent);
         if this fails too, they all wait for the next write."""
         self._backlog.append(rows)
+        if not self._writing:
+            self._writing = True
+            # A writer's calls land on random leaves of the call key's index: once the ledger
+            # outgrows SQLite's default page cache, most inserts read their page again. A report
+            # only reads, and keeps the default.
+            self.db.execute(f"PRAGMA cache_size = -{WRITER_CACHE_KIB}")
         try:
             with self._transaction():
                 for calls, tools, agents, turns in self._backlog:

@@ -75,3 +75,18 @@ def test_state_reads_them_in_order(tmp_path: object) -> None:
     assert sorted(p.assembler._seen_calls) == sorted(st.calls())
     assert sorted(p.assembler._seen_prompts) == [-3, 3]
     st.close()
+
+
+def test_digest64_is_blake2b_and_its_memo_stays_bounded() -> None:
+    """digest64 is memoised (the same key comes on every line of a response): the value is the
+    plain digest whether it comes from the memo or not, and the memo does not grow with history."""
+    import hashlib
+
+    def plain(text: str) -> int:
+        return int.from_bytes(hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).digest(),
+                              "big", signed=True)
+
+    texts = [f"msg_{i}:req_{i}" for i in range(10_000)] + ["\ud800 lone surrogate", "é✓"]
+    assert [digest64(t) for t in texts] == [plain(t) for t in texts]
+    assert [digest64(t) for t in reversed(texts)] == [plain(t) for t in reversed(texts)]  # from the memo too
+    assert digest64.cache_info().currsize <= 4096

@@ -17,7 +17,7 @@ from ccotel.commands.report.summary import summarize
 from ccotel.commands.report.transcripts import build_report, gather
 from ccotel.records import SpanRecord
 from ccotel.run.pipeline import Options, Pipeline
-from ccotel.store.ledger import LEDGER_FILE, SCHEMA_VERSION, Ledger, LedgerError
+from ccotel.store.ledger import LEDGER_FILE, SCHEMA_VERSION, WRITER_CACHE_KIB, Ledger, LedgerError
 from tests.harness.fixtures import list_fixtures, load_fixture
 from tests.harness.install import OLDEST
 from tests.transcript import Transcript, text, tool_use
@@ -83,6 +83,22 @@ def test_recording_twice_counts_once(tmp_path):
     Pipeline(Options(roots=(str(root),)), emit=ledger.record, state=None).backfill(close_all=True)
     assert (figures(from_ledger(root, ledger)), _counts(ledger)) == once
     assert once[1]["calls"] == len([s for s in spans if s.attributes.get("gen_ai.operation.name") == "chat"])
+
+
+def test_a_writer_keeps_a_larger_page_cache_and_a_reader_the_default(tmp_path):
+    """The writer's inserts land on random leaves of the call key's index: its page cache is
+    WRITER_CACHE_KIB from its first write on; a report's open (reads only) keeps SQLite's default."""
+    root = load_fixture("2.1.330-s03_parallel_subagents").config_dir
+    path = tmp_path / LEDGER_FILE
+    writer = Ledger(str(path), roots=(str(root),))
+    default = writer.db.execute("PRAGMA cache_size").fetchone()[0]
+    writer.record(pipeline_spans(root))
+    assert writer.db.execute("PRAGMA cache_size").fetchone()[0] == -WRITER_CACHE_KIB != default
+    reader = Ledger(str(path))
+    assert sum(1 for _ in reader.calls()) == _counts(writer)["calls"] > 0
+    assert reader.db.execute("PRAGMA cache_size").fetchone()[0] == default
+    reader.close()
+    writer.close()
 
 
 def _counts(ledger: Ledger) -> dict[str, int]:
