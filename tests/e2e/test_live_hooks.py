@@ -213,7 +213,9 @@ def test_plugin_hooks_reach_spans_and_metrics_and_its_commands_answer(claude_cli
         root = next(s for s in spans if s["trace_id"] == tool2["trace_id"] and not s["parent_span_id"])
         assert root["attributes"]["claude_code.session.end_reason"] == "other"
         assert root["attributes"]["session.id"] == sid
-        assert tool2["attributes"]["claude_code.tool.permission_wait_s"] == waited
+        # live, the (async) PostToolUse hook may be spooled after the span was built: the wait then ends at
+        # the tool's result, its own run time later (docs/hooks.md); the backfill has PostToolUse
+        assert tool2["attributes"]["claude_code.tool.permission_wait_s"] == pytest.approx(waited, abs=0.1)
 
         # 3. the plugin's commands, in -p mode (trace and check on the session above: --resume)
         asked_before = len(prompts(request_log))
