@@ -7,11 +7,13 @@ where ``_json`` is missing or the input is not UTF-8 without a BOM."""
 
 from __future__ import annotations
 
+import os
+
 TYPE_CHECKING = False  # typing is not loaded for the status line: mypy reads this block, Python does not
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["loads", "dumps"]
+__all__ = ["loads", "dumps", "save"]
 
 _WS = " \t\n\r"  # json.decoder.WHITESPACE
 _CONSTANTS = {"-Infinity": float("-inf"), "Infinity": float("inf"), "NaN": float("nan")}
@@ -80,3 +82,18 @@ def dumps(obj: Any) -> str:
     # as JSONEncoder.iterencode(_one_shot=True): markers (a new dict: circular references), default,
     # ASCII strings, no indent, the separators, sort_keys, skipkeys, allow_nan
     return "".join(_make_encoder({}, _no_default, _ascii, None, ":", ",", False, False, True)(obj, 0))
+
+
+def save(path: str, doc: object) -> None:
+    """Write ``doc`` to ``path`` whole or not at all (a temporary file renamed over it), private to
+    the user. A failure is let go: every file the status line keeps is a cache, and without it the
+    next call reads again, never wrong."""
+    try:
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        tmp = f"{path}.{os.getpid()}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(dumps(doc))
+        os.replace(tmp, path)
+    except OSError:
+        pass

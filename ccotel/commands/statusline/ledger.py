@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 
-from ccotel.commands.statusline.fastjson import dumps, loads
+from ccotel.commands.statusline.fastjson import loads, save
 from ccotel.rules.blocks import BLOCK_NS
 
 TYPE_CHECKING = False  # typing is not loaded for the status line: mypy reads this block, Python does not
@@ -113,18 +113,8 @@ def ledger_part(state: str, roots: list[str], sid: str, safe_sid: str, midnight:
         conn.close()
     part = LedgerPart(rows or [], problems(turns or [], len(agents or [])) if sid else [])
     if path and rows is not None and turns is not None and agents is not None:
-        _save(path, {"v": _VERSION, "sig": sig, "roots": real_roots, "sid": sid, "after": after, "rows": rows,
+        save(path, {"v": _VERSION, "sig": sig, "roots": real_roots, "sid": sid, "after": after, "rows": rows,
                      "recent": recent, "turns": turns, "agents": agents})
     return part
 
 
-def _save(path: str, snap: dict[str, Any]) -> None:
-    try:
-        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-        tmp = f"{path}.{os.getpid()}.tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(dumps(snap))
-        os.replace(tmp, path)
-    except OSError:
-        pass  # no snapshot: the next run asks the ledger, never wrong

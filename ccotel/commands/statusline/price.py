@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import sys
 
-from ccotel.commands.statusline.fastjson import dumps, loads
+from ccotel.commands.statusline.fastjson import loads, save
 
 TYPE_CHECKING = False  # typing is not loaded for the status line: mypy reads this block, Python does not
 if TYPE_CHECKING:
@@ -98,15 +98,8 @@ class PriceMemo:
     def save(self) -> None:
         if not self.path or not self.added:
             return
-        try:
-            os.makedirs(os.path.dirname(self.path), mode=0o700, exist_ok=True)
-            tmp = f"{self.path}.{os.getpid()}.tmp"
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(dumps({"v": _VERSION, "python": sys.prefix, "table": self.table, "prices": self.prices}))
-            os.replace(tmp, self.path)
-        except OSError:
-            pass  # nothing kept: the next new call loads pricing again, never a wrong price
+        # none kept: the next new call loads pricing again, never a wrong price
+        save(self.path, {"v": _VERSION, "python": sys.prefix, "table": self.table, "prices": self.prices})
 
 
 def _table(path: str | None) -> list[Any]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 
-from ccotel.commands.statusline.fastjson import dumps, loads
+from ccotel.commands.statusline.fastjson import loads, save
 from ccotel.rules.model_name import reported_model
 
 TYPE_CHECKING = False  # typing is not loaded for the status line: mypy reads this block, Python does not
@@ -123,17 +123,8 @@ def _started_over(files: dict[str, list[Any]], paths: list[str]) -> bool:
 
 
 def _save_cache(path: str | None, doc: dict[str, Any]) -> None:
-    if not path:
-        return
-    try:
-        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-        tmp = f"{path}.{os.getpid()}.tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(dumps(doc))
-        os.replace(tmp, path)
-    except OSError:
-        pass  # no cache: the next run reads the files again, never wrong
+    if path:
+        save(path, doc)  # none kept: the next run reads the files again
 
 
 def _usage(u: dict[str, Any]) -> tuple[int, int, int, int, int, int, int] | None:
