@@ -448,19 +448,5 @@ def test_a_late_notification_is_a_turn_of_its_own_live_and_in_backfill(tmp_path)
     answer = next(s for s in at_once if s.attributes.get("gen_ai.response.id") == "msg_n3")
     assert (answer.trace_id, answer.parent_span_id) == (turns[1].trace_id, turns[1].span_id)
 
-    root = str(tmp_path / "live")
-    live_path = os.path.join(proj(root), f"{SID}.jsonl")
-    os.makedirs(os.path.dirname(live_path))
-    open(live_path, "wb").close()
-    now = [1_750_000_000_000_000_000]  # the transcript's own time: its lines are not in the future
-    live: list[SpanRecord] = []
-    p = Pipeline(Options(roots=(root,)), emit=live.extend, clock=lambda: now[0])
-    p.backfill()
-    for line in t.lines:
-        with open(live_path, "ab") as f:
-            f.write(orjson.dumps(line) + b"\n")
-        p.poll([live_path])
-        now[0] += 5_000_000_000  # seconds apart: the first turn closes after its final answer
-        p.tick()
-    p.backfill(close_all=True)
+    live = _read_live(t, str(tmp_path / "live"), 5_000_000_000)  # seconds apart: the first turn closes
     assert _ids(live) == _ids(at_once)
