@@ -285,9 +285,10 @@ class Assembler:
         """Is ``e`` the first line of a new API call of a turn whose final answer is written? Such a
         call starts a turn of its own (a continuation), as it does once the turn closed: a turn ends at
         its final answer in the transcript, not when it is read (docs/spans.md, "Where a line goes")."""
+        if not (isinstance(owner, Turn) and owner.final_seen and e.type == "assistant"):
+            return False  # every line asks: the cheap tests first
         line_key = rules.line_call_key(e.message_id, e.request_id, e.uuid if e.usage is not None else None)
-        if not (isinstance(owner, Turn) and owner.final_seen and e.type == "assistant" and line_key is not None
-                and rules.is_api_call(e.model, e.made_by, e.is_api_error)):
+        if line_key is None or not rules.is_api_call(e.model, e.made_by, e.is_api_error):
             return False
         call = owner.current
         if call is not None and e.message_id and call.message_id == e.message_id:
