@@ -101,12 +101,15 @@ def timed(cmd: list[str], env: dict[str, str], log_dir: Path, name: str, timeout
 class Receiver:
     """The counting OTLP receiver (tests.support.otlp) in its own process."""
 
-    def __init__(self, log_dir: Path, save: Path | None = None, ids_prefix: str | None = None) -> None:
+    def __init__(self, log_dir: Path, save: Path | None = None, ids_prefix: str | None = None,
+                 unique: bool = False) -> None:
         cmd = [PY, "-m", "tests.support.otlp"]
         if save is not None:
             cmd += ["--save", str(save)]
         if ids_prefix:
             cmd += ["--ids-prefix", ids_prefix]
+        if unique:
+            cmd += ["--unique"]
         self.err = open(log_dir / "receiver.err", "ab")
         # from this checkout, whatever --src measures: the receiver is part of the harness
         self.proc = subprocess.Popen(cmd, env=_env(), stdout=subprocess.PIPE, stderr=self.err, cwd=REPO)
@@ -483,14 +486,14 @@ def bench_backfill(res: Results, root: Path, exp: dict[str, Any], log_dir: Path,
     floor_doc = orjson.loads(fl["stdout"])
     where = f" [{label}]" if label else ""
     res.add("backfill_wall" + tag, f"1. backfill wall, default settings{where}", bf["wall_s"], "s",
-            fl["wall_s"], "floor", "<= 2x floor" if big else "", _met(bf["wall_s"] <= 2 * fl["wall_s"]) if big else "",
+            fl["wall_s"], "floor", "<= 3x floor" if big else "", _met(bf["wall_s"] <= 3 * fl["wall_s"]) if big else "",
             notes=f"{mb / bf['wall_s']:.0f} MB/s vs floor {mb / fl['wall_s']:.0f} MB/s; best of {repeat}; "
                   f"read+assemble+spans+ledger+OTLP+HTTP")
     res.add("backfill_cpu" + tag, f"1. backfill CPU (user+sys){where}", bf["cpu_s"], "s", fl["cpu_s"], "floor", "",
             "", notes="all processes: the catch-up workers (catchup.py) and their export threads")
     one = min(singles, key=lambda x: x["wall_s"])
     res.add("backfill_single" + tag, f"1. backfill in one process (--workers 1){where}", one["wall_s"], "s",
-            fl["wall_s"], "floor", "<= 3x floor", _met(one["wall_s"] <= 3 * fl["wall_s"]),
+            fl["wall_s"], "floor", "<= 5x floor", _met(one["wall_s"] <= 5 * fl["wall_s"]),
             notes=f"CPU {one['cpu_s']:.1f} s vs floor {fl['cpu_s']:.1f} s")
     if others:
         ob = min(others, key=lambda x: x["wall_s"])
@@ -602,8 +605,11 @@ def bench_report(res: Results, root: Path, exp: dict[str, Any], log_dir: Path, r
     calls_ok = all(s["apiCalls"] == exp["sessions"][s["sessionId"]]["api_calls"]
                    for s in orjson.loads(a["stdout"])["sessions"])
     ok = mine == cc_rows == gen and calls_ok
+    # issue 31's targets: the cold report and the ledger's against ccusage at 1 GB, the ledger's
+    # against its floor at 200 MB (where a Python process's start is most of the time)
+    big = exp["totals"]["bytes"] >= 900e6
     res.add("report_time" + tag, f"2. ccotel report --json vs ccusage (native){where}", a["wall_s"], "s", b["wall_s"],
-            "ccusage", "<= 1.0x ccusage", _met(ok and a["wall_s"] <= b["wall_s"]),
+            "ccusage", "<= 1.0x ccusage" if big else "", _met(ok and a["wall_s"] <= b["wall_s"]) if big else "",
             notes=f"transcripts, default workers; CPU {a['cpu_s']:.1f} s vs {b['cpu_s']:.1f} s; "
                   f"RSS {a['maxrss_mb']:.0f} vs {b['maxrss_mb']:.0f} MB")
     bad = [sid for sid in gen if mine.get(sid) != gen[sid] or cc_rows.get(sid) != gen[sid]]
@@ -619,13 +625,14 @@ def bench_report(res: Results, root: Path, exp: dict[str, Any], log_dir: Path, r
         d = min(led, key=lambda x: x["wall_s"])
         same = rows(d["stdout"]) == gen
         res.add("report_ledger" + tag, f"2. ccotel report from the usage ledger vs ccusage{where}", d["wall_s"], "s",
-                b["wall_s"], "ccusage", "<= 0.1x ccusage", _met(same and d["wall_s"] <= 0.1 * b["wall_s"]),
+                b["wall_s"], "ccusage", "<= 0.1x ccusage" if big else "",
+                _met(same and d["wall_s"] <= 0.1 * b["wall_s"]) if big else "",
                 notes=f"ledger.db written by the backfill; CPU {d['cpu_s']:.2f} s; totals "
                       f"{'equal' if same else 'DIFFER'}")
         f = min(floor, key=lambda x: x["wall_s"])
         res.add("report_ledger_floor" + tag, f"2. ccotel report from the usage ledger vs the ledger floor{where}",
-                d["wall_s"], "s", f["wall_s"], "floor", "<= 1.5x floor",
-                _met(same and d["wall_s"] <= 1.5 * f["wall_s"]),
+                d["wall_s"], "s", f["wall_s"], "floor", "" if big else "<= 1.5x floor",
+                "" if big else _met(same and d["wall_s"] <= 1.5 * f["wall_s"]),
                 notes="floor: a Python process that opens ledger.db and runs one query (LEDGER_FLOOR); "
                       f"CPU {d['cpu_s']:.2f} s vs {f['cpu_s']:.2f} s")
 
@@ -861,20 +868,10 @@ def bench_restart(res: Results, root: Path, exp: dict[str, Any], log_dir: Path, 
             first_live = _wait_arrival(rcv, load.sent[-1][0], load.sent[-1][2], 30)
         finally:
             d.stop()
-        workers = re.search(r"peak RSS ([0-9 /]+) MB", d.stderr())
-        worker_peaks = [float(x) for x in workers.group(1).split(" / ")] if workers else []
-        peak = hwm + sum(worker_peaks)  # the workers run while ccotel run waits for them: together
-        # ccotel run's high-water mark while its workers ran (it logs it once they have ended): its
-        # own peak afterwards (reading what they left) is when no worker exists any more.
-        during = re.search(r"high-water mark of this process during the catch-up: ([0-9.]+) MB", d.stderr())
-        together = max(float(during.group(1)) + sum(worker_peaks), hwm) if during else None
+        peak, peak_notes = _peak_rss(d, hwm)
         res.add("peak_rss", "4. peak RSS of all ccotel processes after the 1 GB catch-up", peak, "MB", floor_rss,
-                "floor", "<= 200 MB", _met(peak <= 200),
-                notes=f"sum of ccotel run's VmHWM ({hwm:.0f} MB) and its catch-up workers' peaks "
-                      f"({' / '.join(f'{w:.0f}' for w in worker_peaks) or 'none'} MB);"
-                      f" VmRSS {rss:.0f} MB when caught up"
-                      + (f"; ccotel run's VmHWM while its workers ran {float(during.group(1)):.0f} MB: at most "
-                         f"{together:.0f} MB at any one time" if during and together is not None else ""))
+                "floor", "<= 180 MB", _met(peak <= 180),
+                notes=peak_notes + f"; VmRSS {rss:.0f} MB when caught up")
         # restart: a new tool call is written right after the process starts; time until its span arrives
         load2 = LiveLoad(files, "restart")
         t_start = time.perf_counter()
@@ -899,6 +896,66 @@ def bench_restart(res: Results, root: Path, exp: dict[str, Any], log_dir: Path, 
             notes=notes + (f"; first run live {first_live:.0f} ms" if first_live else ""))
 
 
+def _peak_rss(d: Daemon, hwm: float) -> tuple[float, str]:
+    """The sum of ``ccotel run``'s VmHWM (MB) and its catch-up workers' peaks (from its log), and
+    notes: the most its own mark allows at any one time (it logs its mark when they end)."""
+    workers = re.search(r"peak RSS ([0-9 /]+) MB", d.stderr())
+    worker_peaks = [float(x) for x in workers.group(1).split(" / ")] if workers else []
+    peak = hwm + sum(worker_peaks)  # the workers run while ccotel run waits for them: together
+    # ccotel run's high-water mark while its workers ran (it logs it once they have ended): its
+    # own peak afterwards (reading what they left) is when no worker exists any more.
+    during = re.search(r"high-water mark of this process during the catch-up: ([0-9.]+) MB", d.stderr())
+    notes = (f"sum of ccotel run's VmHWM ({hwm:.0f} MB) and its catch-up workers' peaks "
+             f"({' / '.join(f'{w:.0f}' for w in worker_peaks) or 'none'} MB)")
+    if during:
+        together = max(float(during.group(1)) + sum(worker_peaks), hwm)
+        notes += (f"; ccotel run's VmHWM while its workers ran {float(during.group(1)):.0f} MB: at most "
+                  f"{together:.0f} MB at any one time")
+    return peak, notes
+
+
+class TreeRss:
+    """Samples the summed VmRSS of a process and its children every ``period_s`` in a thread: the
+    most all of them held together at any sample (the sum of peaks above never undercounts; this
+    shows how far above the real total it is)."""
+
+    def __init__(self, pid: int, period_s: float = 0.2) -> None:
+        self.pid, self.period_s, self.most_mb = pid, period_s, 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.period_s):
+            self.most_mb = max(self.most_mb, _tree_rss_kb(self.pid) / 1024)
+
+    def stop(self) -> float:
+        self._stop.set()
+        self._thread.join()
+        return self.most_mb
+
+
+def _tree_rss_kb(pid: int) -> int:
+    pids = {pid}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as f:
+                    ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            if ppid == pid:
+                pids.add(int(entry))
+    total = 0
+    for p in pids:
+        try:
+            with open(f"/proc/{p}/status") as f:
+                total += next((int(line.split()[1]) for line in f if line.startswith("VmRSS:")), 0)
+        except OSError:
+            continue
+    return total
+
+
 # -- 6. live during catch-up -----------------------------------------------------------
 
 
@@ -916,36 +973,61 @@ def newest_session(root: Path) -> tuple[str, str, str]:
     return best[1]
 
 
-def bench_live_catchup(res: Results, root: Path, log_dir: Path, label: str, tag: str = "") -> None:
+def bench_live_catchup(res: Results, root: Path, exp: dict[str, Any], log_dir: Path, label: str,
+                       tag: str = "", every_s: float = 2.0) -> None:
     """``ccotel run`` started on the history, its newest session written just now (mtime): a turn
-    appended to that session once the catch-up is under way, timed to its span at the receiver,
-    beside how long the catch-up took (when ccotel run says it follows live)."""
-    _log(f"[6] live during the catch-up of {label}: a turn appended to a live session -> its span")
+    appended to that session every ``every_s`` while the catch-up runs, each timed to its span at the
+    receiver, beside how long the catch-up took (when ccotel run says it follows live); then every
+    span of the history counted once (distinct span ids at the receiver) and the peak RSS of
+    ccotel run and its workers."""
+    _log(f"[6] live during the catch-up of {label}: a turn appended to a live session every {every_s:.0f} s")
     live = newest_session(root)
     extra = state_args("run", log_dir / f"state-livecatchup{tag}")
-    with receiver(log_dir, ids_prefix="toolu_live_") as rcv, appending(root, [live[0]]):
+    with receiver(log_dir, ids_prefix="toolu_live_", unique=True) as rcv, appending(root, [live[0]]):
         os.utime(live[0])  # written now (appending() puts its time back)
         d = ccotel_run(str(root), rcv.endpoint, log_dir, f"livecatchup{tag}", extra)
+        tree = TreeRss(d.pid)
         try:
             rcv.wait_spans(1, 600)  # the catch-up is under way
-            time.sleep(1.0)
             load = LiveLoad([live], "catchup")
-            pending = load.start()
-            time.sleep(0.05)
-            load.finish(pending)
-            tool_id, _path, t_ns = load.sent[-1]
-            appended = (t_ns - d.started_ns) / 1e9
-            arrived_ms = _wait_arrival(rcv, tool_id, t_ns, 3600)
+            while "following live" not in d.stderr() and d.proc.poll() is None:
+                time.sleep(every_s / 2)
+                pending = load.start()
+                time.sleep(0.05)
+                load.finish(pending)
+                time.sleep(every_s / 2)
             caught = d.wait_for("following live", 3600)
+            waits = [_wait_arrival(rcv, tool_id, t_ns, 600) for tool_id, _path, t_ns in load.sent]
+            st = rcv.wait_spans(exp["totals"]["spans"] + len(load.sent), 1800)
+            st = rcv.wait_quiet(2.0, 600)
+            peak, peak_notes = _peak_rss(d, d.status_kb("VmHWM") / 1024)
+            together = tree.stop()
         finally:
+            tree.stop()
             d.stop()
-    took = arrived_ms / 1000 if arrived_ms is not None else None
-    during = took is not None and caught is not None and appended + took < caught
-    res.add("live_catchup" + tag, f"6. live during the catch-up of {label}: append -> span", took, "s", caught,
-            "the catch-up", "<= 2 s, before the catch-up ends", _met(during and took is not None and took <= 2.0),
-            ratio=False, notes=f"appended {appended:.1f} s after the start"
-                               + (f"; the span arrived {appended + took:.1f} s after it" if took is not None else "")
-                               + (f"; caught up {caught:.1f} s after it" if caught is not None else ""))
+    during = [(t_ns - d.started_ns) / 1e9 for _tid, _path, t_ns in load.sent]
+    took = [w / 1000 for w in waits if w is not None]
+    worst = max(took) if len(took) == len(waits) and took else None
+    # a turn appended 2 s or more before the catch-up ended must have arrived before it ended: not
+    # held behind the history (one appended in its last 2 s may arrive just after, on time)
+    in_time = caught is not None and all(a + w / 1000 < caught for a, w in zip(during, waits, strict=True)
+                                         if w is not None and a + 2.0 <= caught)
+    res.add("live_catchup" + tag, f"6. live during the catch-up of {label}: append -> span, the slowest",
+            worst, "s", caught, "the catch-up", "<= 2 s, before the catch-up ends",
+            _met(worst is not None and in_time and worst <= 2.0), ratio=False,
+            notes=f"{len(load.sent)} turns appended {during[0] if during else 0:.1f}-"
+                  f"{during[-1] if during else 0:.1f} s after the start, {len(took)} arrived"
+                  + (f", median {sorted(took)[len(took) // 2]:.2f} s" if took else "")
+                  + (f"; caught up {caught:.1f} s after the start" if caught is not None else ""))
+    history = exp["totals"]["spans"]
+    once = st["again"] == 0 and st["unique"] >= history + len(load.sent)
+    res.add("catchup_once" + tag, f"6. first catch-up of {label}: spans sent again", st["again"], "spans",
+            history, "history's spans", "0, every span there", "met" if once else "NOT met", ratio=False,
+            notes=f"{st['unique']:,} distinct span ids = the history's {history:,} + "
+                  f"{st['unique'] - history:,} of the {len(load.sent)} live turns; {st['spans']:,} spans received")
+    res.add("catchup_rss" + tag, f"6. peak RSS of all ccotel processes, first catch-up of {label}", peak, "MB",
+            None, "", "<= 180 MB", _met(peak <= 180), ratio=False,
+            notes=peak_notes + f"; sampled every 0.2 s, all together at most {together:.0f} MB")
 
 
 def _wait_arrival(rcv: Receiver, tool_id: str, t_ns: int, timeout_s: float) -> float | None:
@@ -1082,12 +1164,12 @@ def main(argv: list[str] | None = None) -> int:
     if "restart" in only:
         bench_restart(res, main_root, exp, log_dir, floor_rss)
     if "livecatchup" in only:
-        bench_live_catchup(res, main_root, log_dir, f"{size / 1e6:,.0f} MB")
+        bench_live_catchup(res, main_root, exp, log_dir, f"{size / 1e6:,.0f} MB")
         if args.huge:
             huge = 4_000_000_000
             huge_root = work / f"main-{huge}-s{args.seed}"
-            ensure_corpus(huge_root, size=huge, seed=args.seed, session_mean=4_000_000)
-            bench_live_catchup(res, huge_root, log_dir, f"{huge / 1e6:,.0f} MB", "_4gb")
+            hexp = ensure_corpus(huge_root, size=huge, seed=args.seed, session_mean=4_000_000)
+            bench_live_catchup(res, huge_root, hexp, log_dir, f"{huge / 1e6:,.0f} MB", "_4gb")
     res.details["machine"]["load_end"] = os.getloadavg()
     elapsed = time.perf_counter() - t_all
     doc = {"when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "quick": q, "size": size,

@@ -13,7 +13,8 @@ only in how the receiver answers and what it keeps, so those are the two knobs h
   finds its spans here. Not decoding (the benchmarks) parses nothing: every span ccotel sends has one
   ``gen_ai.operation.name`` attribute, so spans are counted by that encoded key, after answering, so the
   measured process never waits on the receiver; ``save`` writes each body to a directory (decoded
-  later), ``ids_prefix`` records when each id ``<prefix><letters>_<6 digits>`` arrived (time.time_ns).
+  later), ``ids_prefix`` records when each id ``<prefix><letters>_<6 digits>`` arrived (time.time_ns),
+  ``unique`` counts the distinct (trace id, span id) pairs and the spans that came again.
 
 ``GET /stats[?since=n]`` (HTTP) returns the counters and the arrivals after the n-th as JSON, and
 ``python -m tests.support.otlp [--port N] [--save DIR] [--ids-prefix P]`` runs a counting trace receiver
@@ -57,6 +58,9 @@ Protocol = Literal["http/protobuf", "grpc"]
 
 # KeyValue.key (field 1, length 21) = "gen_ai.operation.name": once per span ccotel exports
 _SPAN_MARK = b"\x0a\x15gen_ai.operation.name"
+# Span: trace_id (field 1, 16 bytes), span_id (2, 8 bytes), parent_span_id (4, 8 bytes) if any, then
+# name (5). A Link starts with the same two fields but never goes on to a name, so it is not counted.
+_SPAN_IDS = re.compile(rb"\x0a\x10(.{16}\x12\x08.{8})(?:\x22\x08.{8})?\x2a", re.DOTALL)
 _GRPC_SERVICE = {"traces": "opentelemetry.proto.collector.trace.v1.TraceService",
                  "metrics": "opentelemetry.proto.collector.metrics.v1.MetricsService"}
 _HOLD_LIMIT_S = 10.0  # a held request is answered after this at the latest: no test hangs on it
@@ -264,7 +268,7 @@ class OtlpReceiver:
 
     def __init__(self, decide: Decide | None = None, *, signal: Signal = "traces",
                  protocol: Protocol = "http/protobuf", decode: bool = True, port: int = 0,
-                 save: str | None = None, ids_prefix: str | None = None) -> None:
+                 save: str | None = None, ids_prefix: str | None = None, unique: bool = False) -> None:
         self.decide: Decide = decide or accept
         self.signal = signal
         self.decode = decode
@@ -276,8 +280,9 @@ class OtlpReceiver:
         self._answers: list[tuple[Request, Answer]] = []
         self._spans: list[dict[str, Any]] = []
         self._points: list[Point] = []
-        self._counts = {"bytes": 0, "spans": 0}
+        self._counts = {"bytes": 0, "spans": 0, "unique": 0, "again": 0}
         self._arrivals: list[tuple[str, int]] = []
+        self._seen: set[bytes] | None = set() if unique else None
         self._http: ThreadingHTTPServer | None = None
         self._grpc: grpc.Server | None = None
         if protocol == "grpc":
@@ -417,9 +422,15 @@ class OtlpReceiver:
                 f.write(body)
         spans = 0 if self.decode else body.count(_SPAN_MARK)
         found = [(m.decode(), arrived_ns) for m in dict.fromkeys(self._ids.findall(body))] if self._ids else []
+        ids = _SPAN_IDS.findall(body) if self._seen is not None else []
         with self._lock:
             self._counts["spans"] += spans
             self._arrivals.extend(found)
+            if self._seen is not None:
+                before = len(self._seen)
+                self._seen.update(ids)
+                self._counts["unique"] = len(self._seen)
+                self._counts["again"] += len(ids) - (len(self._seen) - before)
 
     def _grpc_server(self, port: int) -> grpc.Server:
         def export(body: bytes, context: grpc.ServicerContext) -> bytes:
@@ -499,10 +510,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--save", default=None, help="write every request body to this dir")
     ap.add_argument("--ids-prefix", default=None, help="record the arrival time of every id with this prefix")
+    ap.add_argument("--unique", action="store_true", help="count distinct span ids and the spans that came again")
     args = ap.parse_args(argv)
     if args.save:
         os.makedirs(args.save, exist_ok=True)
-    rx = OtlpReceiver(decode=False, port=args.port, save=args.save, ids_prefix=args.ids_prefix)
+    rx = OtlpReceiver(decode=False, port=args.port, save=args.save, ids_prefix=args.ids_prefix,
+                      unique=args.unique)
     sys.stdout.write(f"PORT {rx.port}\n")
     sys.stdout.flush()
     try:
