@@ -21,7 +21,7 @@ the other (the machine's load falls on all of them alike):
 - ccotel, new call and ledger commit: the same after the ledger was written to (as ``ccotel run``
   does after a call): the line's snapshot of the ledger is stale, the ledger is read;
 - ccotel, new model or day: a new call when the price memo is gone (the pricing module is loaded:
-  once per model and UTC day);
+  for a model not seen yet, a new genai-prices table, or once a month);
 - ccotel, no bytecode: the steady case with PYTHONDONTWRITEBYTECODE=1 and no ``.pyc`` of ccotel (as
   a checkout this machine's shells run: every module of the line compiled on each run);
 - ccusage: ``ccusage statusline`` (20.0.24, its defaults: offline prices, its 1 s output cache),

@@ -161,7 +161,7 @@ def test_the_price_memo_prices_as_pricing_does_and_follows_its_table(tmp_path, m
     assert [first.cost_of(m, u, t or None) for m, u, t in calls] == want
     first.save()
     again = PriceMemo(path)
-    assert len(again.prices) == 3 and [again.cost_of(m, u, t or None) for m, u, t in calls[:3]] == want[:3]
+    assert [again.cost_of(m, u, t or None) for m, u, t in calls[:3:2]] == want[:3:2]
     assert not again.added  # all found in the memo
     # a wrong price in the memo is believed only while its table is the one installed
     doc = json.loads(Path(path).read_text())
@@ -176,6 +176,33 @@ def test_the_price_memo_prices_as_pricing_does_and_follows_its_table(tmp_path, m
                    json.dumps({**doc, "prices": {k: 5 for k in doc["prices"]}}).encode(), b"\xff\xfe"):
         Path(path).write_bytes(broken)
         assert [PriceMemo(path).cost_of(m, u, t or None) for m, u, t in calls] == want, broken
+
+
+def test_a_price_is_kept_for_the_month_after_its_day_and_older_days_are_dropped(tmp_path):
+    """Pricing is loaded for a model not seen yet, or once its month of prices has run out: a call
+    of a model the memo holds, on any of the 31 days from the day it was priced, is priced from
+    the memo, exactly as pricing prices it on that day; days before yesterday are dropped, so the
+    memo holds at most 32 days of each model."""
+    path = str(tmp_path / PRICES_FILE)
+    day = 86_400 * 10**9
+    usage = (1_000, 200, 40_000, 300, 0, 0, 0)
+    models = ("claude-opus-4-6", "claude-sonnet-4-5-20250929", "no-such-model-x")
+    first = PriceMemo(path)
+    for m in models:
+        first.cost_of(m, usage, 20_460 * day + 7)
+    first.save()
+    for d in range(20_460, 20_491):
+        memo = PriceMemo(path)
+        for m in models:
+            assert memo.cost_of(m, usage, d * day + 3_600 * 10**9) == DEFAULT_PRICING.cost_of(m, usage, d * day)
+        assert not memo.added, d
+    later = PriceMemo(path)
+    assert later.cost_of(models[0], usage, 20_491 * day) == DEFAULT_PRICING.cost_of(models[0], usage, 20_491 * day)
+    assert later.added  # past the month: pricing again
+    later.save()
+    days = {int(k.split(" ")[0]) for k in PriceMemo(path).prices}
+    assert min(days) == 20_490 and max(days) == 20_491 + 30
+    assert len(PriceMemo(path).prices) == len(models) * 32
 
 
 # -- the session cache --------------------------------------------------------------------------
@@ -409,7 +436,7 @@ def test_what_it_loads_is_an_allow_list(tmp_path):
         db.execute("UPDATE calls SET cost = cost + 1")
     out3, changed = _loaded(args, doc)
     assert out3 == out2 and changed <= ALLOWED and "_sqlite3" in changed, changed - ALLOWED  # (calls of other days)
-    new.update(uuid="new-2", requestId="req_new_2", timestamp="2026-11-27T10:00:00.000Z")  # a day not priced yet
+    new.update(uuid="new-2", requestId="req_new_2", timestamp="2030-01-01T10:00:00.000Z")  # past the memo's month
     new["message"] = {**new["message"], "id": "msg_new_2"}
     with main.open("a") as f:
         f.write(json.dumps(new) + "\n")

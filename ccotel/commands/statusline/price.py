@@ -1,11 +1,14 @@
 """The prices of the status line's new calls without loading ``ccotel.spans.pricing`` (dataclasses,
-orjson, records, hashlib: more than the rest of the line costs), which is loaded once per model
-and UTC day instead: the price it chose for a (model, day) is kept in ``statusline/prices.memo.json``
-under the state, with the genai-prices table it came from (its data file's path, size and mtime)
-and the Python that ran it; another table or Python drops them all. A call of a model and day
-found there is priced here with pricing's arithmetic (``Price.cost_of``: the same floats, in the
-same order; tests hold the two equal). A call without a time is priced by pricing itself (as
-pricing keeps no day for it)."""
+orjson, records, hashlib: more than the rest of the line costs), which is loaded for a model not
+seen yet and once a month: the price it chose for a (model, day) is kept in
+``statusline/prices.memo.json`` under the state, for that day and the month after it, for every
+model kept (the table's prices change on UTC dates it already holds, so a later day is priced
+exactly as on that day; yesterday's stay for a session across midnight, older days are dropped),
+with the genai-prices table it came from (its data file's path, size and mtime) and the Python
+that ran it; another table or Python drops them all. A call of a model and day found there is
+priced here with pricing's arithmetic (``Price.cost_of``: the same floats, in the same order;
+tests hold the two equal). A call without a time is priced by pricing itself (as pricing keeps
+no day for it)."""
 
 from __future__ import annotations
 
@@ -22,6 +25,7 @@ __all__ = ["PriceMemo", "cost_at"]
 
 _VERSION = 1
 _DAY_NS = 86_400 * 1_000_000_000
+_AHEAD_DAYS = 31
 
 
 def _rate(rate: list[Any], total_input: int) -> float:
@@ -92,6 +96,14 @@ class PriceMemo:
         if self.table is None or not _same_table(self.table):
             self.prices, self.table = {}, _table(price_table_file())
         self.prices[key] = rates
+        day = at_ns // _DAY_NS
+        models = {k.partition(" ")[2] for k in self.prices}
+        kept = {k: v for k, v in self.prices.items() if int(k.partition(" ")[0]) >= day - 1}
+        for d in range(day, day + _AHEAD_DAYS):
+            for m in models:
+                if f"{d} {m}" not in kept:
+                    kept[f"{d} {m}"] = price_as_json(DEFAULT_PRICING.price(m, d * _DAY_NS))
+        self.prices = kept
         self.added = True
         return None if rates is None else cost_at(rates, usage)
 
