@@ -112,14 +112,7 @@ def _read_entries(job: list[_Todo], max_line_bytes: int, pricing: Pricing) -> li
 def _combine(entries: list[GroupEntry], pricing: Pricing, want_calls: bool) -> tuple[Summed, list[CallRow]]:
     """The groups' sums and places in their order (and their calls, if wanted); a call that more
     than one group holds belongs to the oldest, merged with the others' and priced again."""
-    owner: dict[str, int] = {}
-    linked: set[int] = set()
-    for i, e in enumerate(entries):
-        for key in e.keys:
-            j = owner.setdefault(key, i)
-            if j != i:
-                linked.update((i, j))
-    final = _merged(entries, sorted(linked), pricing)
+    final = _merged(entries, _sharing(entries), pricing)
     sums: CallSums = {}
     places: list[tuple[str, str | None, str | None]] = []
     out: list[CallRow] = []
@@ -137,6 +130,18 @@ def _combine(entries: list[GroupEntry], pricing: Pricing, want_calls: bool) -> t
         if want_calls:
             out += call_rows
     return Summed(sums, places), out
+
+
+def _sharing(entries: list[GroupEntry]) -> list[int]:
+    """The groups that may hold a call another group holds too (by the keys' digests, in set
+    operations: no Python per call)."""
+    seen: set[int] = set()
+    shared: set[int] = set()
+    for e in entries:
+        if not seen.isdisjoint(e.digests):
+            shared.update(seen.intersection(e.digests))
+        seen.update(e.digests)
+    return [i for i, e in enumerate(entries) if shared and not shared.isdisjoint(e.digests)]
 
 
 def _merged(entries: list[GroupEntry], linked: list[int], pricing: Pricing) -> dict[int, list[tuple[Any, ...]]]:

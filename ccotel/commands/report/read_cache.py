@@ -13,6 +13,7 @@ written again after the report."""
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import struct
@@ -24,7 +25,7 @@ import msgspec
 from ccotel import __version__
 
 __all__ = ["CACHE_FILE", "FORMAT", "MAGIC", "MAX_BYTES", "FileKey", "GroupEntry", "Row", "Sum", "Place",
-           "fingerprint", "file_key", "load", "save", "encode_entry", "decode_entry", "decode_rows"]
+           "fingerprint", "key_digest", "file_key", "load", "save", "encode_entry", "decode_entry", "decode_rows"]
 
 log = logging.getLogger("ccotel.report")
 
@@ -55,11 +56,13 @@ class FileKey(msgspec.Struct, frozen=True, array_like=True):
 
 class GroupEntry(msgspec.Struct, frozen=True, array_like=True):
     """What one session group's files gave: the key of each file, the time span of the first
-    (the groups' order), the call keys, their sums and places, and the calls themselves, encoded."""
+    (the groups' order), a digest of each call key (``key_digest``: which groups may share a call;
+    two keys with one digest only make their groups' calls decoded and merged by key), the calls'
+    sums and places, and the calls themselves, encoded."""
 
     files: tuple[FileKey, ...]
     span: tuple[int, int]
-    keys: tuple[str, ...]
+    digests: tuple[int, ...]
     sums: tuple[Sum, ...]
     places: tuple[Place, ...]
     rows: msgspec.Raw  # tuple[Row, ...]: decoded only when the calls are needed
@@ -88,6 +91,11 @@ def fingerprint() -> str:
     return f"ccotel {__version__} prices {os.path.basename(default_cache_path() or 'none')}"
 
 
+def key_digest(key: str) -> int:
+    """64 bits of a call key's hash: a set of these is quicker to build than one of the keys."""
+    return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "little")
+
+
 def file_key(root: str, path: str) -> FileKey | None:
     try:
         st = os.stat(path)
@@ -98,7 +106,7 @@ def file_key(root: str, path: str) -> FileKey | None:
 
 def encode_entry(files: tuple[FileKey, ...], span: tuple[int, int], keys: Sequence[str], sums: Sequence[Sum],
                  places: Sequence[Place], rows: Sequence[Row]) -> bytes:
-    return _encoder.encode(GroupEntry(files, span, tuple(keys), tuple(sums), tuple(places),
+    return _encoder.encode(GroupEntry(files, span, tuple(map(key_digest, keys)), tuple(sums), tuple(places),
                                       msgspec.Raw(_encoder.encode(rows))))
 
 

@@ -190,8 +190,7 @@ def merge_sums(into: CallSums, sums: Iterable[tuple[tuple[str, str | None, bool,
         if have is None:
             into[key] = list(s)
             continue
-        for i in range(10):
-            have[i] += s[i]
+        have[:10] = [a + b for a, b in zip(have[:10], s[:10], strict=True)]
         if s[10]:
             have[10] = min(have[10], s[10]) if have[10] else s[10]
         have[11] = max(have[11], s[11])
