@@ -71,11 +71,13 @@ def read_transcripts(options: ReadOptions, workers: int | None, parallel_min_byt
         if entry is None:
             todo.append((index, group, fks, span_of(group[0][1].path)))
         entries.append(entry)
+    encoded: dict[int, bytes] = {}  # the entries just read, as they are written
     for index, data in _read(todo, options, workers, parallel_min_bytes):
         entries[index] = decode_entry(data)
+        encoded[index] = data
     read = [e for e in entries if e is not None]
     if cache_dir and (todo or len(read) != len(cached)):
-        save(cache_dir, [e for e in read if e.files])
+        save(cache_dir, [encoded.get(i, e) for i, e in enumerate(read) if e.files])
     summed, rows = _combine(read, options.pricing, calls)
     return Data(rows, [], [], [], "transcripts", summed=None if calls else summed)
 

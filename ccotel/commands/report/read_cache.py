@@ -153,13 +153,14 @@ def _unusable(data: bytes) -> str | None:
     return None
 
 
-def save(state_dir: str, entries: Sequence[GroupEntry]) -> None:
-    """Write the entries (in the groups' order, oldest first: as many as fit in MAX_BYTES) whole or
-    not at all, private. A failure is let go: without the cache the next report reads again."""
+def save(state_dir: str, entries: Sequence[GroupEntry | bytes]) -> None:
+    """Write the entries (in the groups' order, oldest first: as many as fit in MAX_BYTES; an entry
+    as read from the cache, or as ``encode_entry`` gave it) whole or not at all, private. A failure
+    is let go: without the cache the next report reads again."""
     kept: list[msgspec.Raw] = []
     size = 0
     for entry in entries:
-        data = _encoder.encode(entry)
+        data = entry if isinstance(entry, bytes) else _encoder.encode(entry)
         size += len(data)
         if size > MAX_BYTES - 4096:
             break
