@@ -248,3 +248,22 @@ def test_read_group_by_group_equals_the_one_process_read(history, tmp_path):
                 assert listed.calls == one.calls, root
                 for q in queries:
                     assert as_json(summarize(summed, q)) == as_json(summarize(one, q)), (root, q)
+
+
+def test_a_checksummed_cache_whose_calls_do_not_decode_is_read_as_absent(history, tmp_path, caplog):
+    """The calls are decoded only when needed (a call two groups hold, the blocks view): a cache
+    that passes its checksum but whose calls are not calls is no crash either."""
+    import msgspec
+
+    from ccotel.commands.report import read_cache
+
+    state = tmp_path / "state"
+    first = {v: _run(*_common(history, state), *v) for v in (("session", "--json"), ("blocks", "--json"))}
+    entries = list(read_cache.load(str(state)).values())
+    read_cache.save(str(state), [msgspec.structs.replace(e, rows=msgspec.Raw(msgspec.msgpack.encode(["not", 1])))
+                                 for e in entries])
+    assert len(read_cache.load(str(state))) == len(entries)  # the checksum holds
+    caplog.set_level(logging.DEBUG, logger="ccotel.report")
+    for v, want in first.items():
+        assert _run(*_common(history, state), *v) == want
+    assert sum("report cache" in r.getMessage() for r in caplog.records) == 1

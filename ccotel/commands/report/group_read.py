@@ -9,7 +9,10 @@ again; only those groups' calls are decoded, the others' sums are taken as they 
 
 from __future__ import annotations
 
+import logging
 from typing import Any
+
+import msgspec
 
 from ccotel.commands.report.read_cache import (
     FileKey,
@@ -17,6 +20,7 @@ from ccotel.commands.report.read_cache import (
     Row,
     decode_entry,
     decode_rows,
+    discard,
     encode_entry,
     file_key,
     load,
@@ -40,6 +44,8 @@ from ccotel.store.ledger import SLOT_NS, CallRow
 
 __all__ = ["read_transcripts"]
 
+log = logging.getLogger("ccotel.report")
+
 # A group to read: its index in the groups' order, its files, their keys (() when one could not be
 # stat'ed: not cached) and its time span.
 _Todo = tuple[int, Group, tuple[FileKey, ...], tuple[int, int]]
@@ -52,8 +58,8 @@ def read_transcripts(options: ReadOptions, workers: int | None, parallel_min_byt
     cached = load(cache_dir) if cache_dir else {}
     files = find(options.roots, options.since_ns, {})
     keys = {(root, tf.path): file_key(root, tf.path) for root, tf in files}  # before anything is read
-    spans = {e.files[0].path: e.span for e in cached.values() if keys.get((e.files[0].root, e.files[0].path))
-             == e.files[0]}
+    spans = {e.files[0].path: e.span for e in cached.values()
+             if e.files and keys.get((e.files[0].root, e.files[0].path)) == e.files[0]}
 
     def span_of(path: str) -> tuple[int, int]:
         span = spans.get(path)
@@ -78,7 +84,13 @@ def read_transcripts(options: ReadOptions, workers: int | None, parallel_min_byt
     read = [e for e in entries if e is not None]
     if cache_dir and (todo or len(read) != len(cached)):
         save(cache_dir, [encoded.get(i, e) for i, e in enumerate(read) if e.files])
-    summed, rows = _combine(read, options.pricing, calls)
+    try:
+        summed, rows = _combine(read, options.pricing, calls)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:  # calls that do not decode: checksummed, yet
+        log.debug("report cache in %s not used: its calls do not decode (%s)", cache_dir, exc)
+        if cache_dir:
+            discard(cache_dir)
+        return read_transcripts(options, workers, parallel_min_bytes, None, calls)
     return Data(rows, [], [], [], "transcripts", summed=None if calls else summed)
 
 

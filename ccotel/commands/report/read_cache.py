@@ -25,7 +25,8 @@ import msgspec
 from ccotel import __version__
 
 __all__ = ["CACHE_FILE", "FORMAT", "MAGIC", "MAX_BYTES", "FileKey", "GroupEntry", "Row", "Sum", "Place",
-           "fingerprint", "key_digest", "file_key", "load", "save", "encode_entry", "decode_entry", "decode_rows"]
+           "fingerprint", "key_digest", "file_key", "load", "save", "discard", "encode_entry", "decode_entry",
+           "decode_rows"]
 
 log = logging.getLogger("ccotel.report")
 
@@ -181,3 +182,11 @@ def save(state_dir: str, entries: Sequence[GroupEntry | bytes]) -> None:
             os.unlink(tmp)
         except OSError:
             pass
+
+
+def discard(state_dir: str) -> None:
+    """Remove the cache (its calls did not decode): the next report writes it again."""
+    try:
+        os.unlink(os.path.join(state_dir, CACHE_FILE))
+    except OSError:
+        pass
