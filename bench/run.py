@@ -576,12 +576,20 @@ def bench_report(res: Results, root: Path, exp: dict[str, Any], log_dir: Path, r
     no_ledger = ["--no-ledger"] if supports("report", "--no-ledger") else []
     ledger_dir = log_dir / f"state-backfill{tag}"
     with_ledger = supports("report", "--state-dir") and (ledger_dir / "ledger.db").exists()
-    ours, theirs, single, led, floor = [], [], [], [], []
+    ours, theirs, single, led, floor, cached = [], [], [], [], [], []
     home = Path(tempfile.mkdtemp(prefix="ccotel-bench-ccusage-"))
     base = [PY, "-m", "ccotel", "report", "--json", "--root", str(root)]
+    # A state dir without a ledger: the first report leaves the report cache there, the next use it.
+    cache_dir = log_dir / f"state-report-cache{tag}"
+    shutil.rmtree(cache_dir, ignore_errors=True)
+    with_cache = supports("report", "--state-dir")
     try:
         for i in range(repeat):
             ours.append(timed([*base, *no_ledger], _env(), log_dir, f"report{tag}{i}"))
+            if with_cache:
+                if i == 0:
+                    timed([*base, "--state-dir", str(cache_dir)], _env(), log_dir, f"report_cache_first{tag}")
+                cached.append(timed([*base, "--state-dir", str(cache_dir)], _env(), log_dir, f"report_cache{tag}{i}"))
             env = cc._private_env(home, root)  # noqa: SLF001 - the same private env the tests use
             theirs.append(timed([str(binary), "claude", "session", "--json", "--offline", "--timezone", "UTC"],
                                 env, log_dir, f"ccusage{tag}{i}"))
@@ -621,6 +629,13 @@ def bench_report(res: Results, root: Path, exp: dict[str, Any], log_dir: Path, r
     res.add("report_single" + tag, f"2. ccotel report --workers 1 (one process) vs ccusage{where}", c["wall_s"], "s",
             b["wall_s"], "ccusage", "", "same totals" if rows(c["stdout"]) == gen else "totals DIFFER",
             notes=f"CPU {c['cpu_s']:.1f} s; the default splits the read over the cores (shard.py)")
+    if cached:
+        e = min(cached, key=lambda x: x["wall_s"])
+        same = rows(e["stdout"]) == gen
+        res.add("report_cache" + tag, f"2. ccotel report, second run (the report cache) vs ccusage{where}", e["wall_s"],
+                "s", b["wall_s"], "ccusage", "<= 0.1x ccusage", _met(same and e["wall_s"] <= 0.1 * b["wall_s"]),
+                notes=f"no ledger: report-cache.bin left by the first report; CPU {e['cpu_s']:.2f} s; totals "
+                      f"{'equal' if same else 'DIFFER'}")
     if led:
         d = min(led, key=lambda x: x["wall_s"])
         same = rows(d["stdout"]) == gen

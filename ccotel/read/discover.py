@@ -25,7 +25,7 @@ from ccotel.read.tail import FileIdentity, Marker
 from ccotel.records import FileKind, TranscriptFile
 
 __all__ = ["default_roots", "classify", "scan", "ScanCache", "within_root", "find", "unread_bytes", "session_groups",
-           "Checkpoint", "size_of", "mtime_ns", "readable_under", "outside_root", "PATH_OUTSIDE_ROOT"]
+           "time_span", "Checkpoint", "size_of", "mtime_ns", "readable_under", "outside_root", "PATH_OUTSIDE_ROOT"]
 
 log = logging.getLogger("ccotel.read")
 
@@ -275,10 +275,13 @@ def unread_bytes(path: str, checkpoints: Mapping[str, Checkpoint]) -> int:
 
 
 def session_groups(files: list[tuple[str, TranscriptFile]],
-                   checkpoints: Mapping[str, Checkpoint] | None = None) -> list[Group]:
+                   checkpoints: Mapping[str, Checkpoint] | None = None,
+                   span: Callable[[str], tuple[int, int]] | None = None) -> list[Group]:
     """Main file + subagent files of one session together; a project with 2.0.x flat agent
     files is one group (their session is only named inside them). With ``checkpoints``, groups
-    with nothing left to read come first, in no particular order (their files are not opened)."""
+    with nothing left to read come first, in no particular order (their files are not opened).
+    ``span``: a file's first and last time (default ``time_span``: read from the file)."""
+    span_of = time_span if span is None else span
     groups: dict[tuple[str, str, str | None], Group] = {}
     flat_projects = {(root, tf.project) for root, tf in files if tf.kind is FileKind.FLAT_AGENT}
     for root, tf in files:
@@ -292,7 +295,7 @@ def session_groups(files: list[tuple[str, TranscriptFile]],
     def order(group: Group) -> tuple[int, int]:
         if checkpoints is not None and not any(unread_bytes(tf.path, checkpoints) for _, tf in group):
             return (0, 0)
-        return _time_span(group[0][1].path)
+        return span_of(group[0][1].path)
 
     return sorted(groups.values(), key=order)
 
@@ -301,7 +304,7 @@ _SPAN_WINDOW = 1 << 16  # a file's time span is read from its first and last 64 
 _SPAN_PROBE = 1 << 13  # ... of which these 8 KiB are enough for almost every file
 
 
-def _time_span(path: str) -> tuple[int, int]:
+def time_span(path: str) -> tuple[int, int]:
     """First and last line timestamps of a file, from its first and last 64 KiB. The first and
     last 8 KiB are read first: a whole line with a timestamp in them is the same line in 64 KiB
     (two 64 KiB reads and their split, per session, were a visible share of a one-process backfill

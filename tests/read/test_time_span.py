@@ -1,4 +1,4 @@
-"""discover._time_span (which orders a history's sessions, oldest first) reads 8 KiB at each end
+"""discover.time_span (which orders a history's sessions, oldest first) reads 8 KiB at each end
 before 64 KiB: the same first and last timestamps as reading the 64 KiB at once, held so by
 hypothesis over files made to break it (long lines across both bounds, timestamps nested or cut,
 no final newline, files shorter than either window)."""
@@ -15,7 +15,7 @@ from ccotel.read.parse_time import parse_timestamp
 
 
 def _reference(path: str) -> tuple[int, int]:
-    """The first and last timestamps in the first and last 64 KiB, as _time_span always gave."""
+    """The first and last timestamps in the first and last 64 KiB, as time_span always gave."""
     def stamps(chunk: bytes) -> list[int]:
         out = []
         for line in chunk.split(b"\n"):
@@ -55,11 +55,11 @@ def test_the_time_span_equals_reading_64_kib_at_each_end(tmp_path_factory, lines
     path = tmp_path_factory.mktemp("span") / "s.jsonl"
     text = "\n".join(lines) + ("\n" if newline_at_end and lines else "")
     path.write_text(text)
-    assert discover._time_span(str(path)) == _reference(str(path))
+    assert discover.time_span(str(path)) == _reference(str(path))
 
 
 def test_a_file_that_cannot_be_read_has_no_time_span(tmp_path):
-    assert discover._time_span(str(tmp_path / "gone.jsonl")) == (0, 0)
+    assert discover.time_span(str(tmp_path / "gone.jsonl")) == (0, 0)
 
 
 def test_a_stamp_cut_by_the_first_8_kib_is_not_taken(tmp_path):
@@ -73,4 +73,4 @@ def test_a_stamp_cut_by_the_first_8_kib_is_not_taken(tmp_path):
         assert line.index(stamp) + cut == discover._SPAN_PROBE
         path = tmp_path / f"cut{cut}.jsonl"
         path.write_text(line + "\n" + '{"timestamp":"2025-02-01T00:00:00.000Z"}\n')
-        assert discover._time_span(str(path)) == _reference(str(path)) == (1736471542123000000, 1738368000000000000)
+        assert discover.time_span(str(path)) == _reference(str(path)) == (1736471542123000000, 1738368000000000000)

@@ -90,9 +90,12 @@ def run(args: argparse.Namespace, now_ns: int | None = None) -> int:
     roots = tuple(args.root or _default_roots())
     overrides: dict[str, Price] | None = args.prices  # read and checked by --prices' type (options.price_file)
     ledger = None
+    cache_dir = None  # the report cache's dir (group_read.py): a local state dir, default prices
     if not args.no_ledger:  # the state dir is looked for only when its ledger may be used
         state_dir = _state_location(getattr(args, "state", None), args.state_dir)
         ledger = open_ledger(state_dir, roots, getattr(args, "host_id", None))
+        if state_dir and overrides is None and not state_dir.startswith(("postgresql://", "postgres://")):
+            cache_dir = state_dir
     q = Query(view=args.view, tz=args.timezone, since=args.since, until=args.until,
               start_of_week=WEEKDAYS.index(args.start_of_week), order=args.order)
     try:
@@ -109,8 +112,14 @@ def run(args: argparse.Namespace, now_ns: int | None = None) -> int:
             from ccotel.spans.pricing import DEFAULT_PRICING, Pricing
 
             pricing = DEFAULT_PRICING if overrides is None else Pricing(overrides)
-            data = gather(ReadOptions(roots=roots, pricing=pricing), ledger, workers=args.workers,
-                          parallel_min_bytes=int(args.parallel_min_mb * 1e6))
+            options = ReadOptions(roots=roots, pricing=pricing)
+            if ledger is None:
+                from ccotel.commands.report.group_read import read_transcripts
+
+                data = read_transcripts(options, args.workers, int(args.parallel_min_mb * 1e6), cache_dir,
+                                        calls=q.view == "blocks")
+            else:
+                data = gather(options, ledger, workers=args.workers, parallel_min_bytes=int(args.parallel_min_mb * 1e6))
             if q.view == "blocks":
                 from ccotel.commands.report.blocks_view import print_blocks
 

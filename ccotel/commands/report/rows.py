@@ -10,7 +10,7 @@ from datetime import date, tzinfo
 from ccotel.rules.model_name import reported_model
 from ccotel.store.ledger import AgentRow, CallRow, ToolRow, TurnRow
 
-__all__ = ["VIEWS", "WEEKDAYS", "Query", "Data", "ModelTotals", "Row", "Report", "report_models"]
+__all__ = ["VIEWS", "WEEKDAYS", "Query", "CallSums", "Summed", "Data", "ModelTotals", "Row", "Report", "report_models"]
 
 # == the views: daily, weekly, monthly, session, project ==========================================
 #
@@ -37,6 +37,21 @@ class Query:
     order: str = "asc"
 
 
+# Calls summed per (session, model, failed, slot): calls, the seven usage sums, calls with a cost,
+# their cost in nano-dollars, the earliest non-zero time (0: none) and the latest (summary.call_sums).
+CallSums = dict[tuple[str, str | None, bool, int], list[int]]
+
+
+@dataclass(frozen=True)
+class Summed:
+    """Calls summed as they were read, group by group (transcripts.py without a ledger): per
+    quarter hour (slot: time // ledger.SLOT_NS), in the order each sum's first call comes, and
+    each session's places (summary.place_items), in the calls' order."""
+
+    sums: CallSums
+    places: list[tuple[str, str | None, str | None]]
+
+
 @dataclass(frozen=True)
 class Data:
     """Everything a report sums: calls (ledger and transcripts, once each) and the ledger's rows."""
@@ -50,6 +65,7 @@ class Data:
     # still open): their rows' tool calls, subagents and health are not known; and why.
     unrecorded: list[CallRow] = field(default_factory=list)
     unknown_reason: str | None = None
+    summed: Summed | None = None  # the calls summed rather than listed (``calls`` is then empty)
 
 
 @dataclass
@@ -124,7 +140,7 @@ class Row:
     def add_calls(self, model: str | None, failed: bool, n: int, usage: Sequence[int], priced: int,
                   cost: int, first_ns: int, last_ns: int) -> None:
         """``n`` calls of one model (their sums; ``cost`` in nano-dollars, ``priced`` of them with a
-        price), from the ledger's totals or summary._call_sums."""
+        price), from the ledger's totals or summary.call_sums."""
         self.seen(first_ns)
         self.seen(last_ns)
         if failed:

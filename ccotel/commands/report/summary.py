@@ -8,10 +8,11 @@ import time
 from collections.abc import Iterable, Sequence
 from datetime import date, datetime, timedelta, tzinfo
 
-from ccotel.commands.report.rows import Data, Query, Report, Row
+from ccotel.commands.report.rows import CallSums, Data, Query, Report, Row
 from ccotel.store.ledger import SLOT_NS, CallRow, TurnRow, nano_usd
 
-__all__ = ["Dates", "Rows", "summarize", "needs_slots", "places_by_session", "in_time_order"]
+__all__ = ["Dates", "Rows", "summarize", "needs_slots", "call_sums", "merge_sums", "places_by_session",
+           "place_items", "in_time_order"]
 
 class Dates:
     """Unix ns -> the local date in a zone (the system's when None), cached per quarter hour."""
@@ -114,12 +115,17 @@ class Rows:
 def summarize(data: Data, q: Query) -> Report:
     """Sum the data into the rows of ``q.view`` (items outside --since/--until left out)."""
     turns = in_time_order(data.turns)
-    rows = Rows(q, places_by_session([(c.session_id, c.project, c.cwd) for c in data.calls]
-                                     + [(t.session_id, t.project, t.cwd) for t in turns]))
     slot_ns = SLOT_NS if needs_slots(q) else None
+    summed = data.summed
+    if summed is None:
+        places = [(c.session_id, c.project, c.cwd) for c in data.calls]
+        sums = call_sums(data.calls, slot_ns)
+    else:  # summed per quarter hour as read: one sum per session and model when the view needs no more
+        places = summed.places
+        sums = summed.sums if slot_ns else merge_sums({}, summed.sums.items(), by_slot=False)
+    rows = Rows(q, places_by_session(places + [(t.session_id, t.project, t.cwd) for t in turns]))
     with_calls = set()
-    for (sid, model, failed, slot), (n, *usage, priced, cost, first_ns, last_ns) in _call_sums(data.calls,
-                                                                                             slot_ns).items():
+    for (sid, model, failed, slot), (n, *usage, priced, cost, first_ns, last_ns) in sums.items():
         with_calls.add(sid)
         ns = slot * (slot_ns or 0)  # any time in the slot: the date lookups are per slot
         if rows.inside(ns):
@@ -143,7 +149,7 @@ def needs_slots(q: Query) -> bool:
     return not (q.view in ("session", "project") and q.since is None and q.until is None)
 
 
-def _call_sums(calls: Iterable[CallRow], slot_ns: int | None) -> dict[tuple[str, str | None, bool, int], list[int]]:
+def call_sums(calls: Iterable[CallRow], slot_ns: int | None) -> CallSums:
     """The calls summed per (session, model, failed, slot), as the ledger's call_totals keeps them:
     calls, the seven usage sums, calls with a cost, their cost in nano-dollars, the earliest
     non-zero time (0: none) and the latest; in the order each group's first call comes."""
@@ -171,6 +177,45 @@ def _call_sums(calls: Iterable[CallRow], slot_ns: int | None) -> dict[tuple[str,
             s[10] = min(s[10], t) if s[10] else t
             s[11] = max(s[11], t)
     return sums
+
+
+def merge_sums(into: CallSums, sums: Iterable[tuple[tuple[str, str | None, bool, int], Sequence[int]]],
+               by_slot: bool = True) -> CallSums:
+    """Add sums (of later calls) to ``into`` as ``call_sums`` would have summed their calls: the
+    same sums in the same order (``by_slot`` False: each slot's sums into slot 0)."""
+    for key, s in sums:
+        if not by_slot:
+            key = (key[0], key[1], key[2], 0)
+        have = into.get(key)
+        if have is None:
+            into[key] = list(s)
+            continue
+        have[:10] = [a + b for a, b in zip(have[:10], s[:10], strict=True)]
+        if s[10]:
+            have[10] = min(have[10], s[10]) if have[10] else s[10]
+        have[11] = max(have[11], s[11])
+    return into
+
+
+def place_items(places: Iterable[tuple[str, str | None, str | None]]) -> list[tuple[str, str | None, str | None]]:
+    """The (session, project, cwd) items that can change ``places_by_session``'s answer, in their
+    order: a session's first, its first with a project and its first with a cwd (after those its
+    place is set). Given these instead of all, also after other items, it answers the same."""
+    out: list[tuple[str, str | None, str | None]] = []
+    first: set[str] = set()
+    with_project: set[str] = set()
+    with_cwd: set[str] = set()
+    for item in places:
+        sid, project, cwd = item
+        new = sid not in first
+        if new or (project and sid not in with_project) or (cwd and sid not in with_cwd):
+            out.append(item)
+            first.add(sid)
+            if project:
+                with_project.add(sid)
+            if cwd:
+                with_cwd.add(sid)
+    return out
 
 
 def places_by_session(places: Iterable[tuple[str, str | None, str | None]]

@@ -18,7 +18,7 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 
@@ -40,6 +40,9 @@ if TYPE_CHECKING:
     from ccotel.run.pipeline import Options
 
 __all__ = ["ReadOptions", "build_report", "report_from_spans", "read_rows", "gather"]
+
+_J = TypeVar("_J")
+_R = TypeVar("_R")
 
 
 @dataclass(frozen=True)
@@ -390,19 +393,19 @@ def read_rows(options: Options | ReadOptions, workers: int | None, parallel_min_
 _JOBS_PER_PROCESS = 4
 
 
-def _read_jobs(jobs: list[list[tuple[int, Group]]], n: int, max_line_bytes: int,
-               pricing: Pricing) -> list[list[tuple[Any, ...]]]:
-    """``_read_shard`` of every job (heaviest first) over ``n`` processes, this one included: the
-    workers take jobs from the heaviest on, this process from the lightest, each job once (a job
-    is this process's only if no worker has started it: ``Future.cancel``)."""
+def _read_jobs(jobs: list[_J], n: int, max_line_bytes: int, pricing: Pricing,
+               read: Callable[[_J, int, Pricing], _R] = _read_shard) -> list[_R]:  # type: ignore[assignment]
+    """``read`` (``_read_shard``) of every job (heaviest first) over ``n`` processes, this one
+    included: the workers take jobs from the heaviest on, this process from the lightest, each job
+    once (a job is this process's only if no worker has started it: ``Future.cancel``)."""
     from concurrent.futures import ProcessPoolExecutor  # only when a history is read in parallel
 
-    results: list[list[tuple[Any, ...]]] = []
+    results: list[_R] = []
     with ProcessPoolExecutor(min(n - 1, len(jobs) - 1), mp_context=process_context()) as pool:
-        futures = [pool.submit(_read_shard, job, max_line_bytes, pricing) for job in jobs]
+        futures = [pool.submit(read, job, max_line_bytes, pricing) for job in jobs]
         for job, future in zip(reversed(jobs), reversed(futures), strict=True):
             if future.cancel():
-                results.append(_read_shard(job, max_line_bytes, pricing))
+                results.append(read(job, max_line_bytes, pricing))
         results += [f.result() for f in futures if not f.cancelled()]
     return results
 
