@@ -23,6 +23,7 @@ report buckets calls by it, from the ledger and from transcripts alike.
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import time
@@ -387,6 +388,30 @@ class Ledger:
         return self.db.execute(
             f"SELECT session_id, {slot} AS slot, count(*) FROM agents GROUP BY session_id, slot "
             "ORDER BY session_id, slot").fetchall()
+
+    def turn_sums(self, slot_ns: int | None) -> list[tuple[Any, ...]]:
+        """Per (session, slot): session, slot, killed turns, reset turns (lost_tools > 0), the
+        earliest non-zero time (None: none) and the latest of those two kinds of turns (None:
+        none), and the same two times of all its turns (summary.turn_sums: the same from rows)."""
+        slot = _slot_sql(slot_ns)
+        marked = "(outcome = 'killed' OR lost_tools > 0)"
+        return self.db.execute(
+            f"SELECT session_id, {slot} AS slot, sum(outcome = 'killed'), sum(lost_tools > 0), "
+            f"min(CASE WHEN {marked} AND time_ns != 0 THEN time_ns END), max(CASE WHEN {marked} THEN time_ns END), "
+            "min(CASE WHEN time_ns != 0 THEN time_ns END), max(time_ns) FROM turns GROUP BY session_id, slot"
+        ).fetchall()
+
+    def first_turns(self) -> dict[str, int]:
+        """Each session's earliest turn time."""
+        return dict(self.db.execute("SELECT session_id, min(time_ns) FROM turns GROUP BY session_id").fetchall())
+
+    def turn_places(self, sessions: Sequence[str]) -> list[tuple[str, str | None, str | None]]:
+        """(session, project, cwd) of each turn of ``sessions`` and of the sessions without a call,
+        in time order (ties by span id, as summary.in_time_order)."""
+        return self.db.execute(
+            "SELECT session_id, project, cwd FROM turns WHERE session_id IN (SELECT value FROM json_each(?)) "
+            "OR session_id NOT IN (SELECT session_id FROM call_totals) ORDER BY time_ns, span_id",
+            (json.dumps(list(sessions)),)).fetchall()
 
     # -- internals (postgres_ledger.PgLedger: the same over PostgreSQL) -----------
 

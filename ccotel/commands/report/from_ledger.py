@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ccotel.commands.report.rows import Query, Report
-from ccotel.commands.report.summary import Rows, in_time_order, needs_slots, places_by_session
+from ccotel.commands.report.summary import Rows, needs_slots, places_by_session
 from ccotel.read.layout import projects_dir
 from ccotel.store.ledger import LEDGER_FILE, SLOT_NS, Ledger, LedgerError
 
@@ -98,9 +98,10 @@ def summarize_ledger(ledger: Ledger, q: Query) -> Report:
     by_slot = needs_slots(q)
     slot_ns = SLOT_NS if by_slot else None
     totals = ledger.call_totals(by_slot)
-    turns = in_time_order(ledger.turns())
-    places = [(sid, project, cwd) for sid, _t, _r, project, cwd in ledger.session_places()]
-    rows = Rows(q, places_by_session(places + [(t.session_id, t.project, t.cwd) for t in turns]))
+    where = places_by_session((sid, project, cwd) for sid, _t, _r, project, cwd in ledger.session_places())
+    # a session whose calls gave both its project and cwd keeps them: its turns are not read for them
+    unplaced = [sid for sid, (project, cwd) in where.items() if project is None or cwd is None]
+    rows = Rows(q, places_by_session(ledger.turn_places(unplaced), where))
     if q.view == "project":
         _project_rows(ledger, rows, totals, slot_ns)
     with_calls = set()
@@ -120,7 +121,7 @@ def summarize_ledger(ledger: Ledger, q: Query) -> Report:
         ns = slot * (slot_ns or 0)
         if rows.inside(ns):
             rows.row(ns, sid).subagents += n
-    rows.add_turns(turns, with_calls)
+    rows.add_turns(ledger.turn_sums(slot_ns), ledger.first_turns(), with_calls, slot_ns)
     return rows.report("ledger")
 
 

@@ -5,13 +5,14 @@ from_ledger.py sums a ledger's totals into the same rows."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from datetime import date, datetime, timedelta, tzinfo
+from typing import Any
 
 from ccotel.commands.report.rows import Data, Query, Report, Row
 from ccotel.store.ledger import SLOT_NS, CallRow, TurnRow, nano_usd
 
-__all__ = ["Dates", "Rows", "summarize", "needs_slots", "places_by_session", "in_time_order"]
+__all__ = ["Dates", "Rows", "summarize", "turn_sums", "needs_slots", "places_by_session", "in_time_order"]
 
 class Dates:
     """Unix ns -> the local date in a zone (the system's when None), cached per quarter hour."""
@@ -68,30 +69,31 @@ class Rows:
                 r.project, r.cwd = self.where.get(sid, (None, None))
         return r
 
-    def add_turns(self, turns: Sequence[TurnRow], with_calls: set[str]) -> None:
-        """Kills and resets; in the session view a session's first prompt starts it; ghosts. The
-        result does not depend on the turns' order: a session's prompts count as its activity
-        when it has a row once its calls, tools, subagents, kills and resets are in."""
-        first_turn: dict[str, TurnRow] = {}
-        for t in turns:
-            if t.session_id not in with_calls and (t.session_id not in first_turn
-                                                   or t.time_ns < first_turn[t.session_id].time_ns):
-                first_turn[t.session_id] = t
-            killed, reset = t.outcome == "killed", t.lost_tools > 0  # reset: resumed without an orphaned call
-            if (killed or reset) and self.inside(t.time_ns):
-                r = self.row(t.time_ns, t.session_id)
-                r.seen(t.time_ns)
-                r.kills += killed
-                r.resets += reset
+    def add_turns(self, sums: Iterable[tuple[Any, ...]], first_turns: dict[str, int], with_calls: set[str],
+                  slot_ns: int | None) -> None:
+        """Kills and resets; in the session view a session's first prompt starts it; ghosts. From
+        the turns summed per (session, slot) (``turn_sums`` or the ledger's) and each session's
+        first turn time. A session's prompts count as its activity when it has a row once its
+        calls, tools, subagents, kills and resets are in."""
+        sums = list(sums)
+        for sid, slot, kills, resets, first, last, _all_first, _all_last in sums:
+            ns = slot * (slot_ns or 0)  # any time in the slot: the date lookups are per slot
+            if (kills or resets) and self.inside(ns):
+                r = self.row(ns, sid)
+                r.seen(first or 0)
+                r.seen(last)
+                r.kills += kills
+                r.resets += resets
         if self.q.view == "session":  # a session starts with its first prompt
             rows = self.rows
-            for t in turns:
-                started = rows.get(t.session_id)
-                if started is not None and self.inside(t.time_ns):
-                    started.seen(t.time_ns)
-        for sid, t in first_turn.items():  # a ghost: prompts and no assistant record at all
-            if self.inside(t.time_ns):
-                r = self.row(t.time_ns, sid)
+            for sid, slot, _kills, _resets, _first, _last, all_first, all_last in sums:
+                started = rows.get(sid)
+                if started is not None and self.inside(slot * (slot_ns or 0)):
+                    started.seen(all_first or 0)
+                    started.seen(all_last)
+        for sid, time_ns in first_turns.items():  # a ghost: prompts and no assistant record at all
+            if sid not in with_calls and self.inside(time_ns):
+                r = self.row(time_ns, sid)
                 r.ghosts += 1
                 r.resets += 1  # reason missing_transcript, as ccotel_session_resets_total counts it
 
@@ -133,9 +135,35 @@ def summarize(data: Data, q: Query) -> Report:
     for a in data.agents:
         if rows.inside(a.time_ns):
             rows.row(a.time_ns, a.session_id).subagents += 1
-    rows.add_turns(turns, with_calls)
+    rows.add_turns(*turn_sums(turns, slot_ns), with_calls, slot_ns)
     rows.mark_unrecorded(data.unrecorded)
     return rows.report(data.source, data.unknown_reason)
+
+
+def turn_sums(turns: Iterable[TurnRow], slot_ns: int | None) -> tuple[list[tuple[Any, ...]], dict[str, int]]:
+    """The turns summed per (session, slot) as the ledger's turn_sums sums them, and each
+    session's first turn time (its first_turns)."""
+    sums: dict[tuple[str, int], list[Any]] = {}
+    first_turns: dict[str, int] = {}
+    for t in turns:
+        ns = t.time_ns
+        key = (t.session_id, ns // slot_ns if slot_ns else 0)
+        s = sums.get(key)
+        if s is None:
+            s = sums[key] = [0, 0, None, None, None, ns]
+        killed, reset = t.outcome == "killed", t.lost_tools > 0  # reset: resumed without an orphaned call
+        s[0] += killed
+        s[1] += reset
+        if killed or reset:
+            if ns and (s[2] is None or ns < s[2]):
+                s[2] = ns
+            s[3] = ns if s[3] is None else max(s[3], ns)
+        if ns and (s[4] is None or ns < s[4]):
+            s[4] = ns
+        s[5] = max(s[5], ns)
+        if t.session_id not in first_turns or ns < first_turns[t.session_id]:
+            first_turns[t.session_id] = ns
+    return [(sid, slot, *s) for (sid, slot), s in sums.items()], first_turns
 
 
 def needs_slots(q: Query) -> bool:
@@ -173,11 +201,12 @@ def _call_sums(calls: Iterable[CallRow], slot_ns: int | None) -> dict[tuple[str,
     return sums
 
 
-def places_by_session(places: Iterable[tuple[str, str | None, str | None]]
+def places_by_session(places: Iterable[tuple[str, str | None, str | None]],
+                      out: dict[str, tuple[str | None, str | None]] | None = None
                       ) -> dict[str, tuple[str | None, str | None]]:
     """Each session's project dir and cwd (the first known), from (session, project, cwd): its
-    calls in time order, then its turns."""
-    out: dict[str, tuple[str | None, str | None]] = {}
+    calls in time order, then its turns; ``out``: the places so far, gone on from (and filled)."""
+    out = {} if out is None else out
     for sid, project, cwd in places:
         have = out.get(sid)
         if have is None or (have[1] is None and cwd) or (have[0] is None and project):
