@@ -389,21 +389,28 @@ class Ledger:
             f"SELECT session_id, {slot} AS slot, count(*) FROM agents GROUP BY session_id, slot "
             "ORDER BY session_id, slot").fetchall()
 
-    def turn_sums(self, slot_ns: int | None) -> list[tuple[Any, ...]]:
-        """Per (session, slot): session, slot, killed turns, reset turns (lost_tools > 0), the
-        earliest non-zero time (None: none) and the latest of those two kinds of turns (None:
-        none), and the same two times of all its turns (summary.turn_sums: the same from rows)."""
-        slot = _slot_sql(slot_ns)
-        marked = "(outcome = 'killed' OR lost_tools > 0)"
+    def marked_turns(self) -> list[tuple[str, int, int, int]]:
+        """(session, time, killed, reset) of each killed turn and each reset one (lost_tools > 0),
+        by time then span id (as summary.in_time_order)."""
         return self.db.execute(
-            f"SELECT session_id, {slot} AS slot, sum(outcome = 'killed'), sum(lost_tools > 0), "
-            f"min(CASE WHEN {marked} AND time_ns != 0 THEN time_ns END), max(CASE WHEN {marked} THEN time_ns END), "
-            "min(CASE WHEN time_ns != 0 THEN time_ns END), max(time_ns) FROM turns GROUP BY session_id, slot"
-        ).fetchall()
+            "SELECT session_id, time_ns, outcome = 'killed', lost_tools > 0 FROM turns "
+            "WHERE outcome = 'killed' OR lost_tools > 0 ORDER BY time_ns, span_id").fetchall()
+
+    def turn_times(self, slot_ns: int | None) -> list[tuple[Any, ...]]:
+        """Per (session, slot): session, slot, its turns' earliest non-zero time (None: none), latest."""
+        return self.db.execute(
+            f"SELECT session_id, {_slot_sql(slot_ns)} AS slot, min(CASE WHEN time_ns != 0 THEN time_ns END), "
+            "max(time_ns) FROM turns GROUP BY session_id, slot").fetchall()
 
     def first_turns(self) -> dict[str, int]:
-        """Each session's earliest turn time."""
-        return dict(self.db.execute("SELECT session_id, min(time_ns) FROM turns GROUP BY session_id").fetchall())
+        """Each session without a call: its first turn's time, in the order of those first turns
+        (time, then span id)."""
+        first: dict[str, int] = {}
+        for sid, time_ns in self.db.execute(
+                "SELECT session_id, time_ns FROM turns WHERE session_id NOT IN (SELECT session_id FROM call_totals) "
+                "ORDER BY time_ns, span_id"):
+            first.setdefault(sid, time_ns)
+        return first
 
     def turn_places(self, sessions: Sequence[str]) -> list[tuple[str, str | None, str | None]]:
         """(session, project, cwd) of each turn of ``sessions`` and of the sessions without a call,

@@ -121,7 +121,8 @@ def summarize_ledger(ledger: Ledger, q: Query) -> Report:
         ns = slot * (slot_ns or 0)
         if rows.inside(ns):
             rows.row(ns, sid).subagents += n
-    rows.add_turns(ledger.turn_sums(slot_ns), ledger.first_turns(), with_calls, slot_ns)
+    rows.add_turns(ledger.marked_turns(), ledger.turn_times(slot_ns) if q.view == "session" else (),
+                   ledger.first_turns(), with_calls, slot_ns)
     return rows.report("ledger")
 
 

@@ -5,7 +5,7 @@ from_ledger.py sums a ledger's totals into the same rows."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import date, datetime, timedelta, tzinfo
 from typing import Any
 
@@ -69,31 +69,30 @@ class Rows:
                 r.project, r.cwd = self.where.get(sid, (None, None))
         return r
 
-    def add_turns(self, sums: Iterable[tuple[Any, ...]], first_turns: dict[str, int], with_calls: set[str],
-                  slot_ns: int | None) -> None:
+    def add_turns(self, marked: Iterable[tuple[str, int, int, int]], times: Iterable[tuple[Any, ...]],
+                  first_turns: dict[str, int], with_calls: set[str], slot_ns: int | None) -> None:
         """Kills and resets; in the session view a session's first prompt starts it; ghosts. From
-        the turns summed per (session, slot) (``turn_sums`` or the ledger's) and each session's
-        first turn time. A session's prompts count as its activity when it has a row once its
-        calls, tools, subagents, kills and resets are in."""
-        sums = list(sums)
-        for sid, slot, kills, resets, first, last, _all_first, _all_last in sums:
-            ns = slot * (slot_ns or 0)  # any time in the slot: the date lookups are per slot
-            if (kills or resets) and self.inside(ns):
+        the killed and reset turns (session, time, killed, reset) and each session's first turn
+        time, both in time order (a project's row takes its place from the session that made it),
+        and the turns' earliest and latest times per (session, slot) (``turn_sums`` or the
+        ledger's). A session's prompts count as its activity when it has a row once its calls,
+        tools, subagents, kills and resets are in."""
+        for sid, ns, killed, reset in marked:
+            if self.inside(ns):
                 r = self.row(ns, sid)
-                r.seen(first or 0)
-                r.seen(last)
-                r.kills += kills
-                r.resets += resets
+                r.seen(ns)
+                r.kills += killed
+                r.resets += reset
         if self.q.view == "session":  # a session starts with its first prompt
             rows = self.rows
-            for sid, slot, _kills, _resets, _first, _last, all_first, all_last in sums:
+            for sid, slot, first, last in times:
                 started = rows.get(sid)
-                if started is not None and self.inside(slot * (slot_ns or 0)):
-                    started.seen(all_first or 0)
-                    started.seen(all_last)
-        for sid, time_ns in first_turns.items():  # a ghost: prompts and no assistant record at all
-            if sid not in with_calls and self.inside(time_ns):
-                r = self.row(time_ns, sid)
+                if started is not None and self.inside(slot * (slot_ns or 0)):  # any time in the slot
+                    started.seen(first or 0)
+                    started.seen(last)
+        for sid, ns in first_turns.items():  # a ghost: prompts and no assistant record at all
+            if sid not in with_calls and self.inside(ns):
+                r = self.row(ns, sid)
                 r.ghosts += 1
                 r.resets += 1  # reason missing_transcript, as ccotel_session_resets_total counts it
 
@@ -140,30 +139,28 @@ def summarize(data: Data, q: Query) -> Report:
     return rows.report(data.source, data.unknown_reason)
 
 
-def turn_sums(turns: Iterable[TurnRow], slot_ns: int | None) -> tuple[list[tuple[Any, ...]], dict[str, int]]:
-    """The turns summed per (session, slot) as the ledger's turn_sums sums them, and each
-    session's first turn time (its first_turns)."""
-    sums: dict[tuple[str, int], list[Any]] = {}
+def turn_sums(turns: Sequence[TurnRow], slot_ns: int | None
+              ) -> tuple[list[tuple[str, int, int, int]], list[tuple[Any, ...]], dict[str, int]]:
+    """Turns in time order (in_time_order) as the ledger gives them to Rows.add_turns: the killed
+    and reset ones (marked_turns), the times per (session, slot) (turn_times), each session's
+    first turn time (first_turns)."""
+    marked = []
+    times: dict[tuple[str, int], list[Any]] = {}
     first_turns: dict[str, int] = {}
     for t in turns:
         ns = t.time_ns
-        key = (t.session_id, ns // slot_ns if slot_ns else 0)
-        s = sums.get(key)
-        if s is None:
-            s = sums[key] = [0, 0, None, None, None, ns]
         killed, reset = t.outcome == "killed", t.lost_tools > 0  # reset: resumed without an orphaned call
-        s[0] += killed
-        s[1] += reset
         if killed or reset:
-            if ns and (s[2] is None or ns < s[2]):
-                s[2] = ns
-            s[3] = ns if s[3] is None else max(s[3], ns)
-        if ns and (s[4] is None or ns < s[4]):
-            s[4] = ns
-        s[5] = max(s[5], ns)
-        if t.session_id not in first_turns or ns < first_turns[t.session_id]:
-            first_turns[t.session_id] = ns
-    return [(sid, slot, *s) for (sid, slot), s in sums.items()], first_turns
+            marked.append((t.session_id, ns, int(killed), int(reset)))
+        key = (t.session_id, ns // slot_ns if slot_ns else 0)
+        span = times.get(key)
+        if span is None:
+            span = times[key] = [None, ns]
+        if ns and (span[0] is None or ns < span[0]):
+            span[0] = ns
+        span[1] = max(span[1], ns)
+        first_turns.setdefault(t.session_id, ns)
+    return marked, [(sid, slot, *span) for (sid, slot), span in times.items()], first_turns
 
 
 def needs_slots(q: Query) -> bool:
