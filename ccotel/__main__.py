@@ -1,6 +1,7 @@
 """``python -m ccotel`` and the ``ccotel`` command. ``statusline`` and ``hook`` are answered before the
 command line parser, logging and the other commands are loaded (Claude Code runs the status line after
-every message, a hook for every event it is set for)."""
+every message, a hook for every event it is set for); so is a ``report`` the usage ledger answers
+alone (report.command.run_from_ledger: else cli.py takes it from the start)."""
 
 import sys
 
@@ -15,6 +16,12 @@ def main(argv: list[str] | None = None) -> int:
         from ccotel.commands.hook import main as hook
 
         return hook(argv[1:])
+    if argv[:1] == ["report"] and "-h" not in argv and "--help" not in argv:
+        from ccotel.commands.report.command import run_from_ledger
+
+        code = run_from_ledger(argv[1:])
+        if code is not None:
+            return code
     from ccotel.cli import main as cli_main
 
     return cli_main(argv)

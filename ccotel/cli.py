@@ -81,12 +81,9 @@ def _check_options(sp: argparse.ArgumentParser) -> None:
 
 
 def _report_options(sp: argparse.ArgumentParser) -> None:
-    sp.add_argument("--root", action="append", default=None,
-                    help="Claude config dir to read (repeatable; default $CLAUDE_CONFIG_DIR or ~/.claude)")
-    add_durable(sp)
     from ccotel.commands.report import command
 
-    command.add_arguments(sp)
+    command.add_options(sp)
 
 
 def _trace_options(sp: argparse.ArgumentParser) -> None:

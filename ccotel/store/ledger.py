@@ -23,6 +23,7 @@ report buckets calls by it, from the ledger and from transcripts alike.
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import time
@@ -387,6 +388,37 @@ class Ledger:
         return self.db.execute(
             f"SELECT session_id, {slot} AS slot, count(*) FROM agents GROUP BY session_id, slot "
             "ORDER BY session_id, slot").fetchall()
+
+    def marked_turns(self) -> list[tuple[str, int, int, int]]:
+        """(session, time, killed, reset) of each killed turn and each reset one (lost_tools > 0),
+        by time then span id (as summary.in_time_order)."""
+        return self.db.execute(
+            "SELECT session_id, time_ns, outcome = 'killed', lost_tools > 0 FROM turns "
+            "WHERE outcome = 'killed' OR lost_tools > 0 ORDER BY time_ns, span_id").fetchall()
+
+    def turn_times(self, slot_ns: int | None) -> list[tuple[Any, ...]]:
+        """Per (session, slot): session, slot, its turns' earliest non-zero time (None: none), latest."""
+        return self.db.execute(
+            f"SELECT session_id, {_slot_sql(slot_ns)} AS slot, min(CASE WHEN time_ns != 0 THEN time_ns END), "
+            "max(time_ns) FROM turns GROUP BY session_id, slot").fetchall()
+
+    def first_turns(self) -> dict[str, int]:
+        """Each session without a call: its first turn's time, in the order of those first turns
+        (time, then span id)."""
+        first: dict[str, int] = {}
+        for sid, time_ns in self.db.execute(
+                "SELECT session_id, time_ns FROM turns WHERE session_id NOT IN (SELECT session_id FROM call_totals) "
+                "ORDER BY time_ns, span_id"):
+            first.setdefault(sid, time_ns)
+        return first
+
+    def turn_places(self, sessions: Sequence[str]) -> list[tuple[str, str | None, str | None]]:
+        """(session, project, cwd) of each turn of ``sessions`` and of the sessions without a call,
+        in time order (ties by span id, as summary.in_time_order)."""
+        return self.db.execute(
+            "SELECT session_id, project, cwd FROM turns WHERE session_id IN (SELECT value FROM json_each(?)) "
+            "OR session_id NOT IN (SELECT session_id FROM call_totals) ORDER BY time_ns, span_id",
+            (json.dumps(list(sessions)),)).fetchall()
 
     # -- internals (postgres_ledger.PgLedger: the same over PostgreSQL) -----------
 

@@ -11,21 +11,21 @@ import re
 import sys
 import time
 from datetime import date, datetime, timedelta, tzinfo
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 import orjson
 
-from ccotel.commands.options import add_reading
+from ccotel.commands.options import add_durable, add_reading
 from ccotel.commands.report.from_ledger import REREAD_GRACE_NS, open_ledger, summarize_ledger, written_since
 from ccotel.commands.report.json_doc import as_json
-from ccotel.commands.report.rows import VIEWS, WEEKDAYS, Query
+from ccotel.commands.report.rows import VIEWS, WEEKDAYS, Query, Report
 from ccotel.commands.report.summary import summarize
 from ccotel.store.ledger import Ledger
 
 if TYPE_CHECKING:
     from ccotel.spans.pricing import Price
 
-__all__ = ["parse_day", "parse_token_limit", "parse_zone", "add_arguments", "run"]
+__all__ = ["parse_day", "parse_token_limit", "parse_zone", "add_options", "add_arguments", "run", "run_from_ledger"]
 
 def parse_day(value: str) -> date:
     """YYYYMMDD (as ccusage), YYYY-MM-DD, or a duration back from today (7d, 2w, 12h: the day it
@@ -57,6 +57,14 @@ def parse_zone(value: str) -> tzinfo:
         return ZoneInfo(value)
     except (ZoneInfoNotFoundError, ValueError):
         raise argparse.ArgumentTypeError(f"unknown time zone: {value!r} (e.g. UTC, Europe/Berlin)") from None
+
+
+def add_options(parser: argparse.ArgumentParser) -> None:
+    """Every ``ccotel report`` option: the roots, the state, and the report's own."""
+    parser.add_argument("--root", action="append", default=None,
+                        help="Claude config dir to read (repeatable; default $CLAUDE_CONFIG_DIR or ~/.claude)")
+    add_durable(parser)
+    add_arguments(parser)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -96,13 +104,9 @@ def run(args: argparse.Namespace, now_ns: int | None = None) -> int:
         ledger = open_ledger(state_dir, roots, getattr(args, "host_id", None))
         if state_dir and overrides is None and not state_dir.startswith(("postgresql://", "postgres://")):
             cache_dir = state_dir
-    q = Query(view=args.view, tz=args.timezone, since=args.since, until=args.until,
-              start_of_week=WEEKDAYS.index(args.start_of_week), order=args.order)
+    q = _query(args)
     try:
-        if (q.view != "blocks"  # blocks need each call's time: they read the calls themselves
-                and ledger is not None and type(ledger) is Ledger  # summed in SQL: SQLite's ledger, not a fleet's
-                and not ledger.coverage().filling  # else every transcript is read beside it
-                and not written_since(roots, ledger.coverage().updated_ns - REREAD_GRACE_NS)):
+        if ledger is not None and _answers_alone(ledger, q, roots):
             report = summarize_ledger(ledger, q)
         else:
             from ccotel.commands.report.transcripts import (  # the transcript reader: not loaded for the ledger alone
@@ -128,6 +132,67 @@ def run(args: argparse.Namespace, now_ns: int | None = None) -> int:
     finally:
         if ledger is not None:
             ledger.close()
+    return _show(report, q, args)
+
+
+class _NotPlain(Exception):
+    """The arguments are not for run_from_ledger's parser to judge (an error; --help, which it
+    does not know, is one): cli.py's parser says it."""
+
+
+class _PlainParser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise _NotPlain(message)
+
+
+def run_from_ledger(argv: list[str]) -> int | None:
+    """``ccotel report ARGV`` when the ledger answers it alone, as ``run`` answers it: started
+    without cli.py, the other commands' options or logging (``python -m ccotel`` comes here
+    first). None, with nothing printed or logged: it does not (bad or unknown arguments, --help,
+    no usable SQLite ledger, a transcript written since, blocks); cli.py's parser and ``run`` then
+    take the arguments from the start."""
+    parser = _PlainParser(prog="ccotel report", add_help=False)
+    add_options(parser)
+    try:
+        args = parser.parse_args(argv)
+    except _NotPlain:
+        return None
+    location = None if args.no_ledger else _state_location(args.state, args.state_dir)
+    if not location or location.startswith(("postgresql://", "postgres://")):  # a fleet's: cli.py checks it first
+        return None
+    roots = tuple(args.root or _default_roots())
+    ledger = open_ledger(location, roots, quiet=True)
+    if ledger is None:
+        return None
+    q = _query(args)
+    try:
+        if not _answers_alone(ledger, q, roots):
+            return None
+        report = summarize_ledger(ledger, q)
+    finally:
+        ledger.close()
+    try:
+        return _show(report, q, args)
+    except BrokenPipeError:  # as cli.main ends a `ccotel report | head`
+        from ccotel.run.stopping import end_quietly
+
+        return end_quietly()
+
+
+def _query(args: argparse.Namespace) -> Query:
+    return Query(view=args.view, tz=args.timezone, since=args.since, until=args.until,
+                 start_of_week=WEEKDAYS.index(args.start_of_week), order=args.order)
+
+
+def _answers_alone(ledger: Ledger, q: Query, roots: tuple[str, ...]) -> bool:
+    """Does the ledger answer ``q`` alone (summed in SQL), with no transcript read?"""
+    return (q.view != "blocks"  # blocks need each call's time: they read the calls themselves
+            and type(ledger) is Ledger  # summed in SQL: SQLite's ledger, not a fleet's
+            and not ledger.coverage().filling  # else every transcript is read beside it
+            and not written_since(roots, ledger.coverage().updated_ns - REREAD_GRACE_NS))
+
+
+def _show(report: Report, q: Query, args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(orjson.dumps(as_json(report), option=orjson.OPT_INDENT_2).decode() + "\n")
         return 0

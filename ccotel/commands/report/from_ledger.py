@@ -5,28 +5,30 @@ no transcript read."""
 
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ccotel.commands.report.rows import Query, Report
-from ccotel.commands.report.summary import Rows, in_time_order, needs_slots, places_by_session
+from ccotel.commands.report.summary import Rows, needs_slots, places_by_session
 from ccotel.read.layout import projects_dir
 from ccotel.store.ledger import LEDGER_FILE, SLOT_NS, Ledger, LedgerError
 
-__all__ = ["REREAD_GRACE_NS", "open_ledger", "written_since", "summarize_ledger"]
+if TYPE_CHECKING:
+    import logging
 
-log = logging.getLogger("ccotel.report")
+__all__ = ["REREAD_GRACE_NS", "open_ledger", "written_since", "summarize_ledger"]
 
 # Files written this long before the ledger's last write are read again from the transcripts: a
 # turn still open then (its calls not yet finished) is in the file, not yet in the ledger.
 REREAD_GRACE_NS = 15 * 60 * 1_000_000_000
 
 
-def open_ledger(state_dir: str | None, roots: Sequence[str], host: str | None = None) -> Ledger | None:
+def open_ledger(state_dir: str | None, roots: Sequence[str], host: str | None = None,
+                quiet: bool = False) -> Ledger | None:
     """The ledger in ``state_dir``, if there is one and it was written for exactly these roots; on
-    a PostgreSQL state (a fleet), the fleet's shared ledger (``host``: this host's id)."""
+    a PostgreSQL state (a fleet), the fleet's shared ledger (``host``: this host's id). Why one is
+    not used is said in the log, unless ``quiet`` (command.run_from_ledger: logging not loaded)."""
     if not state_dir or state_dir == "none":
         return None
     if state_dir.startswith(("postgresql://", "postgres://")):  # state.is_url (state.py: not loaded for SQLite)
@@ -40,14 +42,22 @@ def open_ledger(state_dir: str | None, roots: Sequence[str], host: str | None = 
     try:
         ledger = Ledger(path)
     except LedgerError as exc:
-        log.warning("ledger not used: %s", exc)
+        if not quiet:
+            _log().warning("ledger not used: %s", exc)
         return None
     if ledger.coverage().roots != frozenset(os.path.realpath(r) for r in roots):
-        log.info("ledger %s was written for other roots (%s): reading the transcripts", path,
-                 ", ".join(sorted(ledger.coverage().roots)) or "none")
+        if not quiet:
+            _log().info("ledger %s was written for other roots (%s): reading the transcripts", path,
+                        ", ".join(sorted(ledger.coverage().roots)) or "none")
         ledger.close()
         return None
     return ledger
+
+
+def _log() -> logging.Logger:
+    import logging  # only to say why a ledger is not used: a report from the ledger starts without it
+
+    return logging.getLogger("ccotel.report")
 
 
 def written_since(roots: Sequence[str], since_ns: int) -> bool:
@@ -88,9 +98,10 @@ def summarize_ledger(ledger: Ledger, q: Query) -> Report:
     by_slot = needs_slots(q)
     slot_ns = SLOT_NS if by_slot else None
     totals = ledger.call_totals(by_slot)
-    turns = in_time_order(ledger.turns())
-    places = [(sid, project, cwd) for sid, _t, _r, project, cwd in ledger.session_places()]
-    rows = Rows(q, places_by_session(places + [(t.session_id, t.project, t.cwd) for t in turns]))
+    where = places_by_session((sid, project, cwd) for sid, _t, _r, project, cwd in ledger.session_places())
+    # a session whose calls gave both its project and cwd keeps them: its turns are not read for them
+    unplaced = [sid for sid, (project, cwd) in where.items() if project is None or cwd is None]
+    rows = Rows(q, places_by_session(ledger.turn_places(unplaced), where))
     if q.view == "project":
         _project_rows(ledger, rows, totals, slot_ns)
     with_calls = set()
@@ -110,7 +121,8 @@ def summarize_ledger(ledger: Ledger, q: Query) -> Report:
         ns = slot * (slot_ns or 0)
         if rows.inside(ns):
             rows.row(ns, sid).subagents += n
-    rows.add_turns(turns, with_calls)
+    rows.add_turns(ledger.marked_turns(), ledger.turn_times(slot_ns) if q.view == "session" else (),
+                   ledger.first_turns(), with_calls, slot_ns)
     return rows.report("ledger")
 
 

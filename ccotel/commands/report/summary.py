@@ -7,11 +7,12 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Sequence
 from datetime import date, datetime, timedelta, tzinfo
+from typing import Any
 
 from ccotel.commands.report.rows import CallSums, Data, Query, Report, Row
 from ccotel.store.ledger import SLOT_NS, CallRow, TurnRow, nano_usd
 
-__all__ = ["Dates", "Rows", "summarize", "needs_slots", "call_sums", "merge_sums", "places_by_session",
+__all__ = ["Dates", "Rows", "summarize", "turn_sums", "needs_slots", "call_sums", "merge_sums", "places_by_session",
            "place_items", "in_time_order"]
 
 class Dates:
@@ -69,30 +70,30 @@ class Rows:
                 r.project, r.cwd = self.where.get(sid, (None, None))
         return r
 
-    def add_turns(self, turns: Sequence[TurnRow], with_calls: set[str]) -> None:
-        """Kills and resets; in the session view a session's first prompt starts it; ghosts. The
-        result does not depend on the turns' order: a session's prompts count as its activity
-        when it has a row once its calls, tools, subagents, kills and resets are in."""
-        first_turn: dict[str, TurnRow] = {}
-        for t in turns:
-            if t.session_id not in with_calls and (t.session_id not in first_turn
-                                                   or t.time_ns < first_turn[t.session_id].time_ns):
-                first_turn[t.session_id] = t
-            killed, reset = t.outcome == "killed", t.lost_tools > 0  # reset: resumed without an orphaned call
-            if (killed or reset) and self.inside(t.time_ns):
-                r = self.row(t.time_ns, t.session_id)
-                r.seen(t.time_ns)
+    def add_turns(self, marked: Iterable[tuple[str, int, int, int]], times: Iterable[tuple[Any, ...]],
+                  first_turns: dict[str, int], with_calls: set[str], slot_ns: int | None) -> None:
+        """Kills and resets; in the session view a session's first prompt starts it; ghosts. From
+        the killed and reset turns (session, time, killed, reset) and each session's first turn
+        time, both in time order (a project's row takes its place from the session that made it),
+        and the turns' earliest and latest times per (session, slot) (``turn_sums`` or the
+        ledger's). A session's prompts count as its activity when it has a row once its calls,
+        tools, subagents, kills and resets are in."""
+        for sid, ns, killed, reset in marked:
+            if self.inside(ns):
+                r = self.row(ns, sid)
+                r.seen(ns)
                 r.kills += killed
                 r.resets += reset
         if self.q.view == "session":  # a session starts with its first prompt
             rows = self.rows
-            for t in turns:
-                started = rows.get(t.session_id)
-                if started is not None and self.inside(t.time_ns):
-                    started.seen(t.time_ns)
-        for sid, t in first_turn.items():  # a ghost: prompts and no assistant record at all
-            if self.inside(t.time_ns):
-                r = self.row(t.time_ns, sid)
+            for sid, slot, first, last in times:
+                started = rows.get(sid)
+                if started is not None and self.inside(slot * (slot_ns or 0)):  # any time in the slot
+                    started.seen(first or 0)
+                    started.seen(last)
+        for sid, ns in first_turns.items():  # a ghost: prompts and no assistant record at all
+            if sid not in with_calls and self.inside(ns):
+                r = self.row(ns, sid)
                 r.ghosts += 1
                 r.resets += 1  # reason missing_transcript, as ccotel_session_resets_total counts it
 
@@ -139,9 +140,33 @@ def summarize(data: Data, q: Query) -> Report:
     for a in data.agents:
         if rows.inside(a.time_ns):
             rows.row(a.time_ns, a.session_id).subagents += 1
-    rows.add_turns(turns, with_calls)
+    rows.add_turns(*turn_sums(turns, slot_ns), with_calls, slot_ns)
     rows.mark_unrecorded(data.unrecorded)
     return rows.report(data.source, data.unknown_reason)
+
+
+def turn_sums(turns: Sequence[TurnRow], slot_ns: int | None
+              ) -> tuple[list[tuple[str, int, int, int]], list[tuple[Any, ...]], dict[str, int]]:
+    """Turns in time order (in_time_order) as the ledger gives them to Rows.add_turns: the killed
+    and reset ones (marked_turns), the times per (session, slot) (turn_times), each session's
+    first turn time (first_turns)."""
+    marked = []
+    times: dict[tuple[str, int], list[Any]] = {}
+    first_turns: dict[str, int] = {}
+    for t in turns:
+        ns = t.time_ns
+        killed, reset = t.outcome == "killed", t.lost_tools > 0  # reset: resumed without an orphaned call
+        if killed or reset:
+            marked.append((t.session_id, ns, int(killed), int(reset)))
+        key = (t.session_id, ns // slot_ns if slot_ns else 0)
+        span = times.get(key)
+        if span is None:
+            span = times[key] = [None, ns]
+        if ns and (span[0] is None or ns < span[0]):
+            span[0] = ns
+        span[1] = max(span[1], ns)
+        first_turns.setdefault(t.session_id, ns)
+    return marked, [(sid, slot, *span) for (sid, slot), span in times.items()], first_turns
 
 
 def needs_slots(q: Query) -> bool:
@@ -218,11 +243,12 @@ def place_items(places: Iterable[tuple[str, str | None, str | None]]) -> list[tu
     return out
 
 
-def places_by_session(places: Iterable[tuple[str, str | None, str | None]]
+def places_by_session(places: Iterable[tuple[str, str | None, str | None]],
+                      out: dict[str, tuple[str | None, str | None]] | None = None
                       ) -> dict[str, tuple[str | None, str | None]]:
     """Each session's project dir and cwd (the first known), from (session, project, cwd): its
-    calls in time order, then its turns."""
-    out: dict[str, tuple[str | None, str | None]] = {}
+    calls in time order, then its turns; ``out``: the places so far, gone on from (and filled)."""
+    out = {} if out is None else out
     for sid, project, cwd in places:
         have = out.get(sid)
         if have is None or (have[1] is None and cwd) or (have[0] is None and project):
