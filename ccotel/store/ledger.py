@@ -31,7 +31,16 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from ccotel.store.ledger_schema import FILL_TOOL_TOTALS, FILL_TOTALS, SCHEMA, SLOT_NS, TOTALS, USAGE, split_sql
+from ccotel.store.ledger_schema import (
+    FILL_TOOL_TOTALS,
+    FILL_TOTALS,
+    SCHEMA,
+    SLOT_NS,
+    TOTALS,
+    TOTALS_TRIGGERS,
+    USAGE,
+    split_sql,
+)
 
 if TYPE_CHECKING:  # the write side's imports (rules, records: slow to import) are not the report's
     from ccotel.records import SpanRecord, Usage
@@ -275,8 +284,23 @@ class Ledger:
 
     def filling(self, why: str | None) -> None:
         """Say (``why``) that the ledger holds only part of the history on disk until this is called
-        with None: a first catch-up or a rebuild is filling it. Reports then read every transcript."""
-        self._set_meta("filling", why or "")
+        with None: a first catch-up or a rebuild is filling it. Reports then read every transcript,
+        never the totals: while it is filled, the triggers that keep them row by row are dropped
+        (for every writer: they are the file's schema), and its end makes the totals again from the
+        calls and tools, with the triggers, in the transaction that clears the mark. A fill stopped
+        midway leaves the mark, so whatever writes the ledger until an end is never read as totals."""
+        with self._transaction():
+            if why:
+                for name in TOTALS_TRIGGERS:
+                    self.db.execute(f"DROP TRIGGER IF EXISTS {name}")
+            else:
+                for statement in split_sql(TOTALS):  # IF NOT EXISTS: the tables and index are there
+                    self.db.execute(statement)
+                self.db.execute("DELETE FROM call_totals")
+                self.db.execute("DELETE FROM tool_totals")
+                self.db.execute(FILL_TOTALS)
+                self.db.execute(FILL_TOOL_TOTALS)
+            self._set_meta("filling", why or "")
 
     def still_filling(self) -> str | None:
         """Why the ledger holds only part of the history on disk yet (``filling``), or None."""

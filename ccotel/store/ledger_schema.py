@@ -7,7 +7,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable
 
-__all__ = ["SLOT_NS", "USAGE", "SCHEMA", "TOTALS", "FILL_TOTALS", "FILL_TOOL_TOTALS", "split_sql"]
+__all__ = ["SLOT_NS", "USAGE", "SCHEMA", "TOTALS", "TOTALS_TRIGGERS", "FILL_TOTALS", "FILL_TOOL_TOTALS", "split_sql"]
 
 # The quarter hour the totals are kept per: zone offsets change on quarter hours, so a report's
 # local dates (and --since/--until) are decided per slot.
@@ -196,7 +196,9 @@ CREATE TABLE IF NOT EXISTS tool_totals (
 ) WITHOUT ROWID;
 {_kept_by_triggers("tools", _tool_add, _tool_subtract)}
 """
-# Filling the totals of a ledger written before them (schema 1), once.
+# The triggers that keep them (dropped while a fill writes the ledger, made again at its end).
+TOTALS_TRIGGERS = tuple(f"{table}_totals_{op}" for table in ("calls", "tools") for op in ("insert", "update", "delete"))
+# Filling the totals from the calls and tools: a ledger written before them (schema 1), once; the end of a fill.
 FILL_TOOL_TOTALS = (
     f"INSERT INTO tool_totals SELECT session_id, {_slot_of('time_ns')}, count(*), sum({_TOOL_FAILED}), "
     f"sum({_TOOL_ORPHANED}) FROM tools GROUP BY 1, 2")

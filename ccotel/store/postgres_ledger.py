@@ -71,6 +71,10 @@ class PgLedger(Ledger):
                         cur.executemany(sql, rows)
             self._set_meta_in(c, "updated_ns", str(self.clock()))
 
+    def filling(self, why: str | None) -> None:
+        """The mark alone: PostgreSQL's ledger keeps no totals."""
+        self._set_meta("filling", why or "")
+
     def close(self) -> None:
         deadline = time.monotonic() + 5.0
         while self._backlog and time.monotonic() < deadline:

@@ -140,3 +140,30 @@ def test_nano_usd_of_a_cost_rounded_to_9_decimals_is_exact() -> None:
     assert nano_usd(0.038376250) == 38_376_250
     assert nano_usd(round(0.1 + 0.2, 9)) == 300_000_000
     assert nano_usd(2.5e-9) == 3 and nano_usd(-2.5e-9) == -3  # half away from zero, as SQLite
+
+
+def test_a_fill_keeps_no_totals_until_its_end_then_exact_ones(tmp_path: Path) -> None:
+    """While the ledger is filled (a first catch-up, a rebuild: reports then read the transcripts,
+    never the totals), its writes keep no totals row by row; the fill's end makes them from the
+    calls and tools, and the triggers keep them from then on. A fill stopped midway (the process
+    killed) and the ledger opened again: its end still makes exact totals."""
+    path = str(tmp_path / LEDGER_FILE)
+    ledger = Ledger(path)
+    ledger._write(([call("old", t=3)], [("s", "t0", 3, 0, "Bash", None, None, 0)], [], []))  # noqa: SLF001
+    ledger.filling("rebuild")
+    ledger._write(([call("a", t=5), call("b", t=SLOT, model=None)],  # noqa: SLF001
+                   [("s", "t1", 5, 0, "Bash", None, "Error", 0)], [], []))
+    ledger._write(([call("a", t=9, output=3)], [], [], []))  # noqa: SLF001 - a later snapshot
+    assert len(totals(ledger)) == 1 and totals(ledger)[0][4] == 1  # only the call written before the fill
+    ledger.close()
+    ledger = Ledger(path)  # a fill stopped: opened again, still filling
+    assert ledger.still_filling() == "rebuild"
+    ledger._write(([call("c", t=2 * SLOT, failed=1)], [], [], []))  # noqa: SLF001
+    ledger.filling(None)
+    assert totals(ledger) == fresh(ledger) and sum(r[4] for r in totals(ledger)) == 4  # type: ignore[misc]
+    assert tool_totals(ledger) == ledger.db.execute(TOOLS_FRESH).fetchall() == [("s", 0, 2, 1, 0)]
+    ledger._write(([call("d", t=7)], [("s", "t2", SLOT, 0, "Bash", None, None, 1)], [], []))  # noqa: SLF001
+    assert totals(ledger) == fresh(ledger)  # kept by the triggers again
+    assert tool_totals(ledger) == ledger.db.execute(TOOLS_FRESH).fetchall()
+    ledger.filling(None)  # an end said twice (two writers): the same totals
+    assert totals(ledger) == fresh(ledger)
