@@ -79,9 +79,13 @@ class _Counted:
     """Call key -> the usage its span was built with, for the most recent calls (bounded: a
     correction of an older one asks the ledger). Up to _MAX of them stay in memory for as long as
     the process runs: each usage is kept as its seven counts packed (89 bytes), not as a Usage
-    (~330: a dataclass's dict), read back as an equal Usage."""
+    (~330: a dataclass's dict), read back as an equal Usage.
 
-    _MAX = 1 << 16
+    _MAX covers the calls built since the last commit (a backfill commits about once a second, so
+    the ledger holds every older one) several times over; more only pins memory, long-lived
+    entries spread over the whole heap (bench/NOTES.md, peak RSS)."""
+
+    _MAX = 1 << 14
 
     def __init__(self) -> None:
         self._usage: OrderedDict[str, bytes | Usage] = OrderedDict()
