@@ -915,13 +915,16 @@ def bench_restart(res: Results, root: Path, exp: dict[str, Any], log_dir: Path, 
 def _peak_rss(d: Daemon, hwm: float) -> tuple[float, str]:
     """The sum of ``ccotel run``'s VmHWM (MB) and its catch-up workers' peaks (from its log), and
     notes: the most its own mark allows at any one time (it logs its mark when they end)."""
-    workers = re.search(r"peak RSS ([0-9 /]+) MB", d.stderr())
-    worker_peaks = [float(x) for x in workers.group(1).split(" / ")] if workers else []
-    peak = hwm + sum(worker_peaks)  # the workers run while ccotel run waits for them: together
+    workers = re.search(r"(\d+) processes.* read .*peak RSS ([0-9 /]+) MB", d.stderr())
+    worker_peaks = [float(x) for x in workers.group(2).split(" / ")] if workers else []
+    at_once = int(workers.group(1)) if workers else 0
+    # the workers run while ccotel run waits for them: together; when more parts than processes
+    # were read (catchup.WORKER_JOB_BYTES), never more than that many at once: the largest of them
+    peak = hwm + sum(sorted(worker_peaks, reverse=True)[:at_once])
     # ccotel run's high-water mark while its workers ran (it logs it once they have ended): its
     # own peak afterwards (reading what they left) is when no worker exists any more.
     during = re.search(r"high-water mark of this process during the catch-up: ([0-9.]+) MB", d.stderr())
-    notes = (f"sum of ccotel run's VmHWM ({hwm:.0f} MB) and its catch-up workers' peaks "
+    notes = (f"sum of ccotel run's VmHWM ({hwm:.0f} MB) and the {at_once} largest of its catch-up workers' peaks "
              f"({' / '.join(f'{w:.0f}' for w in worker_peaks) or 'none'} MB)")
     if during:
         together = max(float(during.group(1)) + sum(worker_peaks), hwm)

@@ -136,8 +136,9 @@ def _catch_up_in_parallel(args: argparse.Namespace, progress: _Progress, close_a
                                 workers, progress, close_all=close_all, min_bytes=int(args.parallel_min_mb * 1e6),
                                 metrics=metrics, stopper=stopper, live=live, host=args.host_id)
     if done is not None:
-        log.info("%d processes read %d files, %d lines and exported %d spans in %.1f s (%s s; peak RSS %s MB)%s",
-                 done.workers, done.files, done.lines, done.spans_exported, done.seconds,
+        log.info("%d processes%s read %d files, %d lines and exported %d spans in %.1f s (%s s; peak RSS %s MB)%s",
+                 done.workers, f" at a time ({done.jobs} in all)" if done.jobs > done.workers else "",
+                 done.files, done.lines, done.spans_exported, done.seconds,
                  " / ".join(f"{s:.1f}" for s in done.worker_seconds),
                  " / ".join(f"{m:.0f}" for m in done.worker_peak_rss_mb),
                  f"; {done.failed_workers} failed (their part is read again)" if done.failed_workers else "")

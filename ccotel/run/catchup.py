@@ -56,7 +56,8 @@ PARALLEL_MIN_BYTES = 256 << 20
 
 @dataclass
 class CatchUpResult:
-    workers: int
+    workers: int  # processes at a time
+    jobs: int = 0  # processes started in all, one after another as each ended
     files: int = 0
     lines: int = 0
     spans_exported: int = 0
@@ -71,10 +72,20 @@ class CatchUpResult:
     ghosts: list[str] = field(default_factory=list)
     unseen_agents: list[tuple[str, str, int]] = field(default_factory=list)
 
+    def workers_together_mb(self) -> float:
+        """The most the workers held at any one time, at most: the sum of the ``workers`` largest
+        peaks (never more than that many ran at once)."""
+        return sum(sorted(self.worker_peak_rss_mb, reverse=True)[:self.workers])
+
 
 # A worker returns its heap's free pages after each this many bytes read, not more often: a trim
 # costs its own time and the page faults of reusing what it returned.
 WORKER_TRIM_EVERY_BYTES = 32 << 20
+
+# A worker reads at most about this much before it ends and a fresh one takes the next part: a
+# process's memory grows with what it has read (heap pages pinned by what it keeps), so a history of
+# any size is read in the memory of this much per worker.
+WORKER_JOB_BYTES = 256 << 20
 
 # A stopped worker is gone within this long (its own watchdog); the caller kills it a little later.
 WORKER_STOP_GRACE_S = 1.2
@@ -120,33 +131,37 @@ def catch_up_in_parallel(options: Options, state_dir: str, exporter: str, worker
     worker_options = dataclasses.replace(options, orchestrator_logs=(), registries=(), hooks_spool=None)
     ctx = process_context()
     done = ctx.Value("q", 0)
-    procs: list[tuple[Any, Any]] = []
+    jobs = [_job([groups[i] for i in b], sizes) for b in _split(bins, weights)]
+    running: list[tuple[Any, Any]] = []
     if stopper is not None:
         stopper.hard = False  # from here on the workers are stopped, not abandoned
         stopper.check()
+
+    def start(job: _Job) -> tuple[Any, Any]:
+        reader, writer = ctx.Pipe(duplex=False)
+        proc = ctx.Process(target=_worker, name="ccotel-catchup", daemon=True,
+                           args=(worker_options, state_dir, exporter, job.groups, close_all,
+                                 metrics, done, writer, os.getpid(), job.started, host))
+        proc.start()
+        writer.close()
+        return proc, reader
+
     try:
-        for b in bins:
-            reader, writer = ctx.Pipe(duplex=False)
-            shard = [groups[i] for i in b]
-            if live is not None:
-                live.hold(shard)
-            started = None if sizes is None else {tf.path: sizes.get(tf.path, 0) for g in shard for _r, tf in g}
-            proc = ctx.Process(target=_worker, name="ccotel-catchup", daemon=True,
-                               args=(worker_options, state_dir, exporter, shard, close_all,
-                                     metrics, done, writer, os.getpid(), started, host))
-            proc.start()
-            writer.close()
-            procs.append((proc, reader))
-        log.info("catching up on %.1f MB in %d processes%s", total / 1e6, len(procs),
+        if live is not None:
+            for job in jobs:
+                live.hold(job.groups)
+        running = [start(job) for job in jobs[:len(bins)]]
+        log.info("catching up on %.1f MB in %d processes%s%s", total / 1e6, len(running),
+                 f" ({len(jobs)} in turn)" if len(jobs) > len(running) else "",
                  f" (and %.1f MB of {len(mine)} live sessions here, followed meanwhile)" % (
                      sum(weights[i] for m in first for i in m) / 1e6) if mine else "")
         if live is not None and mine:
             live.hold(mine)
             live.pipeline.backfill(lambda _done, _total: stopper.check() if stopper is not None else None,
                                    groups=mine, final=False, between=live.between)
-        result = _collect(procs, done, total, progress, stopper, live)
+        result = _collect(running, jobs[len(running):], start, done, total, progress, stopper, live)
     except BaseException:
-        _stop_workers(procs, stopper)
+        _stop_workers(running, stopper)
         raise
     if live is not None:
         _take_over(live, metrics)
@@ -155,8 +170,31 @@ def catch_up_in_parallel(options: Options, state_dir: str, exporter: str, worker
     # What all processes held together at most (every worker has ended: this process's peak
     # from here on no longer adds to theirs). Not "peak RSS ...": bench/run.py reads that of the workers.
     log.info("RSS high-water mark of this process during the catch-up: %.0f MB (with its workers' at most %.0f MB)",
-             result.caller_peak_rss_mb, result.caller_peak_rss_mb + sum(result.worker_peak_rss_mb))
+             result.caller_peak_rss_mb, result.caller_peak_rss_mb + result.workers_together_mb())
     return result
+
+
+@dataclass(frozen=True)
+class _Job:
+    """The session groups one worker process reads, with their sizes at ccotel run's start."""
+
+    groups: list[Group]
+    started: dict[str, int] | None
+
+
+def _job(groups: list[Group], sizes: dict[str, int] | None) -> _Job:
+    return _Job(groups, None if sizes is None else {tf.path: sizes.get(tf.path, 0) for g in groups for _r, tf in g})
+
+
+def _split(bins: list[list[int]], weights: list[int]) -> list[list[int]]:
+    """Each process's bin in parts of about WORKER_JOB_BYTES, in order, the first part of each bin
+    first (the processes start on those), then the second of each, and so on."""
+    parts: list[list[list[int]]] = []
+    for b in bins:
+        n = max(1, -(-sum(weights[i] for i in b) // WORKER_JOB_BYTES))
+        size = -(-len(b) // n)
+        parts.append([b[k:k + size] for k in range(0, len(b), size)])
+    return [p[k] for k in range(max(map(len, parts), default=0)) for p in parts if k < len(p)]
 
 
 def _stop_workers(procs: list[tuple[Any, Any]], stopper: Any) -> None:
@@ -188,24 +226,21 @@ def _take_over(live: LiveFirst, metrics: bool) -> None:
         pipeline.metrics.absorb(pipeline.state.others_counters())
 
 
-def _collect(procs: list[tuple[Any, Any]], done: Synchronized[int], total: int,
-             progress: Callable[[int, int], None] | None, stopper: Any,
+def _collect(running: list[tuple[Any, Any]], queued: list[_Job], start: Callable[[_Job], tuple[Any, Any]],
+             done: Synchronized[int], total: int, progress: Callable[[int, int], None] | None, stopper: Any,
              live: LiveFirst | None = None) -> CatchUpResult:
-    """Wait for the workers' results (``live``: following the live sessions meanwhile)."""
-    result = CatchUpResult(workers=len(procs))
-    for proc, reader in procs:
-        while proc.is_alive() and not reader.poll(0.0 if live is not None else 0.1):
-            if live is not None:
-                live.poll(0.1)
-                live.pipeline.process_acks(force=False)
-            if stopper is not None:
-                stopper.check()
-            if progress is not None:
-                progress(min(done.value, total), total)
-        if stopper is not None:
-            stopper.check()
+    """Wait for the workers' results, starting a queued job as each ends (``live``: following the
+    live sessions meanwhile). ``running`` is kept current: the caller stops what is in it."""
+    result = CatchUpResult(workers=len(running), jobs=len(running) + len(queued))
+    queued = list(queued)
+    while running:
+        ended = _wait_for_one(running, done, total, progress, stopper, live)
+        proc, reader = running.pop(ended)
         stats = _receive(reader)
         proc.join()
+        reader.close()
+        if queued:
+            running.append(start(queued.pop(0)))
         if stats is None:
             result.failed_workers += 1
             log.warning("a catch-up worker ended with exit code %s; its unfinished part is read again",
@@ -222,6 +257,26 @@ def _collect(procs: list[tuple[Any, Any]], done: Synchronized[int], total: int,
     if progress is not None:
         progress(min(done.value, total), total)
     return result
+
+
+def _wait_for_one(running: list[tuple[Any, Any]], done: Synchronized[int], total: int,
+                  progress: Callable[[int, int], None] | None, stopper: Any, live: LiveFirst | None) -> int:
+    """The index of a worker that has sent its result or ended."""
+    while True:
+        for i, (proc, reader) in enumerate(running):
+            if reader.poll(0.0) or not proc.is_alive():
+                if stopper is not None:
+                    stopper.check()
+                return i
+        if live is not None:
+            live.poll(0.1)
+            live.pipeline.process_acks(force=False)
+        else:
+            time.sleep(0.1)
+        if stopper is not None:
+            stopper.check()
+        if progress is not None:
+            progress(min(done.value, total), total)
 
 
 def _receive(reader: Any) -> dict[str, Any] | None:

@@ -234,3 +234,22 @@ def test_detectors_see_what_the_workers_read(tmp_path):
     one, two = run(tmp_path / "one", 1), run(tmp_path / "two", 2)
     assert one == two
     assert one["ccotel_missing_transcripts\x1fsession"] == 1 and one["ccotel_missing_transcripts\x1fsubagent"] == 1
+
+
+def test_a_history_read_in_more_parts_than_processes_equals_one(realdata_config_dir, tmp_path, monkeypatch):  # noqa: F811
+    """Each worker reads about WORKER_JOB_BYTES and ends, a fresh one taking the next part (a
+    process's memory grows with what it has read): never more processes at once than asked for,
+    and the same spans, counters and state as one process."""
+    from ccotel.run import catchup
+
+    monkeypatch.setattr(catchup, "WORKER_JOB_BYTES", 4 << 20)
+    seen: list[tuple[int, int]] = []
+    real = catchup._collect
+
+    def spy(running, queued, *args, **kw):  # noqa: ANN001, ANN002, ANN003, ANN202
+        seen.append((len(running), len(queued)))
+        return real(running, queued, *args, **kw)
+
+    monkeypatch.setattr(catchup, "_collect", spy)
+    assert compare(realdata_config_dir, tmp_path, monkeypatch, workers=2) == 2
+    assert seen[-1][0] == 2 and seen[-1][1] >= 2, seen

@@ -24,7 +24,7 @@ def test_peaks_of_the_workers_and_of_the_caller_are_reported(tmp_path, caplog):
     line = next(r.getMessage() for r in caplog.records if "high-water mark" in r.getMessage())
     caller, together = (float(x) for x in re.findall(r"([0-9.]+) MB", line))
     assert caller == round(done.caller_peak_rss_mb)
-    assert together == round(done.caller_peak_rss_mb + sum(done.worker_peak_rss_mb))
+    assert together == round(done.caller_peak_rss_mb + done.workers_together_mb())
     assert not re.search(r"peak RSS [0-9]", line)  # bench/run.py takes the workers' peaks from "peak RSS a / b MB"
 
 
