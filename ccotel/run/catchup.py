@@ -127,8 +127,12 @@ def catch_up_in_parallel(options: Options, state_dir: str, exporter: str, worker
         return None
     mine = [groups[i] for members in first for i in sorted(members)]
     sizes = live.pipeline.delivery.started_sizes if live is not None else None
-    # the caller follows those
-    worker_options = dataclasses.replace(options, orchestrator_logs=(), registries=(), hooks_spool=None)
+    # the caller follows those (and counts the hooks' events); workers read the spool from where the
+    # caller's pipeline starts it, to put what the hooks said on their spans as one process would
+    spool = os.path.join(os.path.abspath(options.hooks_spool), "") if options.hooks_spool else None
+    worker_options = dataclasses.replace(
+        options, orchestrator_logs=(), registries=(),
+        hooks_annotate_from={p: c for p, c in checkpoints.items() if p.startswith(spool)} if spool else None)
     ctx = process_context()
     done = ctx.Value("q", 0)
     jobs = [_job([groups[i] for i in b], sizes) for b in _split(bins, weights)]

@@ -76,6 +76,10 @@ class Options:
     registries: tuple[str, ...] = ()  # orchestrator agent registries followed live (sources/registry/)
     registry_kill_grace_ns: int = 5_000_000_000
     hooks_spool: str | None = None  # the spool `ccotel hook` appends to, followed (sources/hooks/)
+    # A catch-up worker's: the spool read from these offsets (the caller's at the catch-up's start)
+    # only to put what the hooks said on the spans it builds; the caller counts the events and
+    # commits the spool's offsets (catchup.py).
+    hooks_annotate_from: Mapping[str, Checkpoint] | None = None
     # How often a backfill commits what the backend acknowledged: a process killed mid-way sends
     # again what was acknowledged since (each commit has a fixed cost: once per session was a sizeable
     # share of a large backfill).
@@ -113,7 +117,7 @@ class Pipeline:
         self.reader = Reader(options.roots, self.assembler, clock, metrics, self.detectors.counting,
                              self.checkpoints, options.content is not None, options.max_line_bytes, stall,
                              options.unterminated_grace_ns)
-        self.hooks = HookSpool(options.hooks_spool, self.checkpoints, metrics) if options.hooks_spool else None
+        self.hooks = _hook_spool(options, self.checkpoints, metrics)
         self.delivery = Delivery(state, metrics, clock)
         self.delivery.not_live |= self.detectors.history_owners()  # read as history: never counted
         self._commit_every_ns = 0  # live: the least time between two commits from tick (go_live)
@@ -395,7 +399,7 @@ class Pipeline:
         moved = self.delivery.finish_owners(commit)
         self.delivery.checkpoint_offsets(commit, moved, self.reader)
         commit.marks = self.detectors.take_marks()
-        if self.hooks is not None:
+        if self.hooks is not None and self.options.hooks_annotate_from is None:
             self.hooks.take_commit(commit)
         for registry in self.registries:
             marks, gone = registry.take_commit()
@@ -551,6 +555,14 @@ def discover(options: Options, checkpoints: Mapping[str, Checkpoint],
              cache: ScanCache | None = None) -> list[tuple[str, TranscriptFile]]:
     """Every transcript under the roots (with --since: those written since, or already followed)."""
     return find(options.roots, options.since_ns, checkpoints, on_error, cache)
+
+
+def _hook_spool(options: Options, checkpoints: Mapping[str, Checkpoint], metrics: Metrics | None) -> HookSpool | None:
+    if not options.hooks_spool:
+        return None
+    if options.hooks_annotate_from is not None:  # a catch-up worker: nothing counted, nothing committed
+        return HookSpool(options.hooks_spool, options.hooks_annotate_from, None)
+    return HookSpool(options.hooks_spool, checkpoints, metrics)
 
 
 def _seen_digests(state: State) -> tuple[Iterable[int], Iterable[int]]:
