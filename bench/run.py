@@ -927,7 +927,7 @@ def _peak_rss(d: Daemon, hwm: float) -> tuple[float, str]:
     notes = (f"sum of ccotel run's VmHWM ({hwm:.0f} MB) and the {at_once} largest of its catch-up workers' peaks "
              f"({' / '.join(f'{w:.0f}' for w in worker_peaks) or 'none'} MB)")
     if during:
-        together = max(float(during.group(1)) + sum(worker_peaks), hwm)
+        together = max(float(during.group(1)) + sum(sorted(worker_peaks, reverse=True)[:at_once]), hwm)
         notes += (f"; ccotel run's VmHWM while its workers ran {float(during.group(1)):.0f} MB: at most "
                   f"{together:.0f} MB at any one time")
     return peak, notes
