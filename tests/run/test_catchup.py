@@ -96,11 +96,14 @@ def test_small_history_is_read_by_one_process(tmp_path, monkeypatch):
 
 
 def test_killed_workers_lose_nothing(tmp_path, monkeypatch):
-    """Workers SIGKILLed mid-way: the caller's pipeline reads what they did not checkpoint."""
+    """Workers SIGKILLed mid-way: the caller's pipeline reads what they did not checkpoint. The
+    history is large enough (~13 MB a worker) that a worker cannot end before the killer, a thread
+    of a busy test process, has seen all three start: with 16 MB one CI run saw no worker fail
+    (not reproduced alone or beside three busy loops; the likely cause)."""
     from bench.corpus import generate
 
     root = tmp_path / "claude"
-    generate(str(root), 16_000_000, seed=6, session_mean=200_000, projects=3)
+    generate(str(root), 40_000_000, seed=6, session_mean=200_000, projects=3)
     killed: list[int] = []
 
     def kill_workers() -> None:
