@@ -223,20 +223,19 @@ def from_spans_since(options: Options) -> dict[str, SessionUsage]:
 # -- the views (daily, weekly, monthly, session, project) ------------------------------------------
 
 import argparse  # noqa: E402
-import io  # noqa: E402
 import re  # noqa: E402
-from contextlib import redirect_stdout  # noqa: E402
 from datetime import date  # noqa: E402
 from zoneinfo import ZoneInfo  # noqa: E402
 
 import orjson  # noqa: E402
 
-from ccotel.commands.report.command import add_arguments, parse_day, run  # noqa: E402
+from ccotel.commands.report.command import parse_day  # noqa: E402
 from ccotel.commands.report.json_doc import as_json  # noqa: E402
 from ccotel.commands.report.rows import Query  # noqa: E402
 from ccotel.commands.report.summary import summarize  # noqa: E402
 from ccotel.commands.report.transcripts import gather  # noqa: E402
 from ccotel.store.ledger import LEDGER_FILE, Ledger  # noqa: E402
+from tests.support.report_cli import report_out  # noqa: E402
 
 
 def _late_call(root: Path) -> str:
@@ -312,15 +311,7 @@ def test_weekly_and_monthly_sum_the_days_on_realdata(tmp_path, realdata_config_d
     _periods_equal_days(gather(Options(roots=(root,)), None, workers=1), ZoneInfo("UTC"))
 
 
-def _run(*argv: str) -> str:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--root", action="append")
-    parser.add_argument("--state-dir")
-    add_arguments(parser)
-    out = io.StringIO()
-    with redirect_stdout(out):
-        assert run(parser.parse_args(list(argv))) == 0
-    return out.getvalue()
+_run = report_out
 
 
 def test_run_prints_each_view_as_json_and_as_a_table(tmp_path, monkeypatch):

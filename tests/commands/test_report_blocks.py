@@ -5,12 +5,10 @@ an active block's burn rate and projection against ccusage's, and the table at 8
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import re
 import time
 import uuid
-from contextlib import redirect_stdout
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -27,7 +25,7 @@ from ccotel.commands.report.blocks import (
     token_limit,
 )
 from ccotel.commands.report.blocks_view import BlocksReport, as_json
-from ccotel.commands.report.command import add_arguments, run
+from ccotel.commands.report.command import add_arguments
 from ccotel.commands.report.transcripts import ReadOptions, gather, read_rows
 from ccotel.read.parse_time import parse_timestamp
 from ccotel.run.pipeline import Options, Pipeline
@@ -35,6 +33,7 @@ from ccotel.spans.pricing import DEFAULT_PRICING
 from ccotel.store.ledger import LEDGER_FILE, CallRow, Ledger
 from tests.support.ccusage import run_ccusage
 from tests.support.fixtures import ccusage_installed, realdata_config_dir  # noqa: F401
+from tests.support.report_cli import report_out
 from tests.support.usage_check import session_files
 from tests.support_selftest.test_support_ccusage import ADVISOR_SESSION, advisor_cache_split_gap
 
@@ -235,15 +234,7 @@ def test_realdata_blocks_equal_ccusage(ccusage_installed, realdata_config_dir, t
     assert any(m["actualEndTime"] != f["actualEndTime"] for m, f in zip(reported, at_first, strict=True))
 
 
-def _run(*argv: str, now_ns: int | None = None) -> str:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--root", action="append")
-    parser.add_argument("--state-dir")
-    add_arguments(parser)
-    out = io.StringIO()
-    with redirect_stdout(out):
-        assert run(parser.parse_args(list(argv)), now_ns=now_ns) == 0
-    return out.getvalue()
+_run = report_out
 
 
 def _write_session(config: Path, times_ns: list[int]) -> None:

@@ -4,25 +4,23 @@ bytes as reading every transcript again."""
 
 from __future__ import annotations
 
-import argparse
 import builtins
-import io
 import logging
 import os
 import shutil
 import stat
 from collections.abc import Iterator
-from contextlib import contextmanager, redirect_stdout
+from contextlib import contextmanager
 from pathlib import Path
 
 import orjson
 import pytest
 
-from ccotel.commands.report.command import add_arguments, run
 from ccotel.commands.report.read_cache import CACHE_FILE, FORMAT, MAGIC
 from ccotel.store.ledger import LEDGER_FILE
 from tests.harness.fixtures import load_fixture
 from tests.support.fixtures import realdata_config_dir  # noqa: F401
+from tests.support.report_cli import report_out
 
 NOW_NS = 1_900_000_000 * 1_000_000_000  # the blocks view's "now": after every call, fixed
 VIEWS = (("session", "--json"), ("daily", "--json"), ("weekly", "--json"), ("monthly", "--json"),
@@ -31,14 +29,7 @@ VIEWS = (("session", "--json"), ("daily", "--json"), ("weekly", "--json"), ("mon
 
 
 def _run(*argv: str) -> str:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--root", action="append")
-    parser.add_argument("--state-dir")
-    add_arguments(parser)
-    out = io.StringIO()
-    with redirect_stdout(out):
-        assert run(parser.parse_args(list(argv)), now_ns=NOW_NS) == 0
-    return out.getvalue()
+    return report_out(*argv, now_ns=NOW_NS)
 
 
 @contextmanager

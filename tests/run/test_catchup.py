@@ -25,11 +25,13 @@ from tests.support.otlp import OtlpReceiver
 
 
 def catch_up(root: Path, state_dir: Path, endpoint: str, workers: int,
-             monkeypatch, commit_every_s: float = 1.0) -> tuple[dict[str, float], int, int]:
+             monkeypatch, commit_every_s: float = 1.0,
+             hooks_spool: Path | None = None) -> tuple[dict[str, float], int, int]:
     """What ``ccotel run`` does up to 'caught up': parallel catch-up, then its own pipeline.
     Returns the counters, how many processes read and how many of them failed."""
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", endpoint)
-    options = Options(roots=(str(root),), backfill_commit_every_s=commit_every_s)
+    options = Options(roots=(str(root),), backfill_commit_every_s=commit_every_s,
+                      hooks_spool=str(hooks_spool) if hooks_spool else None)
     done = catch_up_in_parallel(options, str(state_dir), "otlp", workers, min_bytes=0, metrics=True)
     state, metrics = State(str(state_dir)), Metrics()
     queue = ExportQueue(OtlpSink())

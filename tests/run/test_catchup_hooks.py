@@ -8,18 +8,13 @@ import json
 from datetime import datetime
 from pathlib import Path
 
-from ccotel.export.sinks import ExportQueue, OtlpSink
-from ccotel.metrics.counters import Metrics
-from ccotel.run.catchup import catch_up_in_parallel
-from ccotel.run.pipeline import Options, Pipeline
 from ccotel.sources.hooks.spool import spool_name
 from ccotel.spans.attributes import (
     CLAUDE_CODE_SESSION_END_REASON,
     CLAUDE_CODE_TOOL_PERMISSION_DENIED,
     CLAUDE_CODE_TOOL_PERMISSION_WAIT_S,
 )
-from ccotel.store.sqlite import SqliteState as State
-from tests.run.test_catchup import spans_by_id
+from tests.run.test_catchup import catch_up, spans_by_id
 from tests.support.otlp import OtlpReceiver
 
 S = 1_000_000_000
@@ -62,22 +57,6 @@ def _events(root: Path) -> list[dict[str, object]]:
     return sorted(out, key=lambda e: int(e["t"]))  # type: ignore[call-overload]
 
 
-def _catch_up(root: Path, spool: Path, state_dir: Path, endpoint: str, workers: int,
-              monkeypatch) -> tuple[dict[str, float], int]:  # noqa: ANN001
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", endpoint)
-    options = Options(roots=(str(root),), hooks_spool=str(spool))
-    done = catch_up_in_parallel(options, str(state_dir), "otlp", workers, min_bytes=0, metrics=True)
-    state, metrics = State(str(state_dir)), Metrics()
-    queue = ExportQueue(OtlpSink())
-    pipeline = Pipeline(options, emit=queue.submit, state=state, metrics=metrics)
-    queue.on_ack = pipeline.acknowledge
-    pipeline.backfill()
-    assert queue.close(timeout_s=60)
-    pipeline.process_acks()
-    state.close()
-    return metrics.totals(), (done.workers if done else 1)
-
-
 def test_workers_put_the_hooks_on_their_spans_as_one_process_does(tmp_path, monkeypatch):  # noqa: ANN001
     from bench.corpus import generate
 
@@ -89,8 +68,9 @@ def test_workers_put_the_hooks_on_their_spans_as_one_process_does(tmp_path, monk
     (spool / spool_name(int(events[0]["t"]))).write_text(  # type: ignore[call-overload]
         "".join(json.dumps(e) + "\n" for e in events))
     with OtlpReceiver() as one, OtlpReceiver() as many:
-        counted_one, _ = _catch_up(root, spool, tmp_path / "state-one", one.endpoint, 1, monkeypatch)
-        counted_many, processes = _catch_up(root, spool, tmp_path / "state-many", many.endpoint, 2, monkeypatch)
+        counted_one, _, _ = catch_up(root, tmp_path / "state-one", one.endpoint, 1, monkeypatch, hooks_spool=spool)
+        counted_many, processes, _ = catch_up(root, tmp_path / "state-many", many.endpoint, 2, monkeypatch,
+                                              hooks_spool=spool)
         spans_one, spans_many = spans_by_id(one), spans_by_id(many)
     assert processes == 2
     waits = [s for s in spans_one.values() if CLAUDE_CODE_TOOL_PERMISSION_WAIT_S in s["attributes"]]
