@@ -399,16 +399,7 @@ def test_what_it_loads_is_an_allow_list(tmp_path):
     """As the ``ccotel`` command starts it (ccotel.__main__:main), with sys.modules compared in the
     process: no state; a ledger and a warm cache (nothing new); a new call of a model and day
     priced before (the price memo: no pricing module); and only a new model or day loads pricing."""
-    name = "2.1.330-s06_kill_orphan_resume"
-    config = load_fixture(name).config_dir
-    root = tmp_path / "claude"
-    shutil.copytree(config, root)
-    state = tmp_path / "state"
-    state.mkdir()
-    ledger = Ledger(str(state / LEDGER_FILE), roots=(str(root),))
-    Pipeline(Options(roots=(str(root),)), emit=ledger.record, state=None).backfill(close_all=True)
-    ledger.close()
-    main = next(root.glob("projects/*/*.jsonl"))
+    root, state, main, _times = _ledger_state(tmp_path, "2.1.330-s06_kill_orphan_resume")
     doc = json.dumps(_doc(main.stem, main))
     args = ["--root", str(root), "--state", str(state)]
 
