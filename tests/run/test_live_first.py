@@ -24,6 +24,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from tests.run.test_signals import wait_until
 from tests.support.otlp import OtlpReceiver
 
 CORPUS = Path(tempfile.gettempdir()) / "ccotel-test-corpus" / "live-first-150MB"
@@ -39,15 +40,6 @@ def corpus() -> tuple[Path, dict]:
 
     doc = ensure(str(CORPUS), 150_000_000, seed=12, session_mean=2_000_000, projects=6)
     return CORPUS, doc["totals"]
-
-
-def wait_until(cond, timeout_s: float, step: float = 0.02) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(step)
-    return cond()
 
 
 def last_session(root: Path) -> tuple[str, str, str]:
