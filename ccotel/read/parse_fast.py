@@ -372,7 +372,7 @@ def _string_head(raw: msgspec.Raw) -> str:
     for cut in range(_HEAD_BYTES, _HEAD_BYTES - 16, -1):
         try:
             return _str_decoder.decode(view[:cut].tobytes() + b'"')[:_CLASSIFY_PREFIX]
-        except msgspec.DecodeError:
+        except (msgspec.DecodeError, UnicodeDecodeError):  # msgspec raises the latter for a cut UTF-8 sequence
             continue
     raise _StepAside  # not reached for a valid string (an escape is at most 12 bytes): the checked path
 

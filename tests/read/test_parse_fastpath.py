@@ -170,6 +170,21 @@ def test_a_long_tool_result_is_read_by_its_head_alone(head, tail, pad, ascii_onl
         assert_same(data)
 
 
+@pytest.mark.parametrize("char", ["é", "€", "😀"])
+@pytest.mark.parametrize("shift", range(4))
+def test_a_long_tool_result_cut_inside_a_character_stays_on_the_fast_path(char, shift):
+    """The head of a long non-ASCII tool_result cut inside a UTF-8 sequence: stepped back from,
+    not a reason to decode the whole line by the checked path (most tool output of the usual shape)."""
+    text = "x" * shift + char * 3000
+    line = {"type": "user", "uuid": "u", "sessionId": "s", "timestamp": "2025-06-01T12:00:00.000Z",
+            "message": {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": text}]}}
+    data = orjson.dumps(line)
+    fast = parse_fast._fast_entry(data, 0, False)
+    assert fast is not None
+    assert fast.blocks[0].text == text[:parse_full._CLASSIFY_PREFIX]
+    assert_same(data)
+
+
 @settings(max_examples=500, deadline=None)
 @given(text=st.text(_TRICKY, max_size=60),
        junk=st.lists(st.tuples(st.integers(0, 300), st.binary(min_size=1, max_size=3)), max_size=2),
