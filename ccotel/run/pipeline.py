@@ -37,6 +37,7 @@ from ccotel.read.discover import Checkpoint, ScanCache, find, scan, session_grou
 from ccotel.read.shard import Group
 from ccotel.records import FileKind, SpanRecord, TranscriptFile
 from ccotel.rules import transcript as rules
+from ccotel.run.cyclic_gc import fewer_collections
 from ccotel.run.delivery import Delivery
 from ccotel.run.detectors import Detectors
 from ccotel.run.reader import FileState, Reader, ReadStats
@@ -183,6 +184,11 @@ class Pipeline:
         when this returns (events are not counted from here on). ``between``: called after each
         session is read (livefirst.py follows the live sessions there).
         """
+        with fewer_collections():  # cyclic_gc.py: a history allocates much and forms few cycles
+            return self._backfill(progress, close_all, groups, final, between)
+
+    def _backfill(self, progress: Callable[[int, int], None] | None, close_all: bool, groups: list[Group] | None,
+                  final: bool, between: Callable[[Group], None] | None) -> int:
         self.reader.complete = close_all
         self._poll_hooks()  # first: what the hooks said goes on the spans built from here on
         if groups is None:
