@@ -19,7 +19,8 @@ _VIEW_KEYS = {"daily": ("daily", "date"), "weekly": ("weekly", "week"), "monthly
 def _iso(ns: int) -> str | None:
     if not ns:
         return None
-    return datetime.fromtimestamp(ns / 1e9, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+    # isoformat, not strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3]: the same text (milliseconds truncated), faster
+    return datetime.fromtimestamp(ns / 1e9, timezone.utc).isoformat(timespec="milliseconds")[:-6] + "Z"
 
 
 def _figures(r: Row, known: bool) -> dict[str, Any]:
