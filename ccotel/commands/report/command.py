@@ -176,7 +176,7 @@ def run_from_ledger(argv: list[str]) -> int | None:
     finally:
         ledger.close()
     try:
-        return _show(report, q, args)
+        return _show(report, q, args, lean=True)
     except BrokenPipeError:  # as cli.main ends a `ccotel report | head`
         from ccotel.run.stopping import end_quietly
 
@@ -196,9 +196,19 @@ def _answers_alone(ledger: Ledger, q: Query, roots: tuple[str, ...]) -> bool:
             and not written_since(roots, ledger.coverage().updated_ns - REREAD_GRACE_NS))
 
 
-def _show(report: Report, q: Query, args: argparse.Namespace) -> int:
+def _show(report: Report, q: Query, args: argparse.Namespace, lean: bool = False) -> int:
+    """Print the report. ``lean``: started by run_from_ledger, where orjson is not loaded: its import
+    (dataclasses, uuid...) costs more than writing the JSON in Python (json_doc.dumps, the same
+    bytes); on cli.py's way (which loads orjson with its other commands, and reads transcripts)
+    orjson writes a large report faster."""
     if args.json:
-        sys.stdout.write(dumps(as_json(report)) + "\n")
+        if lean:
+            text = dumps(as_json(report))
+        else:
+            import orjson
+
+            text = orjson.dumps(as_json(report), option=orjson.OPT_INDENT_2).decode()
+        sys.stdout.write(text + "\n")
         return 0
     from ccotel.commands.report.table import render, stdout_console  # rich: only for a table
 
