@@ -28,7 +28,6 @@ import os
 import sqlite3
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ccotel.store.ledger_schema import (
@@ -153,8 +152,7 @@ class TurnRow(NamedTuple):
     lost_tools: int
 
 
-@dataclass(frozen=True)
-class Coverage:
+class Coverage(NamedTuple):
     """What the ledger holds: ``updated_ns`` when it was last written (0: never), ``calls`` rows,
     ``roots`` the Claude config dirs its spans were read from, ``filling``: why it holds only part
     of the transcripts' history yet (a first catch-up or a rebuild still running), or None."""

@@ -52,6 +52,37 @@ def test_a_report_from_the_ledger_loads_no_parser_of_other_commands_nor_logging(
         assert heavy not in loaded, heavy
 
 
+ALLOWED = {  # what ``ccotel report --json`` from the ledger may load past Python's start
+    "ccotel", "ccotel.__main__", "ccotel.commands", "ccotel.commands.options", "ccotel.commands.report",
+    "ccotel.commands.report.command", "ccotel.commands.report.from_ledger", "ccotel.commands.report.json_doc",
+    "ccotel.commands.report.rows", "ccotel.commands.report.summary", "ccotel.read", "ccotel.read.layout",
+    "ccotel.rules", "ccotel.rules.model_name", "ccotel.store", "ccotel.store.ledger", "ccotel.store.ledger_schema",
+    "__future__", "argparse", "gettext", "locale", "_locale", "warnings",  # argparse's
+    "re", "re._casefix", "re._compiler", "re._constants", "re._parser", "_sre", "enum", "copyreg",
+    "typing", "typing.io", "typing.re", "_typing", "collections", "collections.abc", "_collections", "contextlib",
+    "functools", "_functools", "itertools", "keyword", "operator", "_operator", "reprlib", "types", "errno",
+    "datetime", "_datetime", "math", "json", "json.decoder", "json.encoder", "json.scanner", "_json",
+    "sqlite3", "sqlite3.dbapi2", "_sqlite3",
+}
+_DRIVER = """import sys
+before = set(sys.modules)
+sys.argv = ["ccotel", *sys.argv[1:]]
+from ccotel.__main__ import main
+main()
+sys.stderr.write("\\n".join(sorted(set(sys.modules) - before)))
+"""
+
+
+def test_what_it_loads_is_an_allow_list(tmp_path):
+    """Not orjson (it imports dataclasses, inspect, uuid), dataclasses, shutil (argparse's help
+    width) nor anything else that slowed this start before: json_doc.dumps writes the JSON."""
+    root, state = _ledger_state(tmp_path)
+    proc = _ccotel("report", "--json", "--root", root, "--state-dir", state, code=_DRIVER)
+    assert proc.returncode == 0 and '"source": "ledger"' in proc.stdout, proc.stderr
+    loaded = set(proc.stderr.split())
+    assert "ccotel.commands.report.from_ledger" in loaded and loaded <= ALLOWED, sorted(loaded - ALLOWED)
+
+
 @pytest.mark.parametrize("argv", [
     ["--json"], [], ["daily", "--json"], ["weekly", "-w", "monday", "--json"], ["project", "--breakdown"],
     ["monthly", "--order=desc", "--json"], ["daily", "-s", "20200101", "-u", "2030-01-01", "-z", "UTC", "--json"],
@@ -74,3 +105,22 @@ def test_a_ledger_for_other_roots_is_said_in_the_log_as_before(tmp_path):
     fast = _ccotel("report", "--json", "--root", str(other), "--state-dir", state)
     assert fast.returncode == 0 and "was written for other roots" in fast.stderr
     assert " ccotel INFO " in fast.stderr  # cli.py's log format: logging set up as before
+
+
+def test_its_json_is_orjsons_byte_for_byte():
+    """json_doc.dumps (the JSON without orjson's import) against orjson's indented JSON: floats on
+    both sides of each notation change (1e-5, 1e-4, 1e16), escapes, empty and nested containers."""
+    import random
+
+    import orjson
+
+    from ccotel.commands.report.json_doc import dumps
+
+    rng = random.Random(31)
+    floats = [0.0, -0.0, 1e-5, 9.999e-6, 1e-4, 9.9e-5, -5e-05, -1.2e-7, 1e16, 9999999999999998.0, 1e300, 5e-324,
+              float("inf"), float("nan")]
+    floats += [rng.uniform(-1, 1) * 10.0 ** rng.randint(-320, 300) for _ in range(20_000)]
+    floats += [round(rng.random() * 10.0 ** rng.randint(-8, 4), 6) for _ in range(20_000)]
+    doc = {"floats": floats, "empty": [[], {}, ""], "ints": [0, -1, 2**63 - 1], "flags": [True, False, None],
+           "text": ["é\u2028\x00\x1f\x7f\"/\\\n\t\b\f\r", "plain"], "nested": {"a": {"b": [{"c": 1.5}]}}}
+    assert dumps(doc).encode() == orjson.dumps(doc, option=orjson.OPT_INDENT_2)

@@ -13,11 +13,9 @@ import time
 from datetime import date, datetime, timedelta, tzinfo
 from typing import TYPE_CHECKING, NoReturn
 
-import orjson
-
 from ccotel.commands.options import add_durable, add_reading
 from ccotel.commands.report.from_ledger import REREAD_GRACE_NS, open_ledger, summarize_ledger, written_since
-from ccotel.commands.report.json_doc import as_json
+from ccotel.commands.report.json_doc import as_json, dumps
 from ccotel.commands.report.rows import VIEWS, WEEKDAYS, Query, Report
 from ccotel.commands.report.summary import summarize
 from ccotel.store.ledger import Ledger
@@ -141,6 +139,12 @@ class _NotPlain(Exception):
 
 
 class _PlainParser(argparse.ArgumentParser):
+    def __init__(self) -> None:
+        # A fixed width: argparse's default asks shutil for the terminal's (importing shutil), and
+        # this parser never prints its help (add_help=False; errors go to cli.py's parser).
+        super().__init__(prog="ccotel report", add_help=False,
+                         formatter_class=lambda prog: argparse.HelpFormatter(prog, width=80))
+
     def error(self, message: str) -> NoReturn:
         raise _NotPlain(message)
 
@@ -151,7 +155,7 @@ def run_from_ledger(argv: list[str]) -> int | None:
     first). None, with nothing printed or logged: it does not (bad or unknown arguments, --help,
     no usable SQLite ledger, a transcript written since, blocks); cli.py's parser and ``run`` then
     take the arguments from the start."""
-    parser = _PlainParser(prog="ccotel report", add_help=False)
+    parser = _PlainParser()
     add_options(parser)
     try:
         args = parser.parse_args(argv)
@@ -172,7 +176,7 @@ def run_from_ledger(argv: list[str]) -> int | None:
     finally:
         ledger.close()
     try:
-        return _show(report, q, args)
+        return _show(report, q, args, lean=True)
     except BrokenPipeError:  # as cli.main ends a `ccotel report | head`
         from ccotel.run.stopping import end_quietly
 
@@ -192,9 +196,19 @@ def _answers_alone(ledger: Ledger, q: Query, roots: tuple[str, ...]) -> bool:
             and not written_since(roots, ledger.coverage().updated_ns - REREAD_GRACE_NS))
 
 
-def _show(report: Report, q: Query, args: argparse.Namespace) -> int:
+def _show(report: Report, q: Query, args: argparse.Namespace, lean: bool = False) -> int:
+    """Print the report. ``lean``: started by run_from_ledger, where orjson is not loaded: its import
+    (dataclasses, uuid...) costs more than writing the JSON in Python (json_doc.dumps, the same
+    bytes); on cli.py's way (which loads orjson with its other commands, and reads transcripts)
+    orjson writes a large report faster."""
     if args.json:
-        sys.stdout.write(orjson.dumps(as_json(report), option=orjson.OPT_INDENT_2).decode() + "\n")
+        if lean:
+            text = dumps(as_json(report))
+        else:
+            import orjson
+
+            text = orjson.dumps(as_json(report), option=orjson.OPT_INDENT_2).decode()
+        sys.stdout.write(text + "\n")
         return 0
     from ccotel.commands.report.table import render, stdout_console  # rich: only for a table
 

@@ -1,14 +1,16 @@
 """A report as JSON shaped like ``ccusage <view> --json``, with ccotel's own figures beside
-ccusage's."""
+ccusage's; and ``dumps``, that JSON's text."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime, timezone
+from json.encoder import encode_basestring
 from typing import Any
 
 from ccotel.commands.report.rows import Report, Row, report_models
 
-__all__ = ["as_json"]
+__all__ = ["as_json", "dumps"]
 
 _VIEW_KEYS = {"daily": ("daily", "date"), "weekly": ("weekly", "week"), "monthly": ("monthly", "month"),
               "session": ("sessions", "sessionId"), "project": ("projects", "project")}
@@ -17,7 +19,8 @@ _VIEW_KEYS = {"daily": ("daily", "date"), "weekly": ("weekly", "week"), "monthly
 def _iso(ns: int) -> str | None:
     if not ns:
         return None
-    return datetime.fromtimestamp(ns / 1e9, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+    # isoformat, not strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3]: the same text (milliseconds truncated), faster
+    return datetime.fromtimestamp(ns / 1e9, timezone.utc).isoformat(timespec="milliseconds")[:-6] + "Z"
 
 
 def _figures(r: Row, known: bool) -> dict[str, Any]:
@@ -57,3 +60,55 @@ def as_json(report: Report) -> dict[str, Any]:
     totals["unpricedModels"] = sorted(report.totals.unpriced)
     return {name: rows, "totals": totals, "source": report.source, "unknownReason": report.why_unknown()}
 
+
+
+def dumps(doc: Any) -> str:
+    """``orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode()``, byte for byte, for a document of
+    dicts, lists, strings, ints, floats, bools and None: written here because importing orjson
+    (it imports dataclasses, uuid and more) is a noticeable part of a report's start from the
+    ledger, and the stdlib's json writes floats and empty containers differently."""
+    return _value(doc, "\n")
+
+
+def _value(v: Any, nl: str) -> str:
+    """``v`` as orjson writes it indented; ``nl``: a newline and the current indent. (A scalar
+    item is written without a call of its own: the report's JSON is mostly scalars.)"""
+    scalar = _SCALARS.get(type(v))
+    if scalar is not None:
+        return scalar(v)
+    inner = nl + "  "
+    get = _SCALARS.get
+    if isinstance(v, dict):
+        if not v:
+            return "{}"
+        return "{" + ",".join([inner + encode_basestring(k) + ": " + (f(item) if (f := get(type(item))) else
+                                                                      _value(item, inner))
+                               for k, item in v.items()]) + nl + "}"
+    if isinstance(v, (list, tuple)):
+        if not v:
+            return "[]"
+        return "[" + ",".join([inner + (f(item) if (f := get(type(item))) else _value(item, inner))
+                               for item in v]) + nl + "]"
+    raise TypeError(f"not a JSON value: {type(v).__name__}")
+
+
+def _float(v: float) -> str:
+    """A float as orjson writes it: Python's shortest repr, but 0.0000dd rather than d.de-05 and
+    1e-6 rather than 1e-06; not finite: null."""
+    if v != v or v in (float("inf"), float("-inf")):
+        return "null"
+    text = repr(v)
+    mantissa, e, exp = text.partition("e")
+    if not e or exp[0] == "+":
+        return text
+    power = int(exp)
+    if power == -5:  # repr's exponent starts below 1e-4, orjson's below 1e-5
+        sign, digits = ("-", mantissa[1:]) if mantissa[0] == "-" else ("", mantissa)
+        return sign + "0.0000" + digits.replace(".", "")
+    return f"{mantissa}e{power}"
+
+
+_SCALARS: dict[type, Callable[[Any], str]] = {
+    str: encode_basestring,  # escapes as orjson: ", \\ and control characters only
+    int: int.__repr__, float: _float, bool: lambda b: "true" if b else "false", type(None): lambda _: "null",
+}

@@ -4,8 +4,8 @@ what it gives (``Row`` per day, week, month, session or project, their ``Report`
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from datetime import date, tzinfo
+from typing import NamedTuple
 
 from ccotel.rules.model_name import reported_model
 from ccotel.store.ledger import AgentRow, CallRow, ToolRow, TurnRow
@@ -25,8 +25,12 @@ VIEWS = ("daily", "weekly", "monthly", "session", "project")
 WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
 
 
-@dataclass(frozen=True)
-class Query:
+# The records are NamedTuples and __slots__ classes, not dataclasses: a report the ledger answers
+# alone loads this module, and creating dataclasses (and importing the module) is a noticeable
+# part of its start (bench/NOTES.md).
+
+
+class Query(NamedTuple):
     """What a report asks: a view, a time zone (None: the system's), dates (inclusive, local)."""
 
     view: str = "session"
@@ -42,8 +46,7 @@ class Query:
 CallSums = dict[tuple[str, str | None, bool, int], list[int]]
 
 
-@dataclass(frozen=True)
-class Summed:
+class Summed(NamedTuple):
     """Calls summed as they were read, group by group (transcripts.py without a ledger): per
     quarter hour (slot: time // ledger.SLOT_NS), in the order each sum's first call comes, and
     each session's places (summary.place_items), in the calls' order."""
@@ -52,8 +55,7 @@ class Summed:
     places: list[tuple[str, str | None, str | None]]
 
 
-@dataclass(frozen=True)
-class Data:
+class Data(NamedTuple):
     """Everything a report sums: calls (ledger and transcripts, once each) and the ledger's rows."""
 
     calls: list[CallRow]
@@ -63,19 +65,23 @@ class Data:
     source: str  # ledger | transcripts | ledger+transcripts
     # Calls read from the transcripts that the ledger does not hold (and will not: not a turn
     # still open): their rows' tool calls, subagents and health are not known; and why.
-    unrecorded: list[CallRow] = field(default_factory=list)
+    unrecorded: Sequence[CallRow] = ()
     unknown_reason: str | None = None
     summed: Summed | None = None  # the calls summed rather than listed (``calls`` is then empty)
 
 
-@dataclass
 class ModelTotals:
-    input: int = 0
-    output: int = 0
-    cache_write: int = 0
-    cache_read: int = 0
-    calls: int = 0
-    cost_nano: int = 0  # nano-dollars (ledger.nano_usd): summed exactly, in any order
+    """One model's figures in a row."""
+
+    __slots__ = ("input", "output", "cache_write", "cache_read", "calls", "cost_nano")
+
+    def __init__(self) -> None:
+        self.input = 0
+        self.output = 0
+        self.cache_write = 0
+        self.cache_read = 0
+        self.calls = 0
+        self.cost_nano = 0  # nano-dollars (ledger.nano_usd): summed exactly, in any order
 
     @property
     def cost(self) -> float:
@@ -91,37 +97,42 @@ class ModelTotals:
         self.cost_nano += other.cost_nano
 
 
-@dataclass
 class Row:
     """One line of a report (a day, a week, a month, a session or a project), summed as it goes."""
 
-    key: str
-    input: int = 0
-    output: int = 0
-    cache_read: int = 0
-    cache_write: int = 0
-    cache_write_5m: int = 0
-    cache_write_1h: int = 0
-    reasoning: int = 0
-    cost_nano: int = 0  # nano-dollars (ledger.nano_usd): summed exactly, in any order
-    api_calls: int = 0
-    api_errors: int = 0
-    tool_calls: int = 0
-    tool_errors: int = 0
-    subagents: int = 0
-    orphans: int = 0
-    kills: int = 0
-    ghosts: int = 0
-    resets: int = 0
-    first_ns: int = 0
-    last_ns: int = 0
-    models: set[str] = field(default_factory=set)
-    unpriced: set[str] = field(default_factory=set)
-    by_model: dict[str, ModelTotals] = field(default_factory=dict)
-    session_id: str | None = None
-    project: str | None = None
-    cwd: str | None = None
-    partial: bool = False  # holds a call the ledger lacks: its tool, subagent and health figures are not known
+    __slots__ = ("key", "input", "output", "cache_read", "cache_write", "cache_write_5m", "cache_write_1h",
+                 "reasoning", "cost_nano", "api_calls", "api_errors", "tool_calls", "tool_errors", "subagents",
+                 "orphans", "kills", "ghosts", "resets", "first_ns", "last_ns", "models", "unpriced", "by_model",
+                 "session_id", "project", "cwd", "partial")
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+        self.input = 0
+        self.output = 0
+        self.cache_read = 0
+        self.cache_write = 0
+        self.cache_write_5m = 0
+        self.cache_write_1h = 0
+        self.reasoning = 0
+        self.cost_nano = 0  # nano-dollars (ledger.nano_usd): summed exactly, in any order
+        self.api_calls = 0
+        self.api_errors = 0
+        self.tool_calls = 0
+        self.tool_errors = 0
+        self.subagents = 0
+        self.orphans = 0
+        self.kills = 0
+        self.ghosts = 0
+        self.resets = 0
+        self.first_ns = 0
+        self.last_ns = 0
+        self.models: set[str] = set()
+        self.unpriced: set[str] = set()
+        self.by_model: dict[str, ModelTotals] = {}
+        self.session_id: str | None = None
+        self.project: str | None = None
+        self.cwd: str | None = None
+        self.partial = False  # holds a call the ledger lacks: its tool, subagent and health figures are not known
 
     @property
     def total_tokens(self) -> int:
@@ -151,9 +162,15 @@ class Row:
         self.models.add(name)
         if priced < n:
             self.unpriced.add(name)
-        self.by_model.setdefault(name, ModelTotals()).add(
-            ModelTotals(input=usage[0], output=usage[1], cache_write=usage[3], cache_read=usage[2], calls=n,
-                        cost_nano=cost))
+        m = self.by_model.get(name)
+        if m is None:
+            m = self.by_model[name] = ModelTotals()
+        m.input += usage[0]
+        m.output += usage[1]
+        m.cache_write += usage[3]
+        m.cache_read += usage[2]
+        m.calls += n
+        m.cost_nano += cost
 
     def _add_usage(self, usage: Sequence[int], calls: int, cost_nano: int) -> None:
         """Add calls' token sums (in UsageTuple's order: input, output, cache read, cache creation,
@@ -192,8 +209,7 @@ class Row:
         return {"orphans": self.orphans, "kills": self.kills, "ghostSessions": self.ghosts, "resets": self.resets}
 
 
-@dataclass(frozen=True)
-class Report:
+class Report(NamedTuple):
     view: str
     rows: list[Row]
     totals: Row
