@@ -126,19 +126,24 @@ def classify(root: str, path: str) -> TranscriptFile | None:
     rel = _relative(root, path)
     if rel.startswith(".."):
         return None
-    parts = rel.split(os.sep)
-    name = parts[-1]
+    *where, name = rel.split(os.sep)
+    return _classify_name(where, os.path.dirname(path), path, name)
+
+
+def _classify_name(where: list[str], dirpath: str, path: str, name: str) -> TranscriptFile | None:
+    """The layout's rule for file ``name`` at ``path`` in ``dirpath``, whose path relative to
+    <root>/projects is ``where`` (split): shared by ``classify`` and by ``scan``, which splits each
+    directory's path once for all its files."""
     if not name.endswith(".jsonl"):
         return None
     stem = name[: -len(".jsonl")]
-    if len(parts) == 2:
+    if len(where) == 1:
         if stem.startswith(AGENT_PREFIX):
-            return TranscriptFile(path, FileKind.FLAT_AGENT, parts[0], None, stem[len(AGENT_PREFIX):])
-        return TranscriptFile(path, FileKind.MAIN, parts[0], stem)
-    if len(parts) == 4 and parts[2] == SUBAGENTS and stem.startswith(AGENT_PREFIX):
+            return TranscriptFile(path, FileKind.FLAT_AGENT, where[0], None, stem[len(AGENT_PREFIX):])
+        return TranscriptFile(path, FileKind.MAIN, where[0], stem)
+    if len(where) == 3 and where[2] == SUBAGENTS and stem.startswith(AGENT_PREFIX):
         agent_id = stem[len(AGENT_PREFIX):]
-        meta = agent_meta(os.path.dirname(path), agent_id)
-        return TranscriptFile(path, FileKind.SUBAGENT, parts[0], parts[1], agent_id, meta)
+        return TranscriptFile(path, FileKind.SUBAGENT, where[0], where[1], agent_id, agent_meta(dirpath, agent_id))
     return None
 
 
@@ -178,8 +183,6 @@ def scan(root: str, on_error: Callable[[OSError], None] | None = None,
     projects = projects_dir(root)
     if not os.path.isdir(projects) or not within_root(root, projects):
         return
-    if cache is None:
-        cache = ScanCache()  # this scan lists everything
     seen: dict[str, _Listing] = {}
     stack = [projects]
     while stack:
@@ -190,19 +193,25 @@ def scan(root: str, on_error: Callable[[OSError], None] | None = None,
         seen[dirpath] = listing
         yield from listing.found
         stack.extend(os.path.join(dirpath, d) for d in reversed(listing.subdirs))  # os.walk's top-down order
-    cache.dirs = seen  # directories gone (or unreadable now) are forgotten
+    if cache is not None:
+        cache.dirs = seen  # directories gone (or unreadable now) are forgotten
 
 
-def _transcripts(root: str, dirpath: str, files: list[tuple[str, bool]]) -> list[TranscriptFile]:
-    """The transcripts among a directory's files (name, is a symlink)."""
+def _transcripts(root: str, dirpath: str, files: list[tuple[str, bool, str]]) -> list[TranscriptFile]:
+    """The transcripts among a directory's files (name, is a symlink, path)."""
+    names = sorted(f for f in files if f[0].endswith(".jsonl"))
+    if not names:
+        return []
+    # classify's relative path, once for the directory: a file's is this and its name
+    rel = _relative(root, names[0][2])
+    *dir_parts, first = rel.split(os.sep)
+    # an unusual path (outside the projects dir, ...): classify judges each file
+    where = None if rel.startswith("..") or first != names[0][0] else dir_parts
     found = []
-    for name, link in sorted(files):
-        if not name.endswith(".jsonl"):
-            continue
-        path = os.path.join(dirpath, name)
+    for name, link, path in names:
         if link and not within_root(root, path):
             continue
-        tf = classify(root, path)
+        tf = classify(root, path) if where is None else _classify_name(where, dirpath, path, name)
         if tf is not None:
             found.append(tf)
     # main files first: their Task tool calls are what subagent files hang under
@@ -210,16 +219,21 @@ def _transcripts(root: str, dirpath: str, files: list[tuple[str, bool]]) -> list
     return found
 
 
-def _listing(root: str, dirpath: str, cache: ScanCache, on_error: Callable[[OSError], None] | None) -> _Listing | None:
+def _listing(root: str, dirpath: str, cache: ScanCache | None,
+             on_error: Callable[[OSError], None] | None) -> _Listing | None:
     """A directory's listing: the cached one while the directory is unchanged, else listed now
     the way os.walk(followlinks=False) lists it (a symlinked directory is not entered; an entry
-    that cannot be stat'ed is a file)."""
+    that cannot be stat'ed is a file). Without a cache the directory is not stat'ed: its inode and
+    mtime (-1) are kept nowhere."""
+    ino = mtime = -1
     try:
-        st = os.stat(dirpath)
-        have = cache.dirs.get(dirpath)
-        if have is not None and have.ino == st.st_ino and have.mtime_ns == st.st_mtime_ns \
-                and have.listed_ns - have.mtime_ns >= _SETTLED_NS:
-            return have
+        if cache is not None:
+            st = os.stat(dirpath)
+            ino, mtime = st.st_ino, st.st_mtime_ns
+            have = cache.dirs.get(dirpath)
+            if have is not None and have.ino == ino and have.mtime_ns == mtime \
+                    and have.listed_ns - have.mtime_ns >= _SETTLED_NS:
+                return have
         listed_ns = time.time_ns()
         with os.scandir(dirpath) as it:
             entries = list(it)
@@ -228,7 +242,7 @@ def _listing(root: str, dirpath: str, cache: ScanCache, on_error: Callable[[OSEr
             on_error(exc)
         return None
     subdirs: list[str] = []
-    files: list[tuple[str, bool]] = []
+    files: list[tuple[str, bool, str]] = []  # (name, is a symlink, path: os.path.join's, made by scandir)
     for entry in entries:
         try:
             is_dir = entry.is_dir()
@@ -236,10 +250,10 @@ def _listing(root: str, dirpath: str, cache: ScanCache, on_error: Callable[[OSEr
             is_dir = False
         link = entry.is_symlink()  # from the listing itself (d_type): no stat
         if not is_dir:
-            files.append((entry.name, link))
+            files.append((entry.name, link, entry.path))
         elif not link:
             subdirs.append(entry.name)
-    return _Listing(st.st_ino, st.st_mtime_ns, listed_ns, tuple(sorted(subdirs)),
+    return _Listing(ino, mtime, listed_ns, tuple(sorted(subdirs)),
                     tuple(_transcripts(root, dirpath, files)))
 
 
