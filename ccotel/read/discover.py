@@ -17,12 +17,15 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypeAlias
 
 from ccotel.read.layout import AGENT_PREFIX, SUBAGENTS, agent_meta, projects_dir
 from ccotel.read.parse_time import parse_timestamp
-from ccotel.read.shard import Group
-from ccotel.read.tail import FileIdentity, Marker
 from ccotel.records import FileKind, TranscriptFile
+
+if TYPE_CHECKING:  # types only: tail.py loads the parser, shard.py multiprocessing (a cached report needs neither)
+    from ccotel.read.shard import Group
+    from ccotel.read.tail import FileIdentity, Marker
 
 __all__ = ["default_roots", "classify", "scan", "ScanCache", "within_root", "find", "unread_bytes", "session_groups",
            "time_span", "Checkpoint", "size_of", "mtime_ns", "readable_under", "outside_root", "PATH_OUTSIDE_ROOT"]
@@ -30,7 +33,7 @@ __all__ = ["default_roots", "classify", "scan", "ScanCache", "within_root", "fin
 log = logging.getLogger("ccotel.read")
 
 # A file's checkpoint (state.files()): identity, offset, read_to, the offset marker (None: trusted).
-Checkpoint = tuple[FileIdentity | None, int, int, Marker | None]
+Checkpoint: TypeAlias = "tuple[FileIdentity | None, int, int, Marker | None]"
 
 
 def default_roots(env: dict[str, str] | None = None) -> list[str]:

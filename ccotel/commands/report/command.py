@@ -107,10 +107,7 @@ def run(args: argparse.Namespace, now_ns: int | None = None) -> int:
         if ledger is not None and _answers_alone(ledger, q, roots):
             report = summarize_ledger(ledger, q)
         else:
-            from ccotel.commands.report.transcripts import (  # the transcript reader: not loaded for the ledger alone
-                ReadOptions,
-                gather,
-            )
+            from ccotel.commands.report.read_options import ReadOptions
             from ccotel.spans.pricing import DEFAULT_PRICING, Pricing
 
             pricing = DEFAULT_PRICING if overrides is None else Pricing(overrides)
@@ -121,6 +118,8 @@ def run(args: argparse.Namespace, now_ns: int | None = None) -> int:
                 data = read_transcripts(options, args.workers, int(args.parallel_min_mb * 1e6), cache_dir,
                                         calls=q.view == "blocks")
             else:
+                from ccotel.commands.report.transcripts import gather  # the transcript reader: only when it reads
+
                 data = gather(options, ledger, workers=args.workers, parallel_min_bytes=int(args.parallel_min_mb * 1e6))
             if q.view == "blocks":
                 from ccotel.commands.report.blocks_view import print_blocks

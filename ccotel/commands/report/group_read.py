@@ -10,7 +10,7 @@ again; only those groups' calls are decoded, the others' sums are taken as they 
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -26,30 +26,26 @@ from ccotel.commands.report.read_cache import (
     load,
     save,
 )
+from ccotel.commands.report.read_options import ReadOptions
 from ccotel.commands.report.rows import CallSums, Data, Summed
 from ccotel.commands.report.summary import call_sums, merge_sums, place_items
-from ccotel.commands.report.transcripts import (
-    _JOBS_PER_PROCESS,
-    ReadOptions,
-    _Call,
-    _call_row,
-    _read_group,
-    _read_jobs,
-    _row,
-)
 from ccotel.read.discover import find, session_groups, time_span
-from ccotel.read.shard import Group, balance, default_workers
-from ccotel.spans.pricing import Pricing
 from ccotel.store.ledger import SLOT_NS, CallRow
+
+# The transcript reader (transcripts.py: the parser, the shard planner, multiprocessing) is loaded
+# only when a group is read or a call decoded: a report the cache answers loads none of it.
+if TYPE_CHECKING:
+    from ccotel.commands.report.transcripts import _Call
+    from ccotel.read.shard import Group
+    from ccotel.spans.pricing import Pricing
+
+    # A group to read: its index in the groups' order, its files, their keys (() when one could
+    # not be stat'ed: not cached) and its time span.
+    _Todo = tuple[int, Group, tuple[FileKey, ...], tuple[int, int]]
 
 __all__ = ["read_transcripts"]
 
 log = logging.getLogger("ccotel.report")
-
-# A group to read: its index in the groups' order, its files, their keys (() when one could not be
-# stat'ed: not cached) and its time span.
-_Todo = tuple[int, Group, tuple[FileKey, ...], tuple[int, int]]
-
 
 def read_transcripts(options: ReadOptions, workers: int | None, parallel_min_bytes: int, cache_dir: str | None,
                      calls: bool = False) -> Data:
@@ -98,6 +94,9 @@ def _read(todo: list[_Todo], options: ReadOptions, workers: int | None,
           parallel_min_bytes: int) -> list[tuple[int, bytes]]:
     if not todo:
         return []
+    from ccotel.commands.report.transcripts import _JOBS_PER_PROCESS, _read_jobs
+    from ccotel.read.shard import balance, default_workers
+
     weights = [sum(k.size for k in fks) if fks else 0 for _i, _g, fks, _s in todo]
     n = default_workers() if workers is None else max(1, workers)
     if n == 1 or len(todo) == 1 or sum(weights) < parallel_min_bytes:
@@ -112,6 +111,8 @@ def _read(todo: list[_Todo], options: ReadOptions, workers: int | None,
 
 def _read_entries(job: list[_Todo], max_line_bytes: int, pricing: Pricing) -> list[tuple[int, bytes]]:
     """Each group of the job read, priced and summed (in a worker process: the sums too)."""
+    from ccotel.commands.report.transcripts import _call_row, _read_group, _row
+
     out = []
     for index, group, fks, span in job:
         rows = [_row(key, index, c, pricing) for key, c in _read_group(group, max_line_bytes).items()]
@@ -126,7 +127,10 @@ def _read_entries(job: list[_Todo], max_line_bytes: int, pricing: Pricing) -> li
 def _combine(entries: list[GroupEntry], pricing: Pricing, want_calls: bool) -> tuple[Summed, list[CallRow]]:
     """The groups' sums and places in their order (and their calls, if wanted); a call that more
     than one group holds belongs to the oldest, merged with the others' and priced again."""
-    final = _merged(entries, _sharing(entries), pricing)
+    linked = _sharing(entries)
+    if want_calls or linked:
+        from ccotel.commands.report.transcripts import _call_row
+    final = _merged(entries, linked, pricing)
     sums: CallSums = {}
     places: list[tuple[str, str | None, str | None]] = []
     out: list[CallRow] = []
@@ -161,6 +165,10 @@ def _sharing(entries: list[GroupEntry]) -> list[int]:
 def _merged(entries: list[GroupEntry], linked: list[int], pricing: Pricing) -> dict[int, list[tuple[Any, ...]]]:
     """The rows (transcripts._row's, with the group's index) of the groups that share calls: each
     call in the oldest group that holds it, merged with the later ones' (as ``_read_shard``)."""
+    if not linked:
+        return {}
+    from ccotel.commands.report.transcripts import _row
+
     held: dict[str, tuple[int, _Call]] = {}
     again: set[str] = set()
     rows: dict[int, dict[str, tuple[Any, ...]]] = {}
@@ -182,4 +190,6 @@ def _merged(entries: list[GroupEntry], linked: list[int], pricing: Pricing) -> d
 
 
 def _call_of(r: Row) -> _Call:
+    from ccotel.commands.report.transcripts import _Call
+
     return _Call(r[1], r[2], r[3], r[4], r[5], r[6], r[8], r[9])

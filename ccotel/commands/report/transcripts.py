@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import msgspec
 
 from ccotel.commands.report.from_ledger import REREAD_GRACE_NS
+from ccotel.commands.report.read_options import ReadOptions
 from ccotel.commands.report.rows import Data
 from ccotel.commands.report.usage import SessionUsage, UsageTuple, session_usage
 from ccotel.read.discover import find, session_groups, unread_bytes
@@ -43,18 +44,6 @@ __all__ = ["ReadOptions", "build_report", "report_from_spans", "read_rows", "gat
 
 _J = TypeVar("_J")
 _R = TypeVar("_R")
-
-
-@dataclass(frozen=True)
-class ReadOptions:
-    """What the reader takes of pipeline.Options (which it takes too): ``ccotel report`` builds
-    these, so reading transcripts does not load the pipeline (imports a report has no use for:
-    metrics, delivery, OTLP...)."""
-
-    roots: tuple[str, ...]
-    pricing: Pricing
-    since_ns: int | None = None
-    max_line_bytes: int = 64 << 20  # pipeline.Options' default
 
 
 def _pipeline_options(options: Options | ReadOptions) -> Options:
