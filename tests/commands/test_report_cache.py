@@ -258,3 +258,31 @@ def test_a_checksummed_cache_whose_calls_do_not_decode_is_read_as_absent(history
     for v, want in first.items():
         assert _run(*_common(history, state), *v) == want
     assert sum("report cache" in r.getMessage() for r in caplog.records) == 1
+
+
+_LOADED = """import sys
+sys.argv = ["ccotel", *sys.argv[1:]]
+from ccotel.__main__ import main
+main()
+sys.stderr.write("\\n".join(sorted(sys.modules)))
+"""
+
+
+def test_a_report_from_the_cache_loads_no_transcript_reader(tmp_path):
+    """Its groups are unchanged and share no call: the reader (transcripts.py), the parser, the
+    shard planner and multiprocessing are not loaded."""
+    import subprocess
+    import sys
+
+    root = str(load_fixture("2.1.330-s01_bash_tool").config_dir)
+    argv = ["report", "--json", "--root", root, "--state-dir", str(tmp_path / "state"), "--workers", "1"]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    runs = [subprocess.run([sys.executable, "-c", _LOADED, *argv], capture_output=True, text=True, env=env,
+                           timeout=60) for _ in range(2)]
+    assert all(r.returncode == 0 for r in runs) and runs[0].stdout == runs[1].stdout, runs[1].stderr
+    first, again = (set(r.stderr.split()) for r in runs)
+    assert "ccotel.commands.report.transcripts" in first  # the first report reads the transcripts
+    assert "ccotel.commands.report.group_read" in again
+    for module in ("ccotel.commands.report.transcripts", "ccotel.read.tail", "ccotel.read.parse",
+                   "ccotel.read.shard", "multiprocessing"):
+        assert module not in again, module
