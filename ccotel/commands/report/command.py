@@ -114,9 +114,11 @@ def run(args: argparse.Namespace, now_ns: int | None = None) -> int:
             options = ReadOptions(roots=roots, pricing=pricing)
             if ledger is None:
                 from ccotel.commands.report.group_read import read_transcripts
+                from ccotel.run.cyclic_gc import fewer_collections
 
-                data = read_transcripts(options, args.workers, int(args.parallel_min_mb * 1e6), cache_dir,
-                                        calls=q.view == "blocks")
+                with fewer_collections():  # the files found, the cache's entries: many objects, few cycles
+                    data = read_transcripts(options, args.workers, int(args.parallel_min_mb * 1e6), cache_dir,
+                                            calls=q.view == "blocks")
             else:
                 from ccotel.commands.report.transcripts import gather  # the transcript reader: only when it reads
 
