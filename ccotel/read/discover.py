@@ -201,8 +201,8 @@ def scan(root: str, on_error: Callable[[OSError], None] | None = None,
 
 
 def _transcripts(root: str, dirpath: str, files: list[tuple[str, bool, str]]) -> list[TranscriptFile]:
-    """The transcripts among a directory's files (name, is a symlink, path)."""
-    names = sorted(f for f in files if f[0].endswith(".jsonl"))
+    """The transcripts among a directory's files named *.jsonl (name, is a symlink, path)."""
+    names = sorted(files)
     if not names:
         return []
     # classify's relative path, once for the directory: a file's is this and its name
@@ -251,11 +251,13 @@ def _listing(root: str, dirpath: str, cache: ScanCache | None,
             is_dir = entry.is_dir()
         except OSError:
             is_dir = False
-        link = entry.is_symlink()  # from the listing itself (d_type): no stat
-        if not is_dir:
-            files.append((entry.name, link, entry.path))
-        elif not link:
-            subdirs.append(entry.name)
+        name = entry.name
+        # is_symlink: from the listing itself (d_type), no stat; a file not named *.jsonl is no transcript
+        if is_dir:
+            if not entry.is_symlink():
+                subdirs.append(name)
+        elif name.endswith(".jsonl"):
+            files.append((name, entry.is_symlink(), entry.path))
     return _Listing(ino, mtime, listed_ns, tuple(sorted(subdirs)),
                     tuple(_transcripts(root, dirpath, files)))
 
