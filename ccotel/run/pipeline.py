@@ -92,8 +92,10 @@ class Pipeline:
     def __init__(self, options: Options, emit: Callable[[list[SpanRecord]], object],
                  clock: Callable[[], int] = time.time_ns, state: State | None = None,
                  metrics: Metrics | None = None, elapsed: Callable[[], int] | None = None,
-                 ledger: Ledger | None = None) -> None:
-        """``ledger``: the usage ledger every span built is recorded in (reports past the sweep)."""
+                 ledger: Ledger | None = None, checkpoints: dict[str, Checkpoint] | None = None) -> None:
+        """``ledger``: the usage ledger every span built is recorded in (reports past the sweep).
+        ``checkpoints``: where to start reading the files it will read, when the caller knows them
+        (a catch-up worker: its part's files only); by default every file's, from ``state``."""
         self.options = options
         self.ledger = ledger
         self.emit = emit
@@ -113,7 +115,9 @@ class Pipeline:
         self.detectors = Detectors(options.roots, self.assembler, clock, metrics, state, stall)
         self.registries = [Registry(d, options.roots, metrics, self.detectors.marks, clock,
                                     options.registry_kill_grace_ns) for d in options.registries]
-        self.checkpoints: dict[str, Checkpoint] = state.files() if state is not None else {}
+        if checkpoints is None:
+            checkpoints = state.files() if state is not None else {}
+        self.checkpoints: dict[str, Checkpoint] = checkpoints
         self.reader = Reader(options.roots, self.assembler, clock, metrics, self.detectors.counting,
                              self.checkpoints, options.content is not None, options.max_line_bytes, stall,
                              options.unterminated_grace_ns)
