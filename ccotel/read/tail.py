@@ -126,7 +126,7 @@ class ReadResult:
 _IN_MEMORY = 4 << 20
 
 
-@dataclass
+@dataclass(slots=True)
 class Tailer:
     path: str
     offset: int = 0  # always the start of a line: everything before it was read
