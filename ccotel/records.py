@@ -36,7 +36,7 @@ class FileKind(str, Enum):
     FLAT_AGENT = "flat_agent"  # projects/<proj>/agent-<id>.jsonl (2.0.x)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class TranscriptFile:
     """A transcript file found under a root, classified by its path."""
 

@@ -39,7 +39,7 @@ _FINGERPRINT_BYTES = 256
 _MARKER_BYTES = 512
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class FileIdentity:
     dev: int
     ino: int
@@ -47,7 +47,7 @@ class FileIdentity:
     fingerprint: str  # digest of the first bytes; catches inode reuse and rewrites in place
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Marker:
     """The last ``length`` bytes before ``end`` (a position read up to), by digest: if the file
     no longer holds them there, it was rewritten. Kept in the state as ``text()``."""
@@ -126,7 +126,7 @@ class ReadResult:
 _IN_MEMORY = 4 << 20
 
 
-@dataclass
+@dataclass(slots=True)
 class Tailer:
     path: str
     offset: int = 0  # always the start of a line: everything before it was read

@@ -30,11 +30,12 @@ import signal
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ccotel.metrics.counters import Metrics
+from ccotel.read.discover import Checkpoint
 from ccotel.read.procs import peak_rss_kb
 from ccotel.read.shard import Group, balance, plan_shards, process_context
 from ccotel.run.memory import Heap
@@ -135,7 +136,7 @@ def catch_up_in_parallel(options: Options, state_dir: str, exporter: str, worker
         hooks_annotate_from={p: c for p, c in checkpoints.items() if p.startswith(spool)} if spool else None)
     ctx = process_context()
     done = ctx.Value("q", 0)
-    jobs = [_job([groups[i] for i in b], sizes) for b in _split(bins, weights)]
+    jobs = [_job([groups[i] for i in b], sizes, checkpoints) for b in _split(bins, weights)]
     running: list[tuple[Any, Any]] = []
     if stopper is not None:
         stopper.hard = False  # from here on the workers are stopped, not abandoned
@@ -145,7 +146,7 @@ def catch_up_in_parallel(options: Options, state_dir: str, exporter: str, worker
         reader, writer = ctx.Pipe(duplex=False)
         proc = ctx.Process(target=_worker, name="ccotel-catchup", daemon=True,
                            args=(worker_options, state_dir, exporter, job.groups, close_all,
-                                 metrics, done, writer, os.getpid(), job.started, host))
+                                 metrics, done, writer, os.getpid(), job.started, host, job.checkpoints))
         proc.start()
         writer.close()
         return proc, reader
@@ -180,25 +181,43 @@ def catch_up_in_parallel(options: Options, state_dir: str, exporter: str, worker
 
 @dataclass(frozen=True)
 class _Job:
-    """The session groups one worker process reads, with their sizes at ccotel run's start."""
+    """The session groups one worker process reads, with their sizes at ccotel run's start and the
+    checkpoints of their files (only those: every file's grew with the history, in each worker)."""
 
     groups: list[Group]
     started: dict[str, int] | None
+    checkpoints: dict[str, Checkpoint]
 
 
-def _job(groups: list[Group], sizes: dict[str, int] | None) -> _Job:
-    return _Job(groups, None if sizes is None else {tf.path: sizes.get(tf.path, 0) for g in groups for _r, tf in g})
+def _job(groups: list[Group], sizes: dict[str, int] | None, checkpoints: Mapping[str, Checkpoint]) -> _Job:
+    paths = [tf.path for g in groups for _r, tf in g]
+    # Its files are this job's alone (no other worker reads them, and the caller holds them:
+    # livefirst.py), so their checkpoints are still those read when the catch-up started.
+    return _Job(groups, None if sizes is None else {p: sizes.get(p, 0) for p in paths},
+                {p: checkpoints[p] for p in paths if p in checkpoints})
 
 
 def _split(bins: list[list[int]], weights: list[int]) -> list[list[int]]:
     """Each process's bin in parts of about WORKER_JOB_BYTES, in order, the first part of each bin
     first (the processes start on those), then the second of each, and so on."""
-    parts: list[list[list[int]]] = []
-    for b in bins:
-        n = max(1, -(-sum(weights[i] for i in b) // WORKER_JOB_BYTES))
-        size = -(-len(b) // n)
-        parts.append([b[k:k + size] for k in range(0, len(b), size)])
+    parts = [_parts(b, weights) for b in bins]
     return [p[k] for k in range(max(map(len, parts), default=0)) for p in parts if k < len(p)]
+
+
+def _parts(b: list[int], weights: list[int]) -> list[list[int]]:
+    """One bin cut, in order, into parts of about equal bytes (a worker's peak grows with the bytes
+    it reads, not with its sessions: parts of equal sessions ranged from half to twice the size)."""
+    total = sum(weights[i] for i in b)
+    n = max(1, -(-total // WORKER_JOB_BYTES))
+    out: list[list[int]] = [[]]
+    done = 0
+    for i in b:
+        # a new part once this one has its share: where the bytes read so far cross a k/n boundary
+        if out[-1] and len(out) < n and done + weights[i] / 2 > total * len(out) / n:
+            out.append([])
+        out[-1].append(i)
+        done += weights[i]
+    return out
 
 
 def _stop_workers(procs: list[tuple[Any, Any]], stopper: Any) -> None:
@@ -292,7 +311,8 @@ def _receive(reader: Any) -> dict[str, Any] | None:
 
 def _worker(options: Options, state_dir: str, exporter: str, groups: list[Group], close_all: bool,
             count: bool, done: Synchronized[int], writer: Any, parent_pid: int,
-            started_sizes: dict[str, int] | None = None, host: str | None = None) -> None:
+            started_sizes: dict[str, int] | None = None, host: str | None = None,
+            checkpoints: dict[str, Checkpoint] | None = None) -> None:
     from ccotel.run.runner import Interrupted, Stopper, die, settle_state, wire
 
     stopper = Stopper(grace_s=WORKER_STOP_GRACE_S).install()  # hard: raises at once until the first file
@@ -302,7 +322,7 @@ def _worker(options: Options, state_dir: str, exporter: str, groups: list[Group]
     trimmed = [0]
     t0 = time.monotonic()
     metrics = Metrics(max_label_values=options.max_label_values) if count else None
-    wired = wire(options, exporter, state_dir, metrics, stopper, verify=False, host=host)
+    wired = wire(options, exporter, state_dir, metrics, stopper, verify=False, host=host, checkpoints=checkpoints)
     pipeline, queue, state = wired.pipeline, wired.queue, wired.state
     assert state is not None
     pipeline.delivery.started_sizes = started_sizes  # lines written since ccotel run started count

@@ -93,8 +93,10 @@ class Pipeline:
     def __init__(self, options: Options, emit: Callable[[list[SpanRecord]], object],
                  clock: Callable[[], int] = time.time_ns, state: State | None = None,
                  metrics: Metrics | None = None, elapsed: Callable[[], int] | None = None,
-                 ledger: Ledger | None = None) -> None:
-        """``ledger``: the usage ledger every span built is recorded in (reports past the sweep)."""
+                 ledger: Ledger | None = None, checkpoints: dict[str, Checkpoint] | None = None) -> None:
+        """``ledger``: the usage ledger every span built is recorded in (reports past the sweep).
+        ``checkpoints``: where to start reading the files it will read, when the caller knows them
+        (a catch-up worker: its part's files only); by default every file's, from ``state``."""
         self.options = options
         self.ledger = ledger
         self.emit = emit
@@ -114,7 +116,9 @@ class Pipeline:
         self.detectors = Detectors(options.roots, self.assembler, clock, metrics, state, stall)
         self.registries = [Registry(d, options.roots, metrics, self.detectors.marks, clock,
                                     options.registry_kill_grace_ns) for d in options.registries]
-        self.checkpoints: dict[str, Checkpoint] = state.files() if state is not None else {}
+        if checkpoints is None:
+            checkpoints = state.files() if state is not None else {}
+        self.checkpoints: dict[str, Checkpoint] = checkpoints
         self.reader = Reader(options.roots, self.assembler, clock, metrics, self.detectors.counting,
                              self.checkpoints, options.content is not None, options.max_line_bytes, stall,
                              options.unterminated_grace_ns)
@@ -123,7 +127,6 @@ class Pipeline:
         self.delivery.not_live |= self.detectors.history_owners()  # read as history: never counted
         self._commit_every_ns = 0  # live: the least time between two commits from tick (go_live)
         self._last_commit_ns = 0
-        self._unrecorded: list[SpanRecord] = []  # live: spans not in the ledger yet (written before each commit)
         self.usage = UsageRecorder(ledger, self.reader.stats, metrics)
         self._unreadable_dirs: set[str] = set()
         self._scan_cache = ScanCache()  # the safety rescan lists only directories that changed
@@ -227,9 +230,8 @@ class Pipeline:
             # what was read after that commit are not (a stopped read must not pass its lines).
             self._commit_every_ns = was[0]
             if not was[1]:
-                if self._unrecorded:
-                    spans, self._unrecorded = self._unrecorded, []
-                    self.usage.record(spans)
+                if self.usage.holding:
+                    self.usage.record([])
                 self.delivery.stop_coalescing()
         return kept
 
@@ -392,8 +394,7 @@ class Pipeline:
         if not force and now - self._last_commit_ns < self._commit_every_ns:
             return
         self._last_commit_ns = now
-        spans, self._unrecorded = self._unrecorded, []
-        if not self.usage.record(spans):
+        if not self.usage.record([]):  # the rows held since the last commit
             return  # the checkpoints wait for their ledger rows: a line passed in the state is never read again
         commit = Commit()
         # Done owners first, the acknowledgements kept back last, just before the write: one
@@ -459,7 +460,7 @@ class Pipeline:
         # recording them again changes nothing.
         if built_all:
             if self._commit_every_ns:
-                self._unrecorded += built_all  # written by the next commit, before the acknowledgements
+                self.usage.hold(built_all)  # written by the next commit, before the acknowledgements
             else:
                 self.usage.record(built_all)
         self._send(spans)
@@ -485,7 +486,7 @@ class Pipeline:
         self.delivery.register(c.owner, counting)
         row = ledger_span(c, self.options.pricing, self.options.conventions)
         if self._commit_every_ns:
-            self._unrecorded.append(row)
+            self.usage.hold([row])
         else:
             self.usage.record([row])
         taken = self.delivery.take(c.owner, [correction_span(c, before, self.options.pricing)])

@@ -58,7 +58,7 @@ class ReadStats:
     file_resets: int = 0
 
 
-@dataclass
+@dataclass(slots=True)
 class FileState:
     tf: TranscriptFile
     root: str

@@ -22,6 +22,7 @@ from ccotel import __version__
 from ccotel.export.sinks import ExportQueue, make_sink
 from ccotel.metrics import events
 from ccotel.metrics.counters import Metrics
+from ccotel.read.discover import Checkpoint
 from ccotel.records import SpanRecord
 from ccotel.run.pipeline import Options, Pipeline, session_groups
 from ccotel.run.stopping import EXIT_ERROR, EXIT_LOCKED, STOP_GRACE_S, Interrupted, Stopper, die, settle_state
@@ -86,13 +87,13 @@ class Wired:
 
 def wire(options: Options, exporter: str, state_dir: str | None, metrics: Metrics | None = None,
          stopper: Stopper | None = None, keep_reading: bool = False, verify: bool = True,
-         host: str | None = None) -> Wired:
+         host: str | None = None, checkpoints: dict[str, Checkpoint] | None = None) -> Wired:
     """One pipeline: its export queue, its state and usage ledger (both under ``state_dir``, a
     dir or a ``postgresql://`` URL shared by a fleet, where ``host`` is this host's id; None:
     neither), acknowledgements wired back. ``keep_reading``: a full trace queue does not
     stop reading and counting (``run``); the spans that did not fit are read again from the trace
     cursor once the backend caught up. ``verify``: check the state database at open (a catch-up
-    worker opens one its parent checked)."""
+    worker opens one its parent checked). ``checkpoints``: Pipeline's (a worker's part's files)."""
     sink = make_sink(exporter)
     state = open_state(state_dir, host, verify=verify) if state_dir is not None else None
     if state is not None and metrics is not None:
@@ -103,7 +104,8 @@ def wire(options: Options, exporter: str, state_dir: str | None, metrics: Metric
     if stopper is not None:
         stopper.wakers.append(queue.drop_unsent)
         queue.on_closed = stopper.stdout_closed  # the console's pipe closed (`| head`): stop, quietly
-    pipeline = Pipeline(options, emit=_emitter(queue, keep_reading), state=state, metrics=metrics, ledger=ledger)
+    pipeline = Pipeline(options, emit=_emitter(queue, keep_reading), state=state, metrics=metrics, ledger=ledger,
+                        checkpoints=checkpoints)
     queue.on_ack = pipeline.acknowledge
     return Wired(pipeline, queue, state, ledger)
 

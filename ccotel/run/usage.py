@@ -15,6 +15,7 @@ from ccotel.metrics.counters import Metrics
 from ccotel.records import SpanRecord, Usage
 from ccotel.run.reader import ReadStats
 from ccotel.store.ledger import Ledger, LedgerError
+from ccotel.store.ledger_rows import Rows, rows_of
 
 __all__ = ["UsageRecorder"]
 
@@ -29,16 +30,35 @@ class UsageRecorder:
         self._stats = stats
         self._metrics = metrics
         self._counted = _Counted()  # the usage of the calls built lately: what a correction is the difference from
+        self._held: Rows = ([], [], [], [])  # rows of spans held for the next record()
+
+    def hold(self, spans: Sequence[SpanRecord]) -> None:
+        """These spans' rows go into the ledger with the next ``record``. Kept as rows, not as the
+        spans: a backfill holds a second of spans between commits, ledger rows are a fraction of
+        their size. (Rows of separate batches are those of them together: an advisor's span is
+        built with its chat span, never in a later batch.)"""
+        if self.ledger is None or not spans:
+            return
+        for into, rows in zip(self._held, rows_of(spans), strict=True):
+            into += rows
+
+    @property
+    def holding(self) -> bool:
+        return any(self._held)
 
     def record(self, spans: Sequence[SpanRecord]) -> bool:
-        """Into the usage ledger (history for reports), with the rows of earlier failed writes. A
-        failed write (a full disk) is counted and logged; the ledger keeps its rows and writes them
-        with the next one, and False says the checkpoints must wait for them (a stop meanwhile
-        reads those lines again at the next start); tracing and counting go on."""
-        if self.ledger is None or not (spans or self.ledger.pending):
+        """Into the usage ledger (history for reports), after the rows held, with the rows of earlier
+        failed writes. A failed write (a full disk) is counted and logged; the ledger keeps its rows
+        and writes them with the next one, and False says the checkpoints must wait for them (a stop
+        meanwhile reads those lines again at the next start); tracing and counting go on."""
+        if self.ledger is None or not (spans or self.holding or self.ledger.pending):
             return True
+        rows, self._held = self._held, ([], [], [], [])
+        if spans:
+            for into, more in zip(rows, rows_of(spans), strict=True):
+                into += more
         try:
-            self.ledger.record(spans)
+            self.ledger.record_rows(rows)
         except sqlite3.Error as exc:
             self._stats.errors["ledger_write"] += 1
             if self._metrics is not None:

@@ -241,7 +241,10 @@ class Ledger:
         builds them; anything else is ignored). Recording the same spans again changes nothing."""
         from ccotel.store.ledger_rows import rows_of  # loaded by the writers only, not by a report
 
-        rows = rows_of(spans)
+        self.record_rows(rows_of(spans))
+
+    def record_rows(self, rows: Rows) -> None:
+        """``record`` of the spans these rows are of (ledger_rows.rows_of)."""
         if any(rows) or self._backlog:
             self._write(rows)
 

@@ -258,3 +258,40 @@ def test_a_history_read_in_more_parts_than_processes_equals_one(realdata_config_
     monkeypatch.setattr(catchup, "_collect", spy)
     assert compare(realdata_config_dir, tmp_path, monkeypatch, workers=2) == 2
     assert seen[-1][0] == 2 and seen[-1][1] >= 2, seen
+
+
+def test_parts_are_cut_by_bytes_not_by_sessions(monkeypatch):
+    """A bin of many small sessions then a few large ones: parts of equal session counts put
+    nearly all the bytes in one part (a worker's peak memory grows with the bytes it reads)."""
+    from ccotel.run import catchup
+
+    mb = 1 << 20
+    monkeypatch.setattr(catchup, "WORKER_JOB_BYTES", 256 * mb)
+    weights = [1 * mb] * 10 + [50 * mb] * 10
+    parts = catchup._split([list(range(20))], weights)
+    assert [i for p in parts for i in p] == list(range(20))  # in order, each once
+    sizes = [sum(weights[i] for i in p) for p in parts]
+    assert len(parts) == 2 and max(sizes) <= 256 * mb + 50 * mb, sizes
+
+
+def test_a_worker_starts_from_its_own_files_checkpoints_only(realdata_config_dir, tmp_path, monkeypatch):  # noqa: F811
+    """A worker is handed the checkpoints of its part's files; it never loads every file's from the
+    state (they grew with the history read so far, in each worker: its memory). Workers forked
+    here, so the spy is theirs too."""
+    from ccotel.run import catchup
+    from ccotel.store import sqlite
+
+    monkeypatch.setattr(catchup, "WORKER_JOB_BYTES", 4 << 20)
+    monkeypatch.setattr(catchup, "process_context", lambda: multiprocessing.get_context("fork"))
+    log = tmp_path / "files-called"
+    parent, real = os.getpid(), sqlite.SqliteState.files
+
+    def files(self):  # noqa: ANN001, ANN202
+        if os.getpid() != parent:
+            with open(log, "a") as f:
+                f.write(f"{os.getpid()}\n")
+        return real(self)
+
+    monkeypatch.setattr(sqlite.SqliteState, "files", files)
+    assert compare(realdata_config_dir, tmp_path, monkeypatch, workers=2) == 2
+    assert not log.exists(), f"workers loaded every file's checkpoints: {log.read_text()}"

@@ -19,8 +19,10 @@ def test_peaks_of_the_workers_and_of_the_caller_are_reported(tmp_path, caplog):
         done = catch_up_in_parallel(Options(roots=(str(root),)), str(tmp_path / "state"), "none", 2, min_bytes=0)
     assert done is not None and done.workers == 2 and done.failed_workers == 0
     assert len(done.worker_peak_rss_mb) == 2 and all(p > 5 for p in done.worker_peak_rss_mb)
-    # this process's high-water mark as it was when its workers had ended
-    assert 5 < done.caller_peak_rss_mb <= resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    # this process's high-water mark as it was when its workers had ended (1 MB of slack: VmHWM and
+    # ru_maxrss come from the kernel's RSS counters summed and read approximately, which differ by
+    # its per-CPU batches when the mark is the RSS of the moment: a grown test process)
+    assert 5 < done.caller_peak_rss_mb <= resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 + 1
     line = next(r.getMessage() for r in caplog.records if "high-water mark" in r.getMessage())
     caller, together = (float(x) for x in re.findall(r"([0-9.]+) MB", line))
     assert caller == round(done.caller_peak_rss_mb)
