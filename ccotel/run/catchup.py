@@ -136,7 +136,11 @@ def catch_up_in_parallel(options: Options, state_dir: str, exporter: str, worker
         hooks_annotate_from={p: c for p, c in checkpoints.items() if p.startswith(spool)} if spool else None)
     ctx = process_context()
     done = ctx.Value("q", 0)
-    jobs = [_job([groups[i] for i in b], sizes, checkpoints) for b in _split(bins, weights)]
+    # one queue of parts a bin: a bin's parts are read one after another, never at once (a shard's
+    # sessions may share API calls, and a part reads the calls the parts before it committed)
+    queues = [[_job([groups[i] for i in part], sizes, checkpoints) for part in parts]
+              for parts in _split(bins, weights)]
+    jobs = [job for queue in queues for job in queue]
     running: list[tuple[Any, Any]] = []
     if stopper is not None:
         stopper.hard = False  # from here on the workers are stopped, not abandoned
@@ -155,7 +159,7 @@ def catch_up_in_parallel(options: Options, state_dir: str, exporter: str, worker
         if live is not None:
             for job in jobs:
                 live.hold(job.groups)
-        running = [start(job) for job in jobs[:len(bins)]]
+        running = [start(queue.pop(0)) for queue in queues]
         log.info("catching up on %.1f MB in %d processes%s%s", total / 1e6, len(running),
                  f" ({len(jobs)} in turn)" if len(jobs) > len(running) else "",
                  f" (and %.1f MB of {len(mine)} live sessions here, followed meanwhile)" % (
@@ -164,7 +168,7 @@ def catch_up_in_parallel(options: Options, state_dir: str, exporter: str, worker
             live.hold(mine)
             live.pipeline.backfill(lambda _done, _total: stopper.check() if stopper is not None else None,
                                    groups=mine, final=False, between=live.between)
-        result = _collect(running, jobs[len(running):], start, done, total, progress, stopper, live)
+        result = _collect(running, queues, start, done, total, progress, stopper, live)
     except BaseException:
         _stop_workers(running, stopper)
         raise
@@ -197,11 +201,9 @@ def _job(groups: list[Group], sizes: dict[str, int] | None, checkpoints: Mapping
                 {p: checkpoints[p] for p in paths if p in checkpoints})
 
 
-def _split(bins: list[list[int]], weights: list[int]) -> list[list[int]]:
-    """Each process's bin in parts of about WORKER_JOB_BYTES, in order, the first part of each bin
-    first (the processes start on those), then the second of each, and so on."""
-    parts = [_parts(b, weights) for b in bins]
-    return [p[k] for k in range(max(map(len, parts), default=0)) for p in parts if k < len(p)]
+def _split(bins: list[list[int]], weights: list[int]) -> list[list[list[int]]]:
+    """Each process's bin in parts of about WORKER_JOB_BYTES, in order."""
+    return [_parts(b, weights) for b in bins]
 
 
 def _parts(b: list[int], weights: list[int]) -> list[list[int]]:
@@ -249,21 +251,25 @@ def _take_over(live: LiveFirst, metrics: bool) -> None:
         pipeline.metrics.absorb(pipeline.state.others_counters())
 
 
-def _collect(running: list[tuple[Any, Any]], queued: list[_Job], start: Callable[[_Job], tuple[Any, Any]],
+def _collect(running: list[tuple[Any, Any]], queues: list[list[_Job]], start: Callable[[_Job], tuple[Any, Any]],
              done: Synchronized[int], total: int, progress: Callable[[int, int], None] | None, stopper: Any,
              live: LiveFirst | None = None) -> CatchUpResult:
-    """Wait for the workers' results, starting a queued job as each ends (``live``: following the
-    live sessions meanwhile). ``running`` is kept current: the caller stops what is in it."""
-    result = CatchUpResult(workers=len(running), jobs=len(running) + len(queued))
-    queued = list(queued)
+    """Wait for the workers' results, starting the next part of a bin as its running part ends
+    (``running[k]`` reads bin k's parts, ``queues[k]`` what is left of them; ``live``: following
+    the live sessions meanwhile). ``running`` is kept current: the caller stops what is in it."""
+    result = CatchUpResult(workers=len(running), jobs=len(running) + sum(map(len, queues)))
+    queues = [list(q) for q in queues]
+    bins = list(range(len(running)))  # the bin each running worker reads, beside ``running``
     while running:
         ended = _wait_for_one(running, done, total, progress, stopper, live)
         proc, reader = running.pop(ended)
+        b = bins.pop(ended)
         stats = _receive(reader)
         proc.join()
         reader.close()
-        if queued:
-            running.append(start(queued.pop(0)))
+        if queues[b]:
+            running.append(start(queues[b].pop(0)))
+            bins.append(b)
         if stats is None:
             result.failed_workers += 1
             log.warning("a catch-up worker ended with exit code %s; its unfinished part is read again",

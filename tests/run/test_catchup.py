@@ -268,7 +268,7 @@ def test_parts_are_cut_by_bytes_not_by_sessions(monkeypatch):
     mb = 1 << 20
     monkeypatch.setattr(catchup, "WORKER_JOB_BYTES", 256 * mb)
     weights = [1 * mb] * 10 + [50 * mb] * 10
-    parts = catchup._split([list(range(20))], weights)
+    [parts] = catchup._split([list(range(20))], weights)
     assert [i for p in parts for i in p] == list(range(20))  # in order, each once
     sizes = [sum(weights[i] for i in p) for p in parts]
     assert len(parts) == 2 and max(sizes) <= 256 * mb + 50 * mb, sizes
@@ -295,3 +295,40 @@ def test_a_worker_starts_from_its_own_files_checkpoints_only(realdata_config_dir
     monkeypatch.setattr(sqlite.SqliteState, "files", files)
     assert compare(realdata_config_dir, tmp_path, monkeypatch, workers=2) == 2
     assert not log.exists(), f"workers loaded every file's checkpoints: {log.read_text()}"
+
+
+def test_a_shards_parts_are_never_read_at_once(tmp_path, monkeypatch):
+    """A bin's parts run one after another: a forked session shares its original's API calls, and
+    the part that reads the copy must start from the calls the original's part committed. On the
+    code before, the next part of any bin started as soon as any worker ended (here the short
+    one): the copy was read while its original still was, and their shared calls sent twice."""
+    from bench.corpus import generate
+    from ccotel.run import catchup
+
+    root = tmp_path / "claude"
+    generate(str(root), 1_000_000, seed=3, session_mean=100_000, projects=2)
+    orig = max(root.glob("projects/*/*.jsonl"), key=lambda p: p.stat().st_size)
+    copy = orig.with_name("0fork000-0000-4000-8000-000000000000.jsonl")
+    copy.write_bytes(orig.read_bytes())  # a fork: it starts with the original's lines
+    os.utime(copy, (time.time() + 5, time.time() + 5))  # and was written after it
+    monkeypatch.setattr(catchup, "WORKER_JOB_BYTES", 1)  # a part a session group
+    monkeypatch.setattr(catchup, "process_context", lambda: multiprocessing.get_context("fork"))
+    log = tmp_path / "parts"
+    fork_shard = {orig.stem, copy.stem}
+
+    def worker(options, state_dir, exporter, groups, close_all, count, done, writer, *rest):  # noqa: ANN001, ANN002, ANN202
+        names = {tf.session_id for g in groups for _root, tf in g}
+        t0 = time.monotonic()
+        time.sleep(0.5 if names & fork_shard else 0.02)  # the shard's first part is the long one
+        with open(log, "ab") as f:
+            f.write(orjson.dumps([sorted(names & fork_shard), t0, time.monotonic()]) + b"\n")
+        writer.send({"files": 0, "lines": 0, "exported": 0, "errors": {}, "seconds": 0.0, "peak_rss_mb": 0.0,
+                     "ghosts": [], "unseen_agents": []})
+
+    monkeypatch.setattr(catchup, "_worker", worker)
+    done = catch_up_in_parallel(Options(roots=(str(root),)), str(tmp_path / "s"), "none", 2, min_bytes=0)
+    assert done is not None and done.jobs > 2
+    parts = [orjson.loads(line) for line in log.read_bytes().splitlines()]
+    shard = sorted((t0, t1) for names, t0, t1 in parts if names)
+    assert len(shard) == 2, parts
+    assert shard[0][1] <= shard[1][0], "two parts of one shard were read at once"
