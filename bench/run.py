@@ -913,24 +913,28 @@ def bench_restart(res: Results, root: Path, exp: dict[str, Any], log_dir: Path, 
 
 
 def _peak_rss(d: Daemon, hwm: float) -> tuple[float, str]:
-    """The sum of ``ccotel run``'s VmHWM (MB) and its catch-up workers' peaks (from its log), and
-    notes: the most its own mark allows at any one time (it logs its mark when they end)."""
+    """The most all ccotel processes can have held at one time (MB), from ``ccotel run``'s VmHWM and
+    its catch-up workers' peaks (from its log), never less than they held; and notes.
+
+    While the workers run, ccotel run waits for them: its mark then (it logs it once they have
+    ended) plus the largest of their peaks (never more of them at once than it started). Once they
+    have ended it is alone: its own mark. Without that log line: its final mark plus the workers'
+    peaks (looser: its growth after they ended counted as if beside them)."""
     workers = re.search(r"(\d+) processes.* read .*peak RSS ([0-9 /]+) MB", d.stderr())
     worker_peaks = [float(x) for x in workers.group(2).split(" / ")] if workers else []
     at_once = int(workers.group(1)) if workers else 0
-    # the workers run while ccotel run waits for them: together; when more parts than processes
-    # were read (catchup.WORKER_JOB_BYTES), never more than that many at once: the largest of them
-    peak = hwm + sum(sorted(worker_peaks, reverse=True)[:at_once])
-    # ccotel run's high-water mark while its workers ran (it logs it once they have ended): its
-    # own peak afterwards (reading what they left) is when no worker exists any more.
-    during = re.search(r"high-water mark of this process during the catch-up: ([0-9.]+) MB", d.stderr())
-    notes = (f"sum of ccotel run's VmHWM ({hwm:.0f} MB) and the {at_once} largest of its catch-up workers' peaks "
+    beside = sum(sorted(worker_peaks, reverse=True)[:at_once])
+    loose = hwm + beside
+    notes = (f"ccotel run's VmHWM {hwm:.0f} MB, the {at_once} largest of its catch-up workers' peaks "
              f"({' / '.join(f'{w:.0f}' for w in worker_peaks) or 'none'} MB)")
-    if during:
-        together = max(float(during.group(1)) + sum(sorted(worker_peaks, reverse=True)[:at_once]), hwm)
-        notes += (f"; ccotel run's VmHWM while its workers ran {float(during.group(1)):.0f} MB: at most "
-                  f"{together:.0f} MB at any one time")
-    return peak, notes
+    during = re.search(r"high-water mark of this process during the catch-up: ([0-9.]+) MB", d.stderr())
+    if during is None:
+        return loose, notes + f": their sum {loose:.0f} MB"
+    mark = float(during.group(1))
+    together = max(mark + beside, hwm)
+    notes += (f"; ccotel run's VmHWM while its workers ran {mark:.0f} MB: at most {together:.0f} MB at one time "
+              f"(its final mark added to theirs, as runs before 2026-11-28 16:30 UTC counted: {loose:.0f} MB)")
+    return together, notes
 
 
 class TreeRss:
