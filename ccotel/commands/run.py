@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from ccotel.assemble.closing import Timeouts
 from ccotel.metrics.counters import DEFAULT_MAX_LABEL_VALUES, Metrics, serve
 from ccotel.read.discover import default_roots
-from ccotel.read.shard import default_workers
+from ccotel.read.shard import default_workers, end_resource_tracker
 from ccotel.read.watch import Watcher
 from ccotel.run.livefirst import LiveFirst
 from ccotel.run.pipeline import Options
@@ -135,6 +135,7 @@ def _catch_up_in_parallel(args: argparse.Namespace, progress: _Progress, close_a
     done = catch_up_in_parallel(options_of(args), location, args.traces_exporter,
                                 workers, progress, close_all=close_all, min_bytes=int(args.parallel_min_mb * 1e6),
                                 metrics=metrics, stopper=stopper, live=live, host=args.host_id)
+    end_resource_tracker()  # the workers and their counter are gone (and freed) once it returns
     if done is not None:
         log.info("%d processes%s read %d files, %d lines and exported %d spans in %.1f s (%s s; peak RSS %s MB)%s",
                  done.workers, f" at a time ({done.jobs} in all)" if done.jobs > done.workers else "",

@@ -21,7 +21,8 @@ from multiprocessing.context import ForkContext, SpawnContext
 
 from ccotel.records import FileKind, TranscriptFile
 
-__all__ = ["Group", "plan_shards", "balance", "default_workers", "head_keys", "process_context"]
+__all__ = ["Group", "plan_shards", "balance", "default_workers", "end_resource_tracker", "head_keys",
+           "process_context"]
 
 Group = list[tuple[str, TranscriptFile]]  # (root, file), main file first
 
@@ -100,6 +101,19 @@ def process_context() -> ForkContext | SpawnContext:
     if threading.active_count() == 1 and "fork" in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("fork")
     return multiprocessing.get_context("spawn")
+
+
+def end_resource_tracker() -> None:
+    """Stop multiprocessing's resource tracker, if this process started one. A spawned worker (or
+    a spawn context's lock) starts it: a Python process of its own, several MB, that would live as
+    long as ccotel run, tracking nothing once the workers are gone and their shared counter freed.
+    Were anything tracked again later, multiprocessing would start it again."""
+    from multiprocessing import resource_tracker
+
+    tracker = getattr(resource_tracker, "_resource_tracker", None)
+    stop = getattr(tracker, "_stop", None)  # private, in 3.10 to 3.13: nothing to stop without it
+    if stop is not None:
+        stop()
 
 
 def default_workers() -> int:

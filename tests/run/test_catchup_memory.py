@@ -52,3 +52,35 @@ def test_a_spawned_worker_reports_its_own_peak_not_its_parents():
     p.join(timeout=60)
     assert 5 < peak < 100, peak
     del held
+
+
+def test_ccotel_run_keeps_no_helper_process_after_its_catch_up(tmp_path):
+    """ccotel run has threads when it catches up, so its workers are spawned, and spawning starts
+    multiprocessing's resource tracker: a Python process of its own (~9 MB) that stayed beside
+    ccotel run for as long as it ran, with nothing to track once the workers had ended."""
+    import os
+    import subprocess
+    import sys
+
+    from bench.corpus import generate
+    from tests.run.test_signals import children, wait_until
+
+    root = tmp_path / "claude"
+    generate(str(root), 3_000_000, seed=3, session_mean=200_000, projects=2)
+    log = tmp_path / "run.log"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    proc = subprocess.Popen([sys.executable, "-m", "ccotel", "run", "--root", str(root), "--state-dir",
+                             str(tmp_path / "state"), "--traces-exporter", "none", "--metrics-addr", "127.0.0.1:0",
+                             "--no-status", "--workers", "2", "--parallel-min-mb", "1"],
+                            env=env, stdout=subprocess.DEVNULL, stderr=open(log, "w"))
+    try:
+        assert wait_until(lambda: "following live" in log.read_text(), 60, 0.1), log.read_text()
+        text = log.read_text()
+        assert re.search(r"2 processes.* read ", text), text  # the history was read by spawned workers
+        assert wait_until(lambda: not children(proc.pid), 5, 0.1), [
+            open(f"/proc/{pid}/cmdline").read().replace("\0", " ") for pid in children(proc.pid)]
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    # its counter's semaphore was freed before the tracker stopped: nothing leaked, nothing raised
+    assert "leaked" not in log.read_text() and "Traceback" not in log.read_text(), log.read_text()
