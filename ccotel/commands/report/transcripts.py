@@ -171,7 +171,7 @@ def _line_of(o: _RLine) -> _Line | None:
     advisors: tuple[AdvisorCall, ...] = ()
     if u is None:
         usage = None
-    elif u.iterations is None and u.output_tokens_details is None:
+    elif not u.iterations and u.output_tokens_details is None:
         usage = (*u.counts(), 0)  # no advisor iterations or thinking details: what record() gives
     else:
         record, advisors = u.record()
@@ -256,7 +256,7 @@ class _GroupCalls:
             ts = 0 if stamp is None else parse_timestamp(stamp)
             usage: UsageTuple | None = None
             if u is not None and msg is not None and ts is not None:
-                if u.iterations is None:
+                if not u.iterations:  # none, or [] (2.1.330 writes []): what record() gives
                     usage = (*u.counts(), 0 if u.output_tokens_details is None else u.thinking())
                 else:
                     record, advisors = u.record()
