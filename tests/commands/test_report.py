@@ -104,6 +104,32 @@ def test_jobs_over_processes_are_each_read_once(corpus):
         _merged([_read_shard(list(enumerate(groups)), 64 << 20, DEFAULT_PRICING)], DEFAULT_PRICING)
 
 
+def _job_waiting_for_the_others(job: tuple[int, str, int], _max_line_bytes: int, _pricing: object) -> bool:
+    """Job 0 waits (up to 20 s) until every other job has run; the others leave a mark."""
+    import time
+
+    index, marks, total = job
+    if index:
+        time.sleep(0.2)  # long enough for a pool to queue the next jobs to the busy worker
+        Path(marks, str(index)).touch()
+        return True
+    deadline = time.monotonic() + 20
+    while len(os.listdir(marks)) < total - 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return len(os.listdir(marks)) == total - 1
+
+
+def test_no_process_holds_a_job_another_could_start(tmp_path):
+    """While one process is busy with a long job, the others take every other job: none is
+    queued to the busy one (a process pool hands each worker its next jobs ahead of time; this
+    process then waited for them at the end)."""
+    from ccotel.commands.report.transcripts import _read_jobs
+    from ccotel.spans.pricing import DEFAULT_PRICING
+
+    jobs = [(i, str(tmp_path), 8) for i in range(8)]
+    assert _read_jobs(jobs, 2, 64 << 20, DEFAULT_PRICING, read=_job_waiting_for_the_others) == [True] * 8
+
+
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from bench.corpus import generate

@@ -94,17 +94,16 @@ def _read(todo: list[_Todo], options: ReadOptions, workers: int | None,
           parallel_min_bytes: int) -> list[tuple[int, bytes]]:
     if not todo:
         return []
-    from ccotel.commands.report.transcripts import _JOBS_PER_PROCESS, _read_jobs
-    from ccotel.read.shard import balance, default_workers
+    from ccotel.commands.report.transcripts import _read_jobs
+    from ccotel.read.shard import default_workers
 
     weights = [sum(k.size for k in fks) if fks else 0 for _i, _g, fks, _s in todo]
     n = default_workers() if workers is None else max(1, workers)
     if n == 1 or len(todo) == 1 or sum(weights) < parallel_min_bytes:
         return _read_entries(todo, options.max_line_bytes, options.pricing)
-    bins = balance([[k] for k in range(len(todo))], weights, n * _JOBS_PER_PROCESS)
-    jobs = sorted(([todo[k] for k in b] for b in bins), key=lambda job: -sum(sum(k.size for k in t[2]) for t in job))
-    if len(jobs) == 1:
-        return _read_entries(jobs[0], options.max_line_bytes, options.pricing)
+    # Each group a job of its own, heaviest first: processes take them as they come free, so all
+    # end within about the last (smallest) group's time.
+    jobs = [[todo[k]] for k in sorted(range(len(todo)), key=lambda k: -weights[k])]
     done = _read_jobs(jobs, n, options.max_line_bytes, options.pricing, read=_read_entries)
     return [item for result in done for item in result]
 

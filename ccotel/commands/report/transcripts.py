@@ -30,7 +30,7 @@ from ccotel.read.discover import find, session_groups, unread_bytes
 from ccotel.read.parse import parse_line
 from ccotel.read.parse_fast import _JUsage
 from ccotel.read.parse_time import parse_timestamp
-from ccotel.read.shard import Group, balance, default_workers, plan_shards, process_context
+from ccotel.read.shard import Group, balance, default_workers, plan_shards, run_jobs
 from ccotel.read.tail import lines_with
 from ccotel.records import AdvisorCall, FileKind, TranscriptFile, Usage
 from ccotel.rules import transcript as rules
@@ -385,18 +385,8 @@ _JOBS_PER_PROCESS = 4
 def _read_jobs(jobs: list[_J], n: int, max_line_bytes: int, pricing: Pricing,
                read: Callable[[_J, int, Pricing], _R] = _read_shard) -> list[_R]:  # type: ignore[assignment]
     """``read`` (``_read_shard``) of every job (heaviest first) over ``n`` processes, this one
-    included: the workers take jobs from the heaviest on, this process from the lightest, each job
-    once (a job is this process's only if no worker has started it: ``Future.cancel``)."""
-    from concurrent.futures import ProcessPoolExecutor  # only when a history is read in parallel
-
-    results: list[_R] = []
-    with ProcessPoolExecutor(min(n - 1, len(jobs) - 1), mp_context=process_context()) as pool:
-        futures = [pool.submit(read, job, max_line_bytes, pricing) for job in jobs]
-        for job, future in zip(reversed(jobs), reversed(futures), strict=True):
-            if future.cancel():
-                results.append(read(job, max_line_bytes, pricing))
-        results += [f.result() for f in futures if not f.cancelled()]
-    return results
+    included (shard.run_jobs), the results in the jobs' order."""
+    return run_jobs(jobs, n, read, max_line_bytes, pricing)
 
 
 def _merged(results: Sequence[list[tuple[Any, ...]]], pricing: Pricing) -> list[tuple[Any, ...]]:
