@@ -28,6 +28,7 @@ if TYPE_CHECKING:  # types only: tail.py loads the parser, shard.py multiprocess
     from ccotel.read.tail import FileIdentity, Marker
 
 __all__ = ["default_roots", "classify", "scan", "ScanCache", "within_root", "find", "unread_bytes", "session_groups",
+           "group_files",
            "time_span", "Checkpoint", "size_of", "mtime_ns", "readable_under", "outside_root", "PATH_OUTSIDE_ROOT"]
 
 log = logging.getLogger("ccotel.read")
@@ -301,13 +302,6 @@ def session_groups(files: list[tuple[str, TranscriptFile]],
     with nothing left to read come first, in no particular order (their files are not opened).
     ``span``: a file's first and last time (default ``time_span``: read from the file)."""
     span_of = time_span if span is None else span
-    groups: dict[tuple[str, str, str | None], Group] = {}
-    flat_projects = {(root, tf.project) for root, tf in files if tf.kind is FileKind.FLAT_AGENT}
-    for root, tf in files:
-        key = (root, tf.project, None if (root, tf.project) in flat_projects else tf.session_id)
-        groups.setdefault(key, []).append((root, tf))
-    for group in groups.values():
-        group.sort(key=lambda rt: (rt[1].kind is not FileKind.MAIN, rt[1].path))
     # Oldest session first: when a session's history was copied into a new session file, the
     # original (same first line, but it ends earlier) is read first and keeps its traces and
     # usage; ccotel counts each API call once.
@@ -316,7 +310,20 @@ def session_groups(files: list[tuple[str, TranscriptFile]],
             return (0, 0)
         return span_of(group[0][1].path)
 
-    return sorted(groups.values(), key=order)
+    return sorted(group_files(files), key=order)
+
+
+def group_files(files: list[tuple[str, TranscriptFile]]) -> list[Group]:
+    """``session_groups``' groups in the order their first file was found (not yet by time: a
+    stable sort by ``time_span`` of each group's first file gives session_groups' order)."""
+    groups: dict[tuple[str, str, str | None], Group] = {}
+    flat_projects = {(root, tf.project) for root, tf in files if tf.kind is FileKind.FLAT_AGENT}
+    for root, tf in files:
+        key = (root, tf.project, None if (root, tf.project) in flat_projects else tf.session_id)
+        groups.setdefault(key, []).append((root, tf))
+    for group in groups.values():
+        group.sort(key=lambda rt: (rt[1].kind is not FileKind.MAIN, rt[1].path))
+    return list(groups.values())
 
 
 _SPAN_WINDOW = 1 << 16  # a file's time span is read from its first and last 64 KiB

@@ -16,15 +16,20 @@ from __future__ import annotations
 import multiprocessing
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from multiprocessing.connection import Connection, wait
 from multiprocessing.context import ForkContext, SpawnContext
+from multiprocessing.process import BaseProcess
+from typing import Any, TypeVar
 
 from ccotel.records import FileKind, TranscriptFile
 
 __all__ = ["Group", "plan_shards", "balance", "default_workers", "end_resource_tracker", "head_keys",
-           "process_context"]
+           "process_context", "run_jobs"]
 
 Group = list[tuple[str, TranscriptFile]]  # (root, file), main file first
+_J = TypeVar("_J")
+_R = TypeVar("_R")
 
 
 def head_keys(path: str, first: int = 1 << 16, limit: int = 4 << 20) -> list[tuple[str, str]]:
@@ -122,3 +127,65 @@ def default_workers() -> int:
     except AttributeError:  # not Linux
         cpus = os.cpu_count() or 1
     return max(1, min(cpus, 4))
+
+
+def run_jobs(jobs: Sequence[_J], n: int, read: Callable[..., _R], *args: Any) -> list[_R]:
+    """``read(job, *args)`` of every job over ``n`` processes, this one included, each job once;
+    the results in the jobs' order. Every process takes the next job (heaviest first, as the jobs
+    are given) from one shared counter when it comes free, so no process holds a job another
+    could start and all end within about one job of each other (a process pool queues each
+    worker's next jobs ahead of time: at the end this process waited for those, bench/NOTES.md)."""
+    ctx = process_context()
+    taken = ctx.Value("q", 0)
+    workers: list[tuple[BaseProcess, Connection]] = []
+    ok = False
+    try:
+        for _ in range(min(n, len(jobs)) - 1):
+            receive, send = ctx.Pipe(duplex=False)
+            worker = ctx.Process(target=_work, args=(jobs, taken, send, read, args), daemon=True)
+            worker.start()
+            send.close()
+            workers.append((worker, receive))
+        done = dict(_take_jobs(jobs, taken, read, args))
+        for started, receive in workers:
+            done.update(_result_of(started, receive))
+        ok = True
+    finally:
+        for started, _receive in workers:
+            if not ok:
+                started.terminate()
+            started.join()
+    return [done[i] for i in range(len(jobs))]
+
+
+def _take_jobs(jobs: Sequence[_J], taken: Any, read: Callable[..., _R],
+               args: tuple[Any, ...]) -> Iterator[tuple[int, _R]]:
+    while True:
+        with taken.get_lock():
+            i = taken.value
+            taken.value = i + 1
+        if i >= len(jobs):
+            return
+        yield i, read(jobs[i], *args)
+
+
+def _work(jobs: Sequence[_J], taken: Any, send: Connection, read: Callable[..., _R], args: tuple[Any, ...]) -> None:
+    """A worker process: jobs until none is left, then all its results at once (sent one by one,
+    a result would wait in the pipe until the parent, reading too, came to take it)."""
+    try:
+        send.send((True, list(_take_jobs(jobs, taken, read, args))))
+    except Exception as exc:  # noqa: BLE001 - handed to the parent, which raises it
+        send.send((False, f"{type(exc).__name__}: {exc}"))
+    finally:
+        send.close()
+
+
+def _result_of(process: BaseProcess, receive: Connection) -> list[tuple[int, Any]]:
+    wait([receive, process.sentinel])
+    try:
+        ok, result = receive.recv()
+    except EOFError:
+        raise RuntimeError(f"a reading process ended without its results (exit code {process.exitcode})") from None
+    if not ok:
+        raise RuntimeError(f"a reading process failed: {result}")
+    return list(result)

@@ -87,8 +87,8 @@ def test_a_file_read_in_one_loop_equals_its_lines_taken_one_by_one(realdata_conf
 
 
 def test_jobs_over_processes_are_each_read_once(corpus):
-    """More jobs than processes, taken as processes come free (this one from the lightest end):
-    each job read once, the calls those of one process reading them all."""
+    """More jobs than processes, taken as processes come free (shard.run_jobs): each job read
+    once, the results in the jobs' order, the calls those of one process reading them all."""
     from ccotel.commands.report.transcripts import _merged, _read_jobs, _read_shard
     from ccotel.read.discover import find, session_groups
     from ccotel.spans.pricing import DEFAULT_PRICING
@@ -98,10 +98,57 @@ def test_jobs_over_processes_are_each_read_once(corpus):
     assert len(jobs) >= 8
     results = _read_jobs(jobs, 2, 64 << 20, DEFAULT_PRICING)
     assert len(results) == len(jobs)
+    assert [_read_shard(job, 64 << 20, DEFAULT_PRICING) for job in jobs] == results
     assert sorted(row[0] for rows in results for row in rows) == \
         sorted(row[0] for row in _read_shard(list(enumerate(groups)), 64 << 20, DEFAULT_PRICING))
     assert _merged(results, DEFAULT_PRICING) == \
         _merged([_read_shard(list(enumerate(groups)), 64 << 20, DEFAULT_PRICING)], DEFAULT_PRICING)
+
+
+def _job_waiting_for_the_others(job: tuple[int, str, int], _max_line_bytes: int, _pricing: object) -> bool:
+    """Job 0 waits (up to 20 s) until every other job has run; the others leave a mark."""
+    import time
+
+    index, marks, total = job
+    if index:
+        time.sleep(0.2)  # long enough for a pool to queue the next jobs to the busy worker
+        Path(marks, str(index)).touch()
+        return True
+    deadline = time.monotonic() + 20
+    while len(os.listdir(marks)) < total - 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return len(os.listdir(marks)) == total - 1
+
+
+def test_no_process_holds_a_job_another_could_start(tmp_path):
+    """While one process is busy with a long job, the others take every other job: none is
+    queued to the busy one (a process pool hands each worker its next jobs ahead of time; this
+    process then waited for them at the end)."""
+    from ccotel.commands.report.transcripts import _read_jobs
+    from ccotel.spans.pricing import DEFAULT_PRICING
+
+    jobs = [(i, str(tmp_path), 8) for i in range(8)]
+    assert _read_jobs(jobs, 2, 64 << 20, DEFAULT_PRICING, read=_job_waiting_for_the_others) == [True] * 8
+
+
+def _job_failing_in_a_worker(job: tuple[int, int], _max_line_bytes: int, _pricing: object) -> int:
+    import time
+
+    index, parent = job
+    time.sleep(0.05)  # long enough for the worker to start and take a job
+    if os.getpid() != parent:
+        raise ValueError("a worker's job failed")
+    return index
+
+
+def test_a_job_that_fails_in_a_worker_fails_the_read():
+    """A worker's error is not lost (nor its job silently missing from the results): the read fails."""
+    from ccotel.commands.report.transcripts import _read_jobs
+    from ccotel.spans.pricing import DEFAULT_PRICING
+
+    jobs = [(i, os.getpid()) for i in range(16)]
+    with pytest.raises(RuntimeError, match="a worker's job failed"):
+        _read_jobs(jobs, 2, 64 << 20, DEFAULT_PRICING, read=_job_failing_in_a_worker)
 
 
 @pytest.fixture(scope="module")

@@ -29,7 +29,7 @@ from ccotel.commands.report.read_cache import (
 from ccotel.commands.report.read_options import ReadOptions
 from ccotel.commands.report.rows import CallSums, Data, Summed
 from ccotel.commands.report.summary import call_sums, merge_sums, place_items
-from ccotel.read.discover import find, session_groups, time_span
+from ccotel.read.discover import find, group_files, time_span
 from ccotel.store.ledger import SLOT_NS, CallRow
 
 # The transcript reader (transcripts.py: the parser, the shard planner, multiprocessing) is loaded
@@ -39,9 +39,9 @@ if TYPE_CHECKING:
     from ccotel.read.shard import Group
     from ccotel.spans.pricing import Pricing
 
-    # A group to read: its index in the groups' order, its files, their keys (() when one could
-    # not be stat'ed: not cached) and its time span.
-    _Todo = tuple[int, Group, tuple[FileKey, ...], tuple[int, int]]
+    # A group to read: its index in the groups' list, its files and their keys (() when one could
+    # not be stat'ed: not cached).
+    _Todo = tuple[int, Group, tuple[FileKey, ...]]
 
 __all__ = ["read_transcripts"]
 
@@ -54,16 +54,9 @@ def read_transcripts(options: ReadOptions, workers: int | None, parallel_min_byt
     cached = load(cache_dir) if cache_dir else {}
     files = find(options.roots, options.since_ns, {})
     keys = {(root, tf.path): file_key(root, tf.path) for root, tf in files}  # before anything is read
-    spans = {e.files[0].path: e.span for e in cached.values()
-             if e.files and keys.get((e.files[0].root, e.files[0].path)) == e.files[0]}
-
-    def span_of(path: str) -> tuple[int, int]:
-        span = spans.get(path)
-        if span is None:
-            span = spans[path] = time_span(path)
-        return span
-
-    groups = session_groups(files, span=span_of)
+    # Each group's entry holds the time span of its first file (the groups' order: session_groups'),
+    # taken where the group is read: the groups are put in order once all are there.
+    groups = group_files(files)
     entries: list[GroupEntry | None] = []
     todo: list[_Todo] = []
     for index, group in enumerate(groups):
@@ -71,12 +64,15 @@ def read_transcripts(options: ReadOptions, workers: int | None, parallel_min_byt
         fks = tuple(k for k in found if k is not None) if None not in found else ()
         entry = cached.get(fks) if fks else None
         if entry is None:
-            todo.append((index, group, fks, span_of(group[0][1].path)))
+            todo.append((index, group, fks))
         entries.append(entry)
     encoded: dict[int, bytes] = {}  # the entries just read, as they are written
     for index, data in _read(todo, options, workers, parallel_min_bytes):
         entries[index] = decode_entry(data)
         encoded[index] = data
+    order = sorted(range(len(groups)), key=lambda i: _span(entries[i]))  # stable: session_groups' order
+    entries = [entries[i] for i in order]
+    encoded = {new: encoded[old] for new, old in enumerate(order) if old in encoded}
     read = [e for e in entries if e is not None]
     if cache_dir and (todo or len(read) != len(cached)):
         save(cache_dir, [encoded.get(i, e) for i, e in enumerate(read) if e.files])
@@ -90,21 +86,24 @@ def read_transcripts(options: ReadOptions, workers: int | None, parallel_min_byt
     return Data(rows, [], [], [], "transcripts", summed=None if calls else summed)
 
 
+def _span(entry: GroupEntry | None) -> tuple[int, int]:
+    return (0, 0) if entry is None else entry.span
+
+
 def _read(todo: list[_Todo], options: ReadOptions, workers: int | None,
           parallel_min_bytes: int) -> list[tuple[int, bytes]]:
     if not todo:
         return []
-    from ccotel.commands.report.transcripts import _JOBS_PER_PROCESS, _read_jobs
-    from ccotel.read.shard import balance, default_workers
+    from ccotel.commands.report.transcripts import _read_jobs
+    from ccotel.read.shard import default_workers
 
-    weights = [sum(k.size for k in fks) if fks else 0 for _i, _g, fks, _s in todo]
+    weights = [sum(k.size for k in fks) if fks else 0 for _i, _g, fks in todo]
     n = default_workers() if workers is None else max(1, workers)
     if n == 1 or len(todo) == 1 or sum(weights) < parallel_min_bytes:
         return _read_entries(todo, options.max_line_bytes, options.pricing)
-    bins = balance([[k] for k in range(len(todo))], weights, n * _JOBS_PER_PROCESS)
-    jobs = sorted(([todo[k] for k in b] for b in bins), key=lambda job: -sum(sum(k.size for k in t[2]) for t in job))
-    if len(jobs) == 1:
-        return _read_entries(jobs[0], options.max_line_bytes, options.pricing)
+    # Each group a job of its own, heaviest first: processes take them as they come free, so all
+    # end within about the last (smallest) group's time.
+    jobs = [[todo[k]] for k in sorted(range(len(todo)), key=lambda k: -weights[k])]
     done = _read_jobs(jobs, n, options.max_line_bytes, options.pricing, read=_read_entries)
     return [item for result in done for item in result]
 
@@ -114,7 +113,8 @@ def _read_entries(job: list[_Todo], max_line_bytes: int, pricing: Pricing) -> li
     from ccotel.commands.report.transcripts import _call_row, _read_group, _row
 
     out = []
-    for index, group, fks, span in job:
+    for index, group, fks in job:
+        span = time_span(group[0][1].path)  # session_groups' key, read here (in parallel)
         rows = [_row(key, index, c, pricing) for key, c in _read_group(group, max_line_bytes).items()]
         call_rows = [_call_row(r) for r in rows]
         sums = [(*key, tuple(s)) for key, s in call_sums(call_rows, SLOT_NS).items()]

@@ -30,7 +30,7 @@ from ccotel.read.discover import find, session_groups, unread_bytes
 from ccotel.read.parse import parse_line
 from ccotel.read.parse_fast import _JUsage
 from ccotel.read.parse_time import parse_timestamp
-from ccotel.read.shard import Group, balance, default_workers, plan_shards, process_context
+from ccotel.read.shard import Group, balance, default_workers, plan_shards, run_jobs
 from ccotel.read.tail import lines_with
 from ccotel.records import AdvisorCall, FileKind, TranscriptFile, Usage
 from ccotel.rules import transcript as rules
@@ -171,7 +171,7 @@ def _line_of(o: _RLine) -> _Line | None:
     advisors: tuple[AdvisorCall, ...] = ()
     if u is None:
         usage = None
-    elif u.iterations is None and u.output_tokens_details is None:
+    elif not u.iterations and u.output_tokens_details is None:
         usage = (*u.counts(), 0)  # no advisor iterations or thinking details: what record() gives
     else:
         record, advisors = u.record()
@@ -256,7 +256,7 @@ class _GroupCalls:
             ts = 0 if stamp is None else parse_timestamp(stamp)
             usage: UsageTuple | None = None
             if u is not None and msg is not None and ts is not None:
-                if u.iterations is None:
+                if not u.iterations:  # none, or [] (2.1.330 writes []): what record() gives
                     usage = (*u.counts(), 0 if u.output_tokens_details is None else u.thinking())
                 else:
                     record, advisors = u.record()
@@ -385,18 +385,8 @@ _JOBS_PER_PROCESS = 4
 def _read_jobs(jobs: list[_J], n: int, max_line_bytes: int, pricing: Pricing,
                read: Callable[[_J, int, Pricing], _R] = _read_shard) -> list[_R]:  # type: ignore[assignment]
     """``read`` (``_read_shard``) of every job (heaviest first) over ``n`` processes, this one
-    included: the workers take jobs from the heaviest on, this process from the lightest, each job
-    once (a job is this process's only if no worker has started it: ``Future.cancel``)."""
-    from concurrent.futures import ProcessPoolExecutor  # only when a history is read in parallel
-
-    results: list[_R] = []
-    with ProcessPoolExecutor(min(n - 1, len(jobs) - 1), mp_context=process_context()) as pool:
-        futures = [pool.submit(read, job, max_line_bytes, pricing) for job in jobs]
-        for job, future in zip(reversed(jobs), reversed(futures), strict=True):
-            if future.cancel():
-                results.append(read(job, max_line_bytes, pricing))
-        results += [f.result() for f in futures if not f.cancelled()]
-    return results
+    included (shard.run_jobs), the results in the jobs' order."""
+    return run_jobs(jobs, n, read, max_line_bytes, pricing)
 
 
 def _merged(results: Sequence[list[tuple[Any, ...]]], pricing: Pricing) -> list[tuple[Any, ...]]:
