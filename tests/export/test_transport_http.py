@@ -8,8 +8,6 @@ import gzip
 import json
 import logging
 import socket
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -210,15 +208,6 @@ def test_nothing_listening_is_a_connection_failure() -> None:
         port = sock.getsockname()[1]
     r = HttpTransport(TransportConfig(f"http://127.0.0.1:{port}/v1/traces", timeout_s=2)).send(b"a", 1)
     assert r.outcome is Outcome.RETRY and r.reason == "connection"
-
-
-def test_plain_http_export_imports_neither_ssl_nor_http_client_nor_email() -> None:
-    # their modules (and ssl's libraries) would be held by every process that exports, each
-    # catch-up worker among them, though plain http uses none of them
-    code = ("import sys, ccotel.run.runner, ccotel.run.catchup; "
-            "print(sorted(m for m in ('ssl', 'http.client', 'email.utils') if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "[]"
 
 
 def test_the_http_errors_are_http_clients_by_name_base_and_message() -> None:
