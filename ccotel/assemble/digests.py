@@ -11,12 +11,13 @@ two parts never hold the same digest, so ``len`` is the number of distinct diges
 from __future__ import annotations
 
 import functools
-import hashlib
 import heapq
 import itertools
 from array import array
 from bisect import bisect_left
 from collections.abc import Iterable, Iterator
+
+from ccotel.hashing import blake2b
 
 __all__ = ["Digests", "PACK_MIN", "digest64"]
 
@@ -27,7 +28,7 @@ __all__ = ["Digests", "PACK_MIN", "digest64"]
 @functools.lru_cache(maxsize=4096)
 def digest64(text: str) -> int:
     """A signed 64-bit digest (fits an SQLite INTEGER)."""
-    return int.from_bytes(hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).digest(),
+    return int.from_bytes(blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).digest(),
                           "big", signed=True)
 
 

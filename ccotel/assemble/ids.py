@@ -7,13 +7,13 @@ restarts or two machines, produce the same ids.
 
 from __future__ import annotations
 
-import hashlib
+from ccotel.hashing import blake2b
 
 __all__ = ["trace_id", "span_id"]
 
 
 def _digest(parts: tuple[str, ...], size: int) -> int:
-    h = hashlib.blake2b("\x1f".join(parts).encode("utf-8", "surrogatepass"), digest_size=size)
+    h = blake2b("\x1f".join(parts).encode("utf-8", "surrogatepass"), digest_size=size)
     value = int.from_bytes(h.digest(), "big")
     return value or 1  # an all-zero id is invalid in OTLP
 

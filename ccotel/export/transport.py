@@ -21,16 +21,13 @@ Retrying, backoff and splitting are ExportQueue's (export/sinks.py).
 
 from __future__ import annotations
 
-import email.utils
 import gzip
-import http.client
 import json
 import logging
 import math
 import os
 import re
 import socket
-import ssl
 import stat
 import time
 import urllib.parse
@@ -179,6 +176,8 @@ def parse_retry_after(value: str | None, now: float | None = None) -> float | No
     try:
         seconds = float(text)
     except ValueError:
+        import email.utils  # here, not above: only a date needs the email package (see HTTPException)
+
         try:
             when = email.utils.parsedate_to_datetime(text)
         except (TypeError, ValueError, IndexError):
@@ -280,6 +279,30 @@ def _connection_failure(exc: BaseException) -> ExportResult:
 
 _MAX_LINE = 65536  # of a status or header line (http.client's limit)
 _MAX_HEADERS = 100
+
+
+# http.client's exceptions, by the same names, bases and messages (a failed export's reason names
+# them), without importing http.client: it imports ssl and the email package, whose memory every
+# process that exports would hold (each catch-up worker among them) though plain http never uses them.
+class HTTPException(Exception):
+    """What came is not an HTTP answer."""
+
+
+class LineTooLong(HTTPException):
+    def __init__(self, line_type: str) -> None:
+        super().__init__(f"got more than {_MAX_LINE} bytes when reading {line_type}")
+
+
+class BadStatusLine(HTTPException):
+    def __init__(self, line: str) -> None:
+        super().__init__(line or repr(line))
+
+
+class RemoteDisconnected(ConnectionResetError, BadStatusLine):
+    """The peer closed before answering (a kept-alive connection it had closed: send again)."""
+
+    def __init__(self, message: str) -> None:
+        ConnectionResetError.__init__(self, message)
 _LEGAL_NAME = re.compile(r"[^:\s][^:\r\n]*")
 _ILLEGAL_VALUE = re.compile(r"\n(?![ \t])|\r(?![ \t\n])")
 
@@ -318,7 +341,7 @@ class _Connection:
 
     def answer(self, limit: int) -> _Answer:
         """The next answer; 1xx interim answers (100 Continue) are skipped. Raises
-        http.client.RemoteDisconnected when the peer closed before answering, HTTPException
+        RemoteDisconnected when the peer closed before answering, HTTPException
         subclasses when what came is not HTTP, OSError (a timeout) from the socket."""
         while True:
             version, status, reason = self._status_line()
@@ -340,17 +363,17 @@ class _Connection:
     def _line(self) -> bytes:
         line = self.rfile.readline(_MAX_LINE + 1)
         if len(line) > _MAX_LINE:
-            raise http.client.LineTooLong("header line")
+            raise LineTooLong("header line")
         return line
 
     def _status_line(self) -> tuple[str, int, str]:
         line = self._line()
         if not line:
-            raise http.client.RemoteDisconnected("Remote end closed connection without response")
+            raise RemoteDisconnected("Remote end closed connection without response")
         version, _, rest = line.decode("iso-8859-1").rstrip("\r\n").partition(" ")
         code, _, reason = rest.partition(" ")
         if not version.startswith("HTTP/") or len(code) != 3 or not code.isdigit():
-            raise http.client.BadStatusLine(line.decode("iso-8859-1", "replace"))
+            raise BadStatusLine(line.decode("iso-8859-1", "replace"))
         return version, int(code), reason.strip()
 
     def _headers(self) -> dict[str, str]:
@@ -367,16 +390,16 @@ class _Connection:
             name, _, value = text.partition(":")
             last = name.strip().lower()
             headers[last] = value.strip()
-        raise http.client.HTTPException(f"got more than {_MAX_HEADERS} headers")
+        raise HTTPException(f"got more than {_MAX_HEADERS} headers")
 
     def _sized(self, length: str, limit: int) -> tuple[bytes, bool, bool]:
         """The body, whether it was read to its end, whether it was cut short."""
         try:
             n = int(length)
         except ValueError:
-            raise http.client.HTTPException(f"bad Content-Length {length!r}") from None
+            raise HTTPException(f"bad Content-Length {length!r}") from None
         if n < 0:
-            raise http.client.HTTPException(f"bad Content-Length {length!r}")
+            raise HTTPException(f"bad Content-Length {length!r}")
         body = self.rfile.read(min(n, limit))  # short if the peer closed early: the status still holds
         return body, n <= limit and len(body) == n, len(body) < min(n, limit)
 
@@ -427,6 +450,8 @@ class HttpTransport(Transport):
             try:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 if self._https:
+                    import ssl  # here, not above: only https needs it (see HTTPException)
+
                     ctx = ssl.create_default_context(cafile=self.cfg.certificate)
                     sock = ctx.wrap_socket(sock, server_hostname=self._host)
             except BaseException:
@@ -478,9 +503,9 @@ class HttpTransport(Transport):
                 return _connection_failure(exc)
             try:
                 return self._answer(conn, spans)
-            except (OSError, http.client.HTTPException) as exc:
+            except (OSError, HTTPException) as exc:
                 self.close()
-                if reused and isinstance(exc, (http.client.RemoteDisconnected, ConnectionResetError)):
+                if reused and isinstance(exc, (RemoteDisconnected, ConnectionResetError)):
                     continue  # closed while idle, noticed only now
                 return _connection_failure(exc)
 

@@ -8,9 +8,9 @@ its readings of the parts both share (usage, tool inputs, system and progress li
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
+from ccotel.hashing import blake2b
 from ccotel.read.parse_time import _MAX_INT64, parse_timestamp
 from ccotel.records import AdvisorCall, Block, Entry, Usage
 from ccotel.records import fast_constructor as _fast_constructor
@@ -29,7 +29,7 @@ _BOOL_OR_NONE = frozenset((bool, type(None)))
 
 def text_key(text: str) -> str:
     """A short stable digest of a text, used to link inline sidechains to their Task prompt."""
-    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
+    return blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
 
 
 def _str(obj: dict[str, Any], key: str, errors: list[str]) -> str | None:

@@ -18,11 +18,11 @@ the start, as a replaced file is. While following, the bytes themselves are held
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from ccotel.hashing import blake2b
 from ccotel.read.parse import is_complete_json
 from ccotel.records import RawLine
 
@@ -72,7 +72,7 @@ class Marker:
 
 
 def _marker_of(data: bytes, end: int) -> Marker:
-    return Marker(end, len(data), hashlib.blake2b(data, digest_size=8).hexdigest())
+    return Marker(end, len(data), blake2b(data, digest_size=8).hexdigest())
 
 
 def _holds(fd: int, end: int, length: int, expected: bytes | Marker) -> bool:
@@ -88,7 +88,7 @@ def _fingerprint(fd: int, length: int) -> tuple[int, str] | None:
         head = os.pread(fd, length, 0)
     except OSError:
         return None
-    return len(head), hashlib.blake2b(head, digest_size=8).hexdigest()
+    return len(head), blake2b(head, digest_size=8).hexdigest()
 
 
 def identity_of(path: str, st: os.stat_result | None = None) -> FileIdentity | None:

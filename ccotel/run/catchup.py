@@ -67,7 +67,8 @@ class CatchUpResult:
     seconds: float = 0.0
     worker_seconds: list[float] = field(default_factory=list)
     worker_peak_rss_mb: list[float] = field(default_factory=list)
-    # this process's RSS high-water mark when its workers are done: what it held while they ran
+    # this process's RSS high-water mark when its workers had ended, before it took over what they
+    # wrote: the most it held while they ran
     caller_peak_rss_mb: float = 0.0
     # for the caller's detectors (workers run none): Pipeline.adopt_detector_state
     ghosts: list[str] = field(default_factory=list)
@@ -172,12 +173,14 @@ def catch_up_in_parallel(options: Options, state_dir: str, exporter: str, worker
     except BaseException:
         _stop_workers(running, stopper)
         raise
+    # Every worker has ended (joined): this process's mark now is the most it held beside them;
+    # what it takes over next (their checkpoints, ids and digests) is held after them, never beside.
+    result.caller_peak_rss_mb = _peak_rss_mb()
     if live is not None:
         _take_over(live, metrics)
     result.seconds = time.monotonic() - t0
-    result.caller_peak_rss_mb = _peak_rss_mb()
-    # What all processes held together at most (every worker has ended: this process's peak
-    # from here on no longer adds to theirs). Not "peak RSS ...": bench/run.py reads that of the workers.
+    # What all processes held together at most (this process's peak from here on no longer adds
+    # to theirs). Not "peak RSS ...": bench/run.py reads that of the workers.
     log.info("RSS high-water mark of this process during the catch-up: %.0f MB (with its workers' at most %.0f MB)",
              result.caller_peak_rss_mb, result.caller_peak_rss_mb + result.workers_together_mb())
     return result

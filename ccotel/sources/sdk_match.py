@@ -21,7 +21,6 @@ are let go when it is full, and counted. The wait for a line not flushed yet is 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -33,6 +32,7 @@ from typing import Any
 
 import orjson
 
+from ccotel.hashing import blake2b
 from ccotel.read.discover import within_root
 from ccotel.read.layout import agent_transcript, main_transcripts, subagents_dir
 from ccotel.read.parse_time import parse_timestamp
@@ -66,7 +66,7 @@ def normalise(text: str) -> str:
 
 def _text_signature(kind: str, text: str) -> str:
     head = normalise(text)[:SIGNATURE_CHARS]
-    return f"{kind}:{hashlib.blake2b(head.encode('utf-8', 'replace'), digest_size=8).hexdigest()}"
+    return f"{kind}:{blake2b(head.encode('utf-8', 'replace'), digest_size=8).hexdigest()}"
 
 
 def block_signature(kind: str, block_id: str | None, text: str | None) -> str | None:

@@ -21,7 +21,6 @@ prices change on UTC dates (``StartDateConstraint``); calls without a time are n
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import json
 import math
@@ -34,6 +33,7 @@ from typing import Any
 
 import orjson
 
+from ccotel.hashing import sha256
 from ccotel.records import Usage
 
 __all__ = ["Price", "Pricing", "PriceCache", "PriceFileError", "DEFAULT_PRICING", "default_cache_path",
@@ -156,7 +156,7 @@ def default_cache_path(env: dict[str, str] | None = None) -> str | None:
         st = os.stat(data)
     except OSError:
         return None
-    table = hashlib.sha256(f"{os.path.realpath(data)}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:16]
+    table = sha256(f"{os.path.realpath(data)}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:16]
     base = env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(base, "ccotel", f"prices-{table}.jsonl")
 

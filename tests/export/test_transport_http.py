@@ -208,3 +208,17 @@ def test_nothing_listening_is_a_connection_failure() -> None:
         port = sock.getsockname()[1]
     r = HttpTransport(TransportConfig(f"http://127.0.0.1:{port}/v1/traces", timeout_s=2)).send(b"a", 1)
     assert r.outcome is Outcome.RETRY and r.reason == "connection"
+
+
+def test_the_http_errors_are_http_clients_by_name_base_and_message() -> None:
+    import http.client
+
+    from ccotel.export import transport
+
+    for mine, theirs in ((transport.LineTooLong("header line"), http.client.LineTooLong("header line")),
+                         (transport.BadStatusLine("HTTP/9 x"), http.client.BadStatusLine("HTTP/9 x")),
+                         (transport.BadStatusLine(""), http.client.BadStatusLine("")),
+                         (transport.RemoteDisconnected("Remote end closed connection without response"),
+                          http.client.RemoteDisconnected("Remote end closed connection without response"))):
+        assert (type(mine).__name__, str(mine)) == (type(theirs).__name__, str(theirs))
+    assert isinstance(transport.RemoteDisconnected("x"), (ConnectionResetError, transport.BadStatusLine))

@@ -5,6 +5,9 @@ from __future__ import annotations
 import logging
 import re
 import resource
+import time
+from types import SimpleNamespace
+from typing import Any
 
 from ccotel.run.catchup import catch_up_in_parallel
 from ccotel.run.pipeline import Options
@@ -28,6 +31,48 @@ def test_peaks_of_the_workers_and_of_the_caller_are_reported(tmp_path, caplog):
     assert caller == round(done.caller_peak_rss_mb)
     assert together == round(done.caller_peak_rss_mb + done.workers_together_mb())
     assert not re.search(r"peak RSS [0-9]", line)  # bench/run.py takes the workers' peaks from "peak RSS a / b MB"
+
+
+class _Live:
+    """livefirst.LiveFirst as catch_up_in_parallel uses it, with no live session; its take-over
+    (adopt_state) grows this process by ``grow`` MB, touched and kept."""
+
+    def __init__(self, grow: int) -> None:
+        self.kept: list[bytearray] = []
+        self.pipeline = SimpleNamespace(delivery=SimpleNamespace(started_sizes=None), metrics=None, state=None,
+                                        process_acks=lambda force=True: None, adopt_state=lambda: self._grow(grow))
+
+    def _grow(self, mb: int) -> None:
+        held = bytearray(mb << 20)
+        for i in range(0, len(held), 4096):
+            held[i] = 1
+        self.kept.append(held)
+
+    def live_shards(self, *_args: Any) -> list[Any]:
+        return []
+
+    def hold(self, _groups: Any) -> None:
+        pass
+
+    def poll(self, timeout_s: float) -> None:
+        time.sleep(timeout_s)
+
+
+def test_the_callers_mark_is_taken_before_it_takes_over_what_the_workers_wrote(tmp_path):
+    """Its take-over (every file's checkpoint, the ids and digests the workers wrote) comes after
+    the workers have ended: it is never held beside them, and bench/run.py adds this mark to theirs."""
+    from bench.corpus import generate
+    from ccotel.run.catchup import _peak_rss_mb
+
+    root = tmp_path / "claude"
+    generate(str(root), 2_000_000, seed=3, session_mean=200_000, projects=2)
+    rss = int(re.search(r"VmRSS:\s+(\d+)", open("/proc/self/status").read()).group(1)) / 1024
+    grow = int(_peak_rss_mb() - rss) + 64  # past this process's mark so far, whatever the tests before it held
+    live = _Live(grow)
+    done = catch_up_in_parallel(Options(roots=(str(root),)), str(tmp_path / "state"), "none", 2, min_bytes=0,
+                                live=live)  # type: ignore[arg-type]
+    assert done is not None and live.kept
+    assert done.caller_peak_rss_mb < _peak_rss_mb() - 32
 
 
 def _child_peak(out) -> None:  # noqa: ANN001 - a multiprocessing queue

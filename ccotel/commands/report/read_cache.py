@@ -13,7 +13,6 @@ written again after the report."""
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import struct
@@ -23,6 +22,7 @@ from collections.abc import Sequence
 import msgspec
 
 from ccotel import __version__
+from ccotel.hashing import blake2b
 
 __all__ = ["CACHE_FILE", "FORMAT", "MAGIC", "MAX_BYTES", "FileKey", "GroupEntry", "Row", "Sum", "Place",
            "fingerprint", "key_digest", "file_key", "load", "save", "discard", "encode_entry", "decode_entry",
@@ -94,7 +94,7 @@ def fingerprint() -> str:
 
 def key_digest(key: str) -> int:
     """64 bits of a call key's hash: a set of these is quicker to build than one of the keys."""
-    return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "little")
+    return int.from_bytes(blake2b(key.encode(), digest_size=8).digest(), "little")
 
 
 def file_key(root: str, path: str) -> FileKey | None:
