@@ -51,12 +51,10 @@ class UsageRecorder:
         failed writes. A failed write (a full disk) is counted and logged; the ledger keeps its rows
         and writes them with the next one, and False says the checkpoints must wait for them (a stop
         meanwhile reads those lines again at the next start); tracing and counting go on."""
-        if self.ledger is None or not (spans or self.holding or self.ledger.pending):
+        self.hold(spans)
+        if self.ledger is None or not (self.holding or self.ledger.pending):
             return True
         rows, self._held = self._held, ([], [], [], [])
-        if spans:
-            for into, more in zip(rows, rows_of(spans), strict=True):
-                into += more
         try:
             self.ledger.record_rows(rows)
         except sqlite3.Error as exc:
