@@ -1,7 +1,8 @@
 """``python -m ccotel`` and the ``ccotel`` command. ``statusline`` and ``hook`` are answered before the
 command line parser, logging and the other commands are loaded (Claude Code runs the status line after
 every message, a hook for every event it is set for); so is a ``report`` the usage ledger answers
-alone (report.command.run_from_ledger: else cli.py takes it from the start)."""
+alone (report.kept.print_kept, the answer kept for the same command line; else
+report.command.run_from_ledger: else cli.py takes it from the start)."""
 
 import sys
 
@@ -17,6 +18,11 @@ def main(argv: list[str] | None = None) -> int:
 
         return hook(argv[1:])
     if argv[:1] == ["report"] and "-h" not in argv and "--help" not in argv:
+        from ccotel.commands.report.kept import print_kept
+
+        code = print_kept(argv[1:])
+        if code is not None:
+            return code
         from ccotel.commands.report.command import run_from_ledger
 
         code = run_from_ledger(argv[1:])

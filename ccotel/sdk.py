@@ -51,7 +51,8 @@ import anyio
 import anyio.to_thread
 
 from ccotel.export.sinks import ExportQueue, SpanSink, make_sink
-from ccotel.read.discover import classify, default_roots
+from ccotel.read.discover import classify
+from ccotel.read.layout import default_roots
 from ccotel.records import SpanRecord
 from ccotel.run.pipeline import Options, Pipeline
 from ccotel.sources.sdk_match import (

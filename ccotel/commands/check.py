@@ -24,8 +24,8 @@ import orjson
 from ccotel.assemble.assembler import Assembler
 from ccotel.assemble.closing import Timeouts
 from ccotel.read import evidence
-from ccotel.read.discover import classify, default_roots, within_root
-from ccotel.read.layout import SessionIdError, UnknownSession, resolve_session_id
+from ccotel.read.discover import classify, within_root
+from ccotel.read.layout import SessionIdError, UnknownSession, default_roots, resolve_session_id
 from ccotel.read.parse import parse_line
 from ccotel.read.procs import pid_alive, read_session_pids
 from ccotel.read.tail import Tailer

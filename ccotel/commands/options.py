@@ -7,9 +7,8 @@ from __future__ import annotations
 import argparse
 import re
 import time
-from datetime import datetime, timezone
-from typing import TYPE_CHECKING
 
+TYPE_CHECKING = False  # typing is not loaded for a report's start: mypy reads this block, Python does not
 if TYPE_CHECKING:
     from ccotel.spans.pricing import Price
 
@@ -22,6 +21,8 @@ def parse_since(value: str, now: float | None = None) -> int:
     if m:
         secs = int(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}[m.group(2)]
         return int(((now if now is not None else time.time()) - secs) * 1e9)
+    from datetime import datetime, timezone  # only for a date: a report's start does without it
+
     try:
         dt = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
     except ValueError:

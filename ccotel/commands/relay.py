@@ -43,7 +43,7 @@ from ccotel.commands.options import add_label_cap
 from ccotel.export.sinks import ConsoleSink, ExportQueue, make_sink
 from ccotel.metrics import events
 from ccotel.metrics.counters import Metrics
-from ccotel.read.discover import default_roots
+from ccotel.read.layout import default_roots
 from ccotel.records import SpanRecord
 from ccotel.sources.stream.assembler import StreamAssembler
 from ccotel.sources.stream.lines import MAX_LINE_BYTES, Counter, parse_record

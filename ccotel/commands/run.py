@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from ccotel.assemble.closing import Timeouts
 from ccotel.metrics.counters import DEFAULT_MAX_LABEL_VALUES, Metrics, serve
-from ccotel.read.discover import default_roots
+from ccotel.read.layout import default_roots
 from ccotel.read.shard import default_workers, end_resource_tracker
 from ccotel.read.watch import Watcher
 from ccotel.run.livefirst import LiveFirst

@@ -33,8 +33,7 @@ from ccotel.assemble.closing import Timeouts
 from ccotel.commands.check import CheckError, Health, check_session
 from ccotel.commands.report.usage import session_usage
 from ccotel.commands.terminal import dollars, fit_with_path, left_cut, short_model, stdout_console
-from ccotel.read.discover import default_roots
-from ccotel.read.layout import SessionIdError, resolve_session_id
+from ccotel.read.layout import SessionIdError, default_roots, resolve_session_id
 from ccotel.read.shard import Group
 from ccotel.records import FileKind, SpanRecord, StatusCode, TranscriptFile
 from ccotel.run.pipeline import Options, Pipeline, discover, session_groups

@@ -27,7 +27,7 @@ if TYPE_CHECKING:  # types only: tail.py loads the parser, shard.py multiprocess
     from ccotel.read.shard import Group
     from ccotel.read.tail import FileIdentity, Marker
 
-__all__ = ["default_roots", "classify", "scan", "ScanCache", "within_root", "find", "unread_bytes", "session_groups",
+__all__ = ["classify", "scan", "ScanCache", "within_root", "find", "unread_bytes", "session_groups",
            "group_files",
            "time_span", "Checkpoint", "size_of", "mtime_ns", "readable_under", "outside_root", "PATH_OUTSIDE_ROOT"]
 
@@ -35,15 +35,6 @@ log = logging.getLogger("ccotel.read")
 
 # A file's checkpoint (state.files()): identity, offset, read_to, the offset marker (None: trusted).
 Checkpoint: TypeAlias = "tuple[FileIdentity | None, int, int, Marker | None]"
-
-
-def default_roots(env: dict[str, str] | None = None) -> list[str]:
-    """$CLAUDE_CONFIG_DIR (comma-separated allowed, like ccusage) or ~/.claude."""
-    env = dict(os.environ) if env is None else env
-    raw = env.get("CLAUDE_CONFIG_DIR", "").strip()
-    if raw:
-        return [os.path.abspath(os.path.expanduser(p.strip())) for p in raw.split(",") if p.strip()]
-    return [os.path.join(os.path.expanduser("~"), ".claude")]
 
 
 def within_root(root: str, path: str) -> bool:

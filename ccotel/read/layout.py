@@ -13,23 +13,36 @@ searched; ``project_dir_of`` is the name the current rule gives a cwd, for group
 from __future__ import annotations
 
 import os
-import re
-from collections.abc import Iterable, Iterator, Sequence
+
+# re, typing and collections are not loaded by this module (the report's kept answers start with it,
+# and re alone costs that start more than anything else): mypy reads this block, Python does not
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Iterator, Sequence
 
 __all__ = ["AGENT_PREFIX", "META_SUFFIX", "SESSION_ID", "SUBAGENTS", "AmbiguousSession", "SessionIdError",
-           "UnknownSession", "agent_meta", "agent_transcript", "main_transcripts", "match_session_id",
+           "UnknownSession", "agent_meta", "agent_transcript", "default_roots", "main_transcripts", "match_session_id",
            "project_dir_of", "projects_dir", "resolve_session_id", "session_ids", "subagents_dir"]
 
 PROJECTS = "projects"
 SUBAGENTS = "subagents"
 AGENT_PREFIX = "agent-"
 META_SUFFIX = ".meta.json"
-_NOT_ALNUM = re.compile(r"[^A-Za-z0-9]")
+_NOT_ALNUM = r"[^A-Za-z0-9]"
 #: A session id as a command takes it, or a prefix of one: at least 8 characters (what `ccotel
 #: sessions` prints), nothing that could name a path (no separator, no dot).
-SESSION_ID = re.compile(r"^[0-9A-Za-z][0-9A-Za-z_-]{7,63}$")
+SESSION_ID = r"^[0-9A-Za-z][0-9A-Za-z_-]{7,63}$"  # a pattern for re (which keeps it compiled)
 _MIN_PREFIX = 8
 _CANDIDATES_SHOWN = 10
+
+
+def default_roots(env: dict[str, str] | None = None) -> list[str]:
+    """$CLAUDE_CONFIG_DIR (comma-separated allowed, like ccusage) or ~/.claude."""
+    env = dict(os.environ) if env is None else env
+    raw = env.get("CLAUDE_CONFIG_DIR", "").strip()
+    if raw:
+        return [os.path.abspath(os.path.expanduser(p.strip())) for p in raw.split(",") if p.strip()]
+    return [os.path.join(os.path.expanduser("~"), ".claude")]
 
 
 def projects_dir(root: str) -> str:
@@ -100,7 +113,9 @@ def match_session_id(arg: str, ids: Iterable[str]) -> str:
 
 
 def _refuse_malformed(arg: str) -> None:
-    if not SESSION_ID.match(arg):
+    import re
+
+    if not re.match(SESSION_ID, arg):
         raise SessionIdError(f"{arg!r} is not a session id (give the id, or at least its first {_MIN_PREFIX} "
                              "characters)")
 
@@ -133,4 +148,6 @@ def agent_meta(subagents: str, agent_id: str) -> str:
 
 def project_dir_of(cwd: str | None) -> str | None:
     """The ``projects/<dir>`` name Claude Code gives a cwd: every non-alphanumeric becomes '-'."""
-    return _NOT_ALNUM.sub("-", cwd) if cwd else None
+    import re
+
+    return re.sub(_NOT_ALNUM, "-", cwd) if cwd else None

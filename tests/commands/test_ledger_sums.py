@@ -17,7 +17,8 @@ from zoneinfo import ZoneInfo
 import orjson
 import pytest
 
-from ccotel.commands.report.from_ledger import summarize_ledger, written_since
+from ccotel.commands.report.freshness import written_since
+from ccotel.commands.report.from_ledger import summarize_ledger
 from ccotel.commands.report.json_doc import as_json
 from ccotel.commands.report.rows import Data, Query
 from ccotel.commands.report.summary import summarize
@@ -182,20 +183,12 @@ def test_a_report_from_the_ledger_imports_only_what_it_needs(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split("\n")[0] == str([
         "ccotel", "ccotel.cli", "ccotel.commands", "ccotel.commands.options", "ccotel.commands.report",
-        "ccotel.commands.report.command", "ccotel.commands.report.from_ledger", "ccotel.commands.report.json_doc",
-        "ccotel.commands.report.rows", "ccotel.commands.report.summary", "ccotel.export", "ccotel.export.closed",
+        "ccotel.commands.report.command", "ccotel.commands.report.freshness", "ccotel.commands.report.from_ledger",
+        "ccotel.commands.report.json_doc", "ccotel.commands.report.kept", "ccotel.commands.report.rows",
+        "ccotel.commands.report.summary", "ccotel.commands.report.views", "ccotel.export", "ccotel.export.closed",
         "ccotel.read", "ccotel.read.layout",
         "ccotel.rules", "ccotel.rules.model_name", "ccotel.run", "ccotel.run.stopping", "ccotel.store",
-        "ccotel.store.ledger", "ccotel.store.ledger_schema"]), out.stdout
+        "ccotel.store.ledger", "ccotel.store.ledger_peek", "ccotel.store.ledger_schema",
+        "ccotel.store.location"]), out.stdout
 
 
-def test_the_reports_copy_of_the_state_location_rule_is_the_rule(monkeypatch):
-    """report/command.py keeps a copy of state.resolve_state (state loads SQLite's state schema): equal."""
-    from ccotel.commands.report import command as report
-    from ccotel.store import state
-
-    for env in ({}, {"CCOTEL_STATE": "/e"}, {"CCOTEL_STATE": ""}, {"CCOTEL_STATE": "none"}):
-        for given in ((None, None), ("/s", None), (None, "/d"), ("/s", "/d"), ("none", None), (None, "none"),
-                      ("", "/d"), ("", "")):
-            monkeypatch.setattr(os, "environ", {**env, "HOME": "/h"})
-            assert report._state_location(*given) == state.resolve_state(*given), (env, given)  # noqa: SLF001

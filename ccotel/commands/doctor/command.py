@@ -19,7 +19,7 @@ from ccotel.commands.doctor.state import check_state
 from ccotel.commands.doctor.telemetry import check_claude_code_telemetry
 from ccotel.commands.doctor.traces import check_traces
 from ccotel.commands.doctor.versions import check_format, check_versions
-from ccotel.read.discover import default_roots
+from ccotel.read.layout import default_roots
 from ccotel.store.state import resolve_state
 
 __all__ = ["add_arguments", "config_from_args", "diagnose", "run", "DEFAULT_METRICS_ADDR"]

@@ -6,28 +6,35 @@ them, without a ledger)."""
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import sys
-import time
-from datetime import date, datetime, timedelta, tzinfo
-from typing import TYPE_CHECKING, NoReturn
 
 from ccotel.commands.options import add_durable, add_reading
-from ccotel.commands.report.from_ledger import REREAD_GRACE_NS, open_ledger, summarize_ledger, written_since
-from ccotel.commands.report.json_doc import as_json, dumps
-from ccotel.commands.report.rows import VIEWS, WEEKDAYS, Query, Report
-from ccotel.commands.report.summary import summarize
-from ccotel.store.ledger import Ledger
+from ccotel.commands.report.freshness import REREAD_GRACE_NS, written_since
+from ccotel.commands.report.kept import answer_key, keep, plain_command_line, print_answer
+from ccotel.commands.report.views import VIEWS, WEEKDAYS
+from ccotel.read.layout import default_roots
+from ccotel.store.ledger_peek import ledger_signature
+from ccotel.store.location import resolve_state
 
+# typing, datetime and the modules that sum a report are not loaded before a kept answer is looked
+# for (kept.py): mypy reads this block, Python does not
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from datetime import date, tzinfo
+    from typing import NoReturn
+
+    from ccotel.commands.report.rows import Query, Report
     from ccotel.spans.pricing import Price
+    from ccotel.store.ledger import Ledger
 
 __all__ = ["parse_day", "parse_token_limit", "parse_zone", "add_options", "add_arguments", "run", "run_from_ledger"]
 
 def parse_day(value: str) -> date:
     """YYYYMMDD (as ccusage), YYYY-MM-DD, or a duration back from today (7d, 2w, 12h: the day it
     falls on, as the other commands' --since takes it)."""
+    from datetime import datetime, timedelta
+
     m = re.fullmatch(r"(\d+)([hdw])", value.strip())
     if m:
         hours = int(m.group(1)) * {"h": 1, "d": 24, "w": 168}[m.group(2)]
@@ -93,12 +100,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, now_ns: int | None = None) -> int:
     """``ccotel report``: print the view (a table, or JSON with --json). Exit 0. ``now_ns``: the
     time the blocks view takes as now (a test's; default the clock's)."""
-    roots = tuple(args.root or _default_roots())
+    from ccotel.commands.report.from_ledger import open_ledger, summarize_ledger
+    from ccotel.commands.report.summary import summarize
+
+    roots = tuple(args.root or default_roots())
     overrides: dict[str, Price] | None = args.prices  # read and checked by --prices' type (options.price_file)
     ledger = None
     cache_dir = None  # the report cache's dir (group_read.py): a local state dir, default prices
     if not args.no_ledger:  # the state dir is looked for only when its ledger may be used
-        state_dir = _state_location(getattr(args, "state", None), args.state_dir)
+        state_dir = resolve_state(getattr(args, "state", None), args.state_dir)
         ledger = open_ledger(state_dir, roots, getattr(args, "host_id", None))
         if state_dir and overrides is None and not state_dir.startswith(("postgresql://", "postgres://")):
             cache_dir = state_dir
@@ -124,6 +134,8 @@ def run(args: argparse.Namespace, now_ns: int | None = None) -> int:
 
                 data = gather(options, ledger, workers=args.workers, parallel_min_bytes=int(args.parallel_min_mb * 1e6))
             if q.view == "blocks":
+                import time
+
                 from ccotel.commands.report.blocks_view import print_blocks
 
                 return print_blocks(data, q, args, time.time_ns() if now_ns is None else now_ns)
@@ -162,10 +174,14 @@ def run_from_ledger(argv: list[str]) -> int | None:
         args = parser.parse_args(argv)
     except _NotPlain:
         return None
-    location = None if args.no_ledger else _state_location(args.state, args.state_dir)
+    location = None if args.no_ledger else resolve_state(args.state, args.state_dir)
     if not location or location.startswith(("postgresql://", "postgres://")):  # a fleet's: cli.py checks it first
         return None
-    roots = tuple(args.root or _default_roots())
+    roots = tuple(args.root or default_roots())
+    plain = plain_command_line(argv) if args.json and args.view != "blocks" else None
+    signature = ledger_signature(location) if plain == (roots, location) else None  # before the ledger is read
+    from ccotel.commands.report.from_ledger import open_ledger, summarize_ledger
+
     ledger = open_ledger(location, roots, quiet=True)
     if ledger is None:
         return None
@@ -173,28 +189,44 @@ def run_from_ledger(argv: list[str]) -> int | None:
     try:
         if not _answers_alone(ledger, q, roots):
             return None
+        since_ns = _since(ledger)
         report = summarize_ledger(ledger, q)
     finally:
         ledger.close()
-    try:
-        return _show(report, q, args, lean=True)
-    except BrokenPipeError:  # as cli.main ends a `ccotel report | head`
-        from ccotel.run.stopping import end_quietly
+    if plain is None or signature is None:
+        try:
+            return _show(report, q, args, lean=True)
+        except BrokenPipeError:  # as cli.main ends a `ccotel report | head`
+            from ccotel.run.stopping import end_quietly
 
-        return end_quietly()
+            return end_quietly()
+    from ccotel.commands.report.json_doc import as_json, dumps
+
+    answer = (dumps(as_json(report)) + "\n").encode()
+    keep(location, answer_key(signature, plain, argv), since_ns, answer)
+    return print_answer(answer)
 
 
 def _query(args: argparse.Namespace) -> Query:
+    from ccotel.commands.report.rows import Query
+
     return Query(view=args.view, tz=args.timezone, since=args.since, until=args.until,
                  start_of_week=WEEKDAYS.index(args.start_of_week), order=args.order)
 
 
 def _answers_alone(ledger: Ledger, q: Query, roots: tuple[str, ...]) -> bool:
     """Does the ledger answer ``q`` alone (summed in SQL), with no transcript read?"""
+    from ccotel.store.ledger import Ledger  # loaded by open_ledger already
+
     return (q.view != "blocks"  # blocks need each call's time: they read the calls themselves
             and type(ledger) is Ledger  # summed in SQL: SQLite's ledger, not a fleet's
             and not ledger.coverage().filling  # else every transcript is read beside it
-            and not written_since(roots, ledger.coverage().updated_ns - REREAD_GRACE_NS))
+            and not written_since(roots, _since(ledger)))
+
+
+def _since(ledger: Ledger) -> int:
+    """Transcripts modified at or after this are read again: the ledger may not hold them yet."""
+    return ledger.coverage().updated_ns - REREAD_GRACE_NS
 
 
 def _show(report: Report, q: Query, args: argparse.Namespace, lean: bool = False) -> int:
@@ -202,6 +234,8 @@ def _show(report: Report, q: Query, args: argparse.Namespace, lean: bool = False
     (dataclasses, uuid...) costs more than writing the JSON in Python (json_doc.dumps, the same
     bytes); on cli.py's way (which loads orjson with its other commands, and reads transcripts)
     orjson writes a large report faster."""
+    from ccotel.commands.report.json_doc import as_json, dumps
+
     if args.json:
         if lean:
             text = dumps(as_json(report))
@@ -215,21 +249,4 @@ def _show(report: Report, q: Query, args: argparse.Namespace, lean: bool = False
 
     render(report, stdout_console(), q, breakdown=args.breakdown)
     return 0
-
-
-def _state_location(state: str | None, state_dir: str | None) -> str | None:
-    """``state.resolve_state(state, state_dir)``, loading state.py (the tail and parse modules,
-    msgspec: a noticeable part of a report's start) only for the default dir, which it alone knows."""
-    location = state or state_dir or os.environ.get("CCOTEL_STATE")
-    if not location:
-        from ccotel.store.state import resolve_state
-
-        return resolve_state(None, None)
-    return None if location == "none" else location
-
-
-def _default_roots() -> list[str]:
-    from ccotel.read.discover import default_roots  # parse, records, shard: only when no --root is given
-
-    return default_roots()
 

@@ -1,7 +1,6 @@
 """A report from the usage ledger (``ledger.db``, written as ccotel exports): opening it (only if
-it was written for exactly these roots), whether a transcript was written since (``written_since``:
-if not, the ledger answers alone), and that answer summed in SQLite (``summarize_ledger``), with
-no transcript read."""
+it was written for exactly these roots) and its answer summed in SQLite (``summarize_ledger``),
+when no transcript was written since (freshness.written_since), with no transcript read."""
 
 from __future__ import annotations
 
@@ -11,17 +10,12 @@ from typing import TYPE_CHECKING, Any
 
 from ccotel.commands.report.rows import Query, Report
 from ccotel.commands.report.summary import Rows, needs_slots, places_by_session
-from ccotel.read.layout import projects_dir
 from ccotel.store.ledger import LEDGER_FILE, SLOT_NS, Ledger, LedgerError
 
 if TYPE_CHECKING:
     import logging
 
-__all__ = ["REREAD_GRACE_NS", "open_ledger", "written_since", "summarize_ledger"]
-
-# Files written this long before the ledger's last write are read again from the transcripts: a
-# turn still open then (its calls not yet finished) is in the file, not yet in the ledger.
-REREAD_GRACE_NS = 15 * 60 * 1_000_000_000
+__all__ = ["open_ledger", "summarize_ledger"]
 
 
 def open_ledger(state_dir: str | None, roots: Sequence[str], host: str | None = None,
@@ -58,36 +52,6 @@ def _log() -> logging.Logger:
     import logging  # only to say why a ledger is not used: a report from the ledger starts without it
 
     return logging.getLogger("ccotel.report")
-
-
-def written_since(roots: Sequence[str], since_ns: int) -> bool:
-    """False if no transcript under ``roots`` was modified at or after ``since_ns``: then
-    ``gather`` reads nothing from the transcripts and the ledger answers alone. Every ``.jsonl``
-    under ``<root>/projects`` (directories entered as discover.scan enters them: not through a
-    symlink) is looked at, a superset of the transcripts; one that cannot be stat'ed counts as
-    written (the transcripts are read then, which is never wrong, only slower)."""
-    stack = [projects_dir(root) for root in roots]
-    while stack:
-        try:
-            with os.scandir(stack.pop()) as it:
-                entries = list(it)
-        except OSError:
-            continue  # scan reads nothing from a directory it cannot list either
-        for entry in entries:
-            try:
-                is_dir = entry.is_dir()
-            except OSError:
-                is_dir = False
-            if is_dir:
-                if not entry.is_symlink():
-                    stack.append(entry.path)
-            elif entry.name.endswith(".jsonl"):
-                try:
-                    if entry.stat().st_mtime_ns >= since_ns:
-                        return True
-                except OSError:
-                    return True
-    return False
 
 
 def summarize_ledger(ledger: Ledger, q: Query) -> Report:

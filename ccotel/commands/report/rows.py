@@ -10,7 +10,7 @@ from typing import NamedTuple
 from ccotel.rules.model_name import reported_model
 from ccotel.store.ledger import AgentRow, CallRow, ToolRow, TurnRow
 
-__all__ = ["VIEWS", "WEEKDAYS", "Query", "CallSums", "Summed", "Data", "ModelTotals", "Row", "Report", "report_models"]
+__all__ = ["Query", "CallSums", "Summed", "Data", "ModelTotals", "Row", "Report", "report_models"]
 
 # == the views: daily, weekly, monthly, session, project ==========================================
 #
@@ -20,10 +20,6 @@ __all__ = ["VIEWS", "WEEKDAYS", "Query", "CallSums", "Summed", "Data", "ModelTot
 # ledger only: the transcript reader reads assistant lines alone. A row with a call the ledger
 # lacks (a first catch-up still filling it, a time ccotel did not record) does not know them:
 # ``Row.partial``, shown as unknown with ``Report.unknown_reason``, never as a count of 0.
-
-VIEWS = ("daily", "weekly", "monthly", "session", "project")
-WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
-
 
 # The records are NamedTuples and __slots__ classes, not dataclasses: a report the ledger answers
 # alone loads this module, and creating dataclasses (and importing the module) is a noticeable

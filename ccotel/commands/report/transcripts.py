@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 
-from ccotel.commands.report.from_ledger import REREAD_GRACE_NS
+from ccotel.commands.report.freshness import REREAD_GRACE_NS
 from ccotel.commands.report.read_options import ReadOptions
 from ccotel.commands.report.rows import Data
 from ccotel.commands.report.usage import SessionUsage, UsageTuple, session_usage

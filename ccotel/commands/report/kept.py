@@ -1,0 +1,207 @@
+"""Kept answers: the JSON of a report the usage ledger answered alone, kept in the state dir
+(``report-answers/``, 0700, each answer 0600, the newest ``MAX_KEPT``) so that the same report
+asked again, with the ledger unchanged and no transcript written since, prints the kept bytes
+without opening SQLite or summing anything (a script or status bar asking every few seconds).
+
+An answer is a function of the ledger's content, the command line, the time zone and this code,
+and its key holds all four: the ledger's signature (store/ledger_peek.ledger_signature: its inode,
+sizes, mtimes and WAL index header, which every commit changes), the arguments as typed with the
+roots and state dir they name, the local zone's definition, and the size and mtime of every
+module of the installed ccotel. Whether the ledger still answers alone is asked again each time,
+by the rule the report itself applies (freshness.written_since, from the ledger's last write kept
+with the answer).
+
+The command line is read by hand (``plain_command_line``), before argparse (which, with ``re``,
+costs more than the rest of such a report): only the options listed below, spelled in full, and
+no date given as a duration back from now (``-s 7d``: its day moves with the clock). Any other
+command line has no kept answer; one is kept only after argparse read it to the same roots and
+state dir. Only ``--json`` answers are kept: a table depends on the terminal too. Anything amiss
+(no dir, a damaged or foreign file) is a miss, never an error: the report is then summed as
+without it."""
+
+from __future__ import annotations
+
+import os
+import sys
+import zlib
+
+from ccotel.commands.report.freshness import written_since
+from ccotel.commands.report.views import VIEWS
+from ccotel.read.layout import default_roots
+from ccotel.store.ledger_peek import ledger_signature
+from ccotel.store.location import is_url, resolve_state
+
+TYPE_CHECKING = False  # typing is not loaded on this path: mypy reads this block, Python does not
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import Any
+
+__all__ = ["ANSWERS_DIR", "MAX_KEPT", "plain_command_line", "answer_key", "print_kept", "print_answer", "load", "keep"]
+
+ANSWERS_DIR = "report-answers"
+MAX_KEPT = 16  # different reports kept at once (a status bar's, a script's, a user's)
+_FORMAT = "ccotel kept answer 1"
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# The options a plain command line may hold (command.add_options' names, in full): with a value,
+# and without one. Other options (--prices, blocks' options, --no-ledger) have no kept answer.
+_VALUED = frozenset(("--root", "--state", "--state-dir", "-s", "--since", "-u", "--until", "-z", "--timezone",
+                     "-w", "--start-of-week", "-o", "--order", "--workers", "--parallel-min-mb", "--host-id"))
+_FLAGS = frozenset(("--json", "-b", "--breakdown", "-v", "--verbose"))
+
+if TYPE_CHECKING:
+    Plain = tuple[tuple[str, ...], str]  # the roots and the state dir a plain command line names
+
+
+def plain_command_line(argv: Sequence[str], env: dict[str, str] | None = None) -> Plain | None:
+    """The roots and state dir of a plain report command line (see above), as argparse and
+    command.run would take them; None if it is not plain or names no state dir (none, a URL)."""
+    roots: list[str] = []
+    state = state_dir = None
+    view = False
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        i += 1
+        name, eq, value = token.partition("=") if token.startswith("--") else (token, "", "")
+        if name in _VALUED:
+            if not eq:
+                if i >= len(argv):
+                    return None
+                value, i = argv[i], i + 1
+            if value.startswith("-") or _duration(value):
+                return None
+            if name == "--root":
+                roots.append(value)
+            elif name == "--state":
+                state = value
+            elif name == "--state-dir":
+                state_dir = value
+        elif name in _FLAGS and not eq:
+            continue
+        elif token in VIEWS and not view:
+            view = True
+        else:
+            return None
+    location = resolve_state(state, state_dir, env)
+    if location is None or is_url(location):
+        return None
+    return tuple(roots or default_roots(env)), location
+
+
+def _duration(value: str) -> bool:
+    """7d, 2w, 12h: command.parse_day's days back from now."""
+    return value[-1:] in ("h", "d", "w") and value[:-1].isdigit()
+
+
+def answer_key(signature: list[Any], plain: Plain, argv: Sequence[str]) -> str:
+    """Everything the answer is a function of, as text."""
+    roots, location = plain
+    return repr((_FORMAT, signature, sorted(os.path.realpath(r) for r in roots), os.path.realpath(location),
+                 list(argv), _zone(), _code()))
+
+
+def print_kept(argv: Sequence[str]) -> int | None:
+    """Print the kept answer to ``ccotel report ARGV`` and return 0, or None (nothing printed)
+    when none is kept for it or the ledger no longer answers it alone."""
+    plain = plain_command_line(argv)
+    if plain is None:
+        return None
+    signature = ledger_signature(plain[1])
+    if signature is None:
+        return None
+    found = load(plain[1], answer_key(signature, plain, argv))
+    if found is None or written_since(plain[0], found[0]):
+        return None
+    return print_answer(found[1])
+
+
+def print_answer(answer: bytes) -> int:
+    """Write a report's bytes to stdout: 0 (a reader that went away is not an error)."""
+    try:
+        sys.stdout.flush()
+        sys.stdout.buffer.write(answer)
+        sys.stdout.flush()
+    except BrokenPipeError:  # as cli.main ends a `ccotel report | head`
+        from ccotel.run.stopping import end_quietly
+
+        return end_quietly()
+    return 0
+
+
+def load(state_dir: str, key: str) -> tuple[int, bytes] | None:
+    """(the ``since_ns`` kept with it, the answer) if an answer for exactly ``key`` is kept."""
+    try:
+        with open(_path(state_dir, key), "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    head = key.encode() + b"\n"
+    if not data.startswith(head):
+        return None  # another key with the same file name, or a damaged file
+    end = data.find(b"\n", len(head))
+    try:
+        since_ns = int(data[len(head):end])
+    except ValueError:
+        return None
+    return since_ns, data[end + 1:]
+
+
+def keep(state_dir: str, key: str, since_ns: int, answer: bytes) -> None:
+    """Keep ``answer`` for ``key`` (written whole or not at all), and drop the oldest beyond
+    MAX_KEPT. A failure is let go: without a kept answer the next report sums again."""
+    path = _path(state_dir, key)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    try:
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(b"%s\n%d\n%s" % (key.encode(), since_ns, answer))
+        os.replace(tmp, path)
+        _drop_oldest(os.path.dirname(path))
+    except OSError:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+
+
+def _path(state_dir: str, key: str) -> str:
+    return os.path.join(state_dir, ANSWERS_DIR, f"{zlib.crc32(key.encode()):08x}.json")
+
+
+def _drop_oldest(folder: str) -> None:
+    with os.scandir(folder) as it:
+        kept = sorted(((e.stat().st_mtime_ns, e.path) for e in it if e.name.endswith(".json")), reverse=True)
+    for _mtime, path in kept[MAX_KEPT:]:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+
+
+def _zone() -> tuple[Any, ...]:
+    """The local time zone as the C library finds it (days and weeks without --timezone)."""
+    try:
+        st = os.stat("/etc/localtime")
+        local: tuple[Any, ...] = (os.path.realpath("/etc/localtime"), st.st_size, st.st_mtime_ns)
+    except OSError:
+        local = ()
+    return os.environ.get("TZ"), local
+
+
+def _code() -> tuple[int, int, int]:
+    """(modules, their total size, the sum of their mtimes) of the ccotel package: an upgrade, or
+    an edit of any module (its mtime moves, either way), is another key."""
+    count = size = mtimes = 0
+    stack = [_PACKAGE]
+    while stack:
+        with os.scandir(stack.pop()) as it:
+            for entry in it:
+                if entry.name.endswith(".py"):
+                    st = entry.stat()
+                    count += 1
+                    size += st.st_size
+                    mtimes += st.st_mtime_ns
+                elif entry.name != "__pycache__" and entry.is_dir(follow_symlinks=False):
+                    stack.append(entry.path)
+    return count, size, mtimes

@@ -1,0 +1,174 @@
+"""Kept answers (report/kept.py): the same ``ccotel report --json`` asked again, with the ledger
+unchanged and no transcript written since, prints the kept bytes without argparse, re or SQLite;
+anything the answer depends on that changes (the ledger, a transcript, the command line, the code)
+sums it again."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ccotel.commands.report import kept
+from ccotel.commands.report.kept import ANSWERS_DIR, MAX_KEPT, plain_command_line
+from ccotel.run.pipeline import Options, Pipeline
+from ccotel.store.ledger import LEDGER_FILE, Ledger
+from tests.harness.fixtures import load_fixture
+
+REPO = Path(__file__).resolve().parents[2]
+_DRIVER = """import sys
+before = set(sys.modules)
+sys.argv = ["ccotel", *sys.argv[1:]]
+from ccotel.__main__ import main
+code = main()
+sys.stderr.write("\\n".join(sorted(set(sys.modules) - before)))
+raise SystemExit(code)
+"""
+
+
+def _state(tmp_path: Path) -> tuple[str, str]:
+    """A copy of a fixture's config dir older than its ledger's grace, and the state dir holding
+    the ledger a backfill of it wrote."""
+    root = tmp_path / "claude"
+    shutil.copytree(load_fixture("s06_kill_orphan_resume").config_dir, root)
+    for p in root.rglob("*"):
+        os.utime(p, ns=(10**9, 10**9))
+    state = tmp_path / "state"
+    state.mkdir()
+    ledger = Ledger(str(state / LEDGER_FILE), roots=(str(root),))
+    Pipeline(Options(roots=(str(root),)), emit=ledger.record, state=None).backfill(close_all=True)
+    ledger.close()
+    return str(root), str(state)
+
+
+def _report(*argv: str, driver: bool = False, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(REPO), "NO_COLOR": "1", "COLUMNS": "200"}
+    how = ["-c", _DRIVER] if driver else ["-m", "ccotel"]
+    return subprocess.run([sys.executable, *how, "report", *argv], capture_output=True, text=True, env=env,
+                          timeout=60, cwd=cwd)
+
+
+def _kept(state: str) -> list[str]:
+    folder = Path(state) / ANSWERS_DIR
+    return sorted(p.name for p in folder.iterdir()) if folder.exists() else []
+
+
+def test_a_second_report_prints_the_kept_bytes_loading_neither_argparse_re_nor_sqlite(tmp_path):
+    root, state = _state(tmp_path)
+    first = _report("daily", "--json", "--root", root, "--state-dir", state, driver=True)
+    assert first.returncode == 0 and '"source": "ledger"' in first.stdout, first.stderr
+    assert "ccotel.commands.report.from_ledger" in first.stderr.split()  # summed from the ledger
+    assert len(_kept(state)) == 1
+    assert oct(os.stat(Path(state) / ANSWERS_DIR).st_mode & 0o777) == "0o700"
+    assert oct(os.stat(Path(state) / ANSWERS_DIR / _kept(state)[0]).st_mode & 0o777) == "0o600"
+    second = _report("daily", "--json", "--root", root, "--state-dir", state, driver=True)
+    assert second.returncode == 0 and second.stdout == first.stdout
+    loaded = set(second.stderr.split())
+    for heavy in ("argparse", "re", "typing", "sqlite3", "_sqlite3", "ccotel.commands.report.command",
+                  "ccotel.commands.report.from_ledger", "ccotel.store.ledger", "datetime", "json"):
+        assert heavy not in loaded, heavy
+
+
+def test_a_ledger_write_is_summed_again(tmp_path):
+    root, state = _state(tmp_path)
+    argv = ("--json", "--root", root, "--state-dir", state)
+    first = _report(*argv)
+    assert first.returncode == 0 and len(_kept(state)) == 1
+    db = sqlite3.connect(os.path.join(state, LEDGER_FILE))
+    db.execute("UPDATE call_totals SET output = output + 1000")  # one commit: another signature
+    db.commit()
+    db.close()
+    again = _report(*argv)
+    assert again.returncode == 0 and again.stdout != first.stdout  # summed again: the ledger's new totals
+    shutil.rmtree(Path(state) / ANSWERS_DIR)
+    assert _report(*argv).stdout == again.stdout  # what summing it with no kept answer gives
+
+
+def test_a_transcript_written_since_is_read_again(tmp_path):
+    root, state = _state(tmp_path)
+    argv = ("--json", "--root", root, "--state-dir", state)
+    first = _report(*argv)
+    assert first.returncode == 0 and '"source": "ledger"' in first.stdout
+    transcript = next(Path(root).rglob("*.jsonl"))
+    os.utime(transcript)  # written now: after the ledger's last write
+    again = _report(*argv, driver=True)
+    assert again.returncode == 0 and '"source": "ledger"' not in again.stdout
+    assert "ccotel.commands.report.transcripts" in again.stderr.split()
+
+
+@pytest.mark.parametrize("extra", [
+    ["-s", "7d"], ["--since=2w"], ["-u", "12h"],  # days that move with the clock
+    ["--roo", "x"], ["-bz", "UTC"], ["-s=20250101"], ["--prices", "p.json"], ["--no-ledger"], ["--", "daily"],
+    ["daily", "weekly"], ["--root"], ["--json=1"], ["--state", "none"], ["--state", "postgresql://h/db"],
+])
+def test_a_command_line_that_is_not_plain_has_no_kept_answer(extra):
+    assert plain_command_line(["--json", *extra], env={"HOME": "/h"}) is None
+
+
+def test_a_plain_command_line_names_the_roots_and_state_as_argparse_does():
+    env = {"XDG_STATE_HOME": "/x", "CLAUDE_CONFIG_DIR": "/c1,/c2"}
+    assert plain_command_line(["--json"], env) == (("/c1", "/c2"), "/x/ccotel")
+    assert plain_command_line(["--json", "--root=/r", "--root", "/q", "daily", "--state-dir", "/d", "--state", "/s",
+                               "-s", "20250101", "-z", "UTC"], env) == (("/r", "/q"), "/s")
+    assert plain_command_line(["--json", "--state-dir", "/d"], {**env, "CCOTEL_STATE": "/e"}) == (("/c1", "/c2"), "/d")
+
+
+def test_a_table_and_a_relative_day_keep_nothing(tmp_path):
+    root, state = _state(tmp_path)
+    assert _report("--root", root, "--state-dir", state).returncode == 0  # a table
+    assert _report("daily", "--json", "-s", "3650d", "--root", root, "--state-dir", state).returncode == 0
+    assert _kept(state) == []
+
+
+def test_another_zone_or_another_code_is_another_key(tmp_path, monkeypatch):
+    plain = (("/r",), "/s")
+    key = kept.answer_key([1, 2], plain, ["--json"])
+    assert kept.answer_key([1, 2], plain, ["--json"]) == key
+    assert kept.answer_key([1, 3], plain, ["--json"]) != key
+    assert kept.answer_key([1, 2], plain, ["--json", "-b"]) != key
+    monkeypatch.setenv("TZ", "Asia/Kolkata")
+    assert kept.answer_key([1, 2], plain, ["--json"]) != key
+    monkeypatch.delenv("TZ")
+    package = tmp_path / "pkg"
+    shutil.copytree(Path(kept.__file__).parent, package / "report", ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(kept, "_PACKAGE", str(package))
+    before = kept.answer_key([1, 2], plain, ["--json"])
+    module = package / "report" / "rows.py"
+    os.utime(module, ns=(module.stat().st_mtime_ns + 10**9,) * 2)  # an edit in place
+    assert kept.answer_key([1, 2], plain, ["--json"]) != before
+
+
+def test_a_damaged_or_foreign_kept_file_is_a_miss(tmp_path):
+    state = str(tmp_path)
+    kept.keep(state, "key one", 5, b"answer\n")
+    assert kept.load(state, "key one") == (5, b"answer\n")
+    path = next((tmp_path / ANSWERS_DIR).iterdir())
+    assert kept.load(state, "key two") is None  # another key (in another file, or this one's name)
+    path.write_bytes(b"key one\nnot a number\nanswer\n")
+    assert kept.load(state, "key one") is None
+    path.write_bytes(b"key on")
+    assert kept.load(state, "key one") is None
+
+
+def test_only_the_newest_answers_are_kept(tmp_path):
+    state = str(tmp_path)
+    for i in range(MAX_KEPT + 5):
+        kept.keep(state, f"key {i}", i, b"x")
+        path = kept._path(state, f"key {i}")  # noqa: SLF001
+        os.utime(path, ns=(i * 10**9, i * 10**9))  # mtimes apart: the order they were kept in
+    assert len(list((tmp_path / ANSWERS_DIR).iterdir())) == MAX_KEPT
+    assert kept.load(state, f"key {MAX_KEPT + 4}") is not None and kept.load(state, "key 0") is None
+
+
+def test_a_reader_that_went_away_is_not_an_error():
+    code = ("import os\nfrom ccotel.commands.report.kept import print_answer\n"
+            "r, w = os.pipe()\nos.close(r)\nos.dup2(w, 1)\n"
+            "raise SystemExit(print_answer(b'x' * 1_000_000))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
