@@ -424,3 +424,20 @@ def test_an_open_turn_and_its_running_tool_run_until_now(name: str, tmp_path: Pa
     rc, out, _ = trace(capsys, sid, "--root", str(root), "--json")
     doc = json.loads(out)
     assert 5 <= doc["runningS"] < 60 and doc["durationS"] < 1  # the spans' own times stay the exporter's
+
+
+@pytest.mark.parametrize("name", ["s06_kill_orphan_resume", "2.1.330-s06_kill_orphan_resume"])
+def test_a_live_process_s_tool_past_the_stall_timeout_is_running_not_orphaned(
+        name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Its process runs: a tool 5 s without a result, past a 2 s stall timeout, is a long tool
+    (stalled), not an orphan, for a backfill as for `ccotel run` live (closing.tick_session)."""
+    root, sid = live_copy(name, tmp_path)
+    out: list[SpanRecord] = []
+    from ccotel.assemble.closing import Timeouts
+
+    options = Options(roots=(str(root),), timeouts=Timeouts(stall_ns=2 * 10 ** 9))
+    kept = Pipeline(options, emit=out.extend, state=None).backfill(close_all=False)
+    assert kept == 1 and not [s for s in out if s.parent_span_id is None or "orphaned" in str(s.attributes)]
+    rc, text, _ = trace(capsys, sid, "--root", str(root), "--width", "120", "--stall-timeout", "2")
+    assert rc == 0 and "outcome open (still running" in text and "running: no result yet" in text, text
+    assert not [line for line in text.splitlines() if line.startswith("✗ ")], text
