@@ -556,7 +556,7 @@ def _turn_summary(t: TurnTrace, now_ns: int) -> dict[str, Any]:
     return {
         "turn": t.index, "traceId": f"{t.trace_id:032x}", "start": _iso(t.start_ns), "end": _iso(t.end_ns),
         "durationS": (t.end_ns - t.start_ns) / 1e9,
-        "runningS": (t.end_as_of(now_ns) - t.start_ns) / 1e9 if t.is_open else None,
+        "runningS": round((t.end_as_of(now_ns) - t.start_ns) / 1e9, 3) if t.is_open else None,
         "outcome": "open" if t.is_open else t.root.attributes.get(CLAUDE_CODE_TURN_OUTCOME),
         "apiCalls": sum(1 for s in spans if _kind(s) == "chat"),
         "toolCalls": sum(1 for s in spans if _kind(s) == "tool"),
