@@ -79,8 +79,11 @@ DETAILS: dict[str, str] = {
         "`path_outside_root`, `bad_meta_json`; the hook spool's: `hook_malformed_json`, `hook_not_an_object`, "
         "`hook_bad_field`. A bad line is one error, of the first reason found in it.",
     "ccotel_checkpoint_errors_total":
-        "Held and retried, nothing lost. `ledger`: a usage-ledger write that failed (those rows are missing from "
-        "reports; tracing and counting go on).",
+        "Held and retried, nothing lost. The disk's reasons (`disk_full`, `read_only`, `io_error`) whichever "
+        "file hit them first: the usage ledger is written before the checkpoints, which wait for its rows, so on "
+        "a full disk the ledger's write is the one that fails. `ledger`: a usage-ledger write that failed for "
+        "another reason (locked, a PostgreSQL ledger away; those rows are missing from reports until written, "
+        "tracing and counting go on).",
     "ccotel_reported_cost_usd_total":
         "`sum(ccotel_cost_usd_total) - sum(ccotel_reported_cost_usd_total)` is the drift.",
     "ccotel_spans_dropped_total":

@@ -218,8 +218,9 @@ class Assembler:
         """End of a backfill pass: close every owner that is safe to close.
 
         An owner still waiting for a tool result that is younger than the stall timeout is kept
-        open (its session may still be running), unless ``alive`` says its process is gone;
-        returns how many stay open. With now_ns None everything closes (the data is known to be
+        open (its session may still be running), unless ``alive`` says its process is gone; one
+        that owes a tool result or a reply while ``alive`` says its process runs is kept however
+        old; returns how many stay open. With now_ns None everything closes (the data is known to be
         complete).
         """
         kept = 0

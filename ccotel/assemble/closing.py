@@ -60,12 +60,17 @@ def tick_session(sess: Session, owners: list[Owner], now_ns: int, running: bool 
 def flush_session(sess: Session, owners: list[Owner], now_ns: int | None, running: bool | None, t: Timeouts,
                   out: Outbox) -> int:
     """End of a backfill pass for one session: close every owner that is safe to close; returns
-    how many stay open (see Assembler.flush)."""
+    how many stay open (see Assembler.flush). An owner that owes a tool result or a reply while its
+    process runs stays open however long it has waited, as tick_session keeps it live: a catch-up
+    (a restart of ``ccotel run``) must not export as orphaned the long tool the live path waits for."""
     kept = 0
     for owner in owners:
         quiet = None if now_ns is None else now_ns - _last_activity(sess, owner)
-        if running is False and (owner.open_tools or owner.awaiting_model or not owner.final_seen):
+        owes = bool(owner.open_tools) or owner.awaiting_model
+        if running is False and (owes or not owner.final_seen):
             close(sess, owner, TurnOutcome.KILLED, out)  # its process is gone: nothing more will come
+        elif running is True and owes:
+            kept += 1  # a long tool or a slow model of a process that runs: stalled maybe, not over (as tick)
         elif not owner.open_tools and (quiet is None or owner.final_seen or quiet >= t.idle_ns):
             close(sess, owner, TurnOutcome.COMPLETED if owner.final_seen else TurnOutcome.INCOMPLETE, out)
         elif owner.open_tools and (quiet is None or quiet >= t.stall_ns):

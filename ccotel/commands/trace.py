@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -68,6 +69,7 @@ __all__ = [
     "rows_of",
     "run",
     "select_turn",
+    "shown_end",
     "turn_json",
     "turns_json",
     "turns_of",
@@ -101,6 +103,11 @@ class TurnTrace:
     def end_ns(self) -> int:
         # background subagents outlive the turn span: the axis covers every span of the trace
         return max(s.end_ns for s in self.spans)
+
+    def end_as_of(self, now_ns: int) -> int:
+        """The axis's end: ``now_ns`` while a span of the trace is still at work (a running tool
+        writes nothing until its result, so the last line's time says nothing of how long it runs)."""
+        return max(shown_end(s, self.open_ids, now_ns) for s in self.spans)
 
 
 @dataclass(frozen=True)
@@ -182,6 +189,19 @@ def _still_running(s: SpanRecord, open_ids: frozenset[int]) -> bool:
     return s.span_id in open_ids and s.attributes.get(ERROR_TYPE) == "orphaned"
 
 
+def _at_work(s: SpanRecord, open_ids: frozenset[int]) -> bool:
+    """Still at work as of now: an open turn, a subagent run still held open, a tool call without
+    a result yet. (A call of an open turn is done: it is only not exported yet.)"""
+    kind = _kind(s)
+    return s.span_id in open_ids and (kind in ("turn", "agent") or _still_running(s, open_ids))
+
+
+def shown_end(s: SpanRecord, open_ids: frozenset[int], now_ns: int) -> int:
+    """Where a span ends on the waterfall: a span still at work runs until now; the span itself
+    (what is exported, and --json) keeps its last line's time."""
+    return max(s.end_ns, now_ns) if _at_work(s, open_ids) else s.end_ns
+
+
 def _duration(ns: int) -> str:
     s = max(ns, 0) / 1e9
     if s < 1:
@@ -248,7 +268,7 @@ def _info(s: SpanRecord, open_ids: frozenset[int]) -> list[_Part]:
             parts.append(_Part("background", "cyan"))
         if _still_running(s, open_ids):
             parts.append(_Part("running: no result yet", "yellow"))
-    if s.span_id in open_ids and kind != "turn":
+    if s.span_id in open_ids and kind != "turn" and not _still_running(s, open_ids):
         parts.append(_Part(" (open)", "yellow"))
     if is_error(s, open_ids) and kind != "turn":
         err = str(a.get(ERROR_TYPE, "error"))
@@ -284,9 +304,9 @@ def bar_cells(start_ns: int, end_ns: int, t0: int, total_ns: int, width: int) ->
     return first, last - first
 
 
-def _bar(s: SpanRecord, t0: int, total: int, width: int, style: str) -> Text:
-    first, cells = bar_cells(s.start_ns, s.end_ns, t0, total, width)
-    short = (s.end_ns - s.start_ns) * width < total / 2  # under half a cell: a tick, not a block
+def _bar(s: SpanRecord, end_ns: int, t0: int, total: int, width: int, style: str) -> Text:
+    first, cells = bar_cells(s.start_ns, end_ns, t0, total, width)
+    short = (end_ns - s.start_ns) * width < total / 2  # under half a cell: a tick, not a block
     text = Text(" " * first)
     text.append("▏" if short else "█" * cells, style=style)
     text.append(" " * (width - first - (1 if short else cells)))
@@ -349,7 +369,10 @@ def _short_name(s: SpanRecord) -> str:
     return f"{op} {short_model(rest)}" if op == "chat" and rest else s.name
 
 
-def render_turn(turn: TurnTrace, ss: SessionSpans, count: int, width: int) -> RenderableType:
+def render_turn(turn: TurnTrace, ss: SessionSpans, count: int, width: int,
+                now_ns: int | None = None) -> RenderableType:
+    """``now_ns`` (default: the clock): how far the spans still at work have run."""
+    now = time.time_ns() if now_ns is None else now_ns
     rows = rows_of(turn)
     infos = [_info(r.span, ss.open_ids) for r in rows]
     costs = [_cost_cell(r.span) for r in rows]
@@ -358,7 +381,7 @@ def render_turn(turn: TurnTrace, ss: SessionSpans, count: int, width: int) -> Re
     lay = _layout(width, [len(r.guide) + len(r.span.name) for r in rows],
                   [len(r.guide) + len(_short_name(r.span)) for r in rows],
                   [sum(len(p.text) for p in i) for i in infos], cost_width, max(len(r.guide) for r in rows))
-    t0, total = turn.start_ns, max(turn.end_ns - turn.start_ns, 1)
+    t0, total = turn.start_ns, max(turn.end_as_of(now) - turn.start_ns, 1)
     table = Table(box=None, pad_edge=False, padding=(0, 0, 0, 1), show_edge=False, header_style="bold")
     table.add_column("span", width=lay.name, no_wrap=True, overflow="ellipsis")
     table.add_column("took", width=lay.duration, justify="right", no_wrap=True)
@@ -374,13 +397,14 @@ def render_turn(turn: TurnTrace, ss: SessionSpans, count: int, width: int) -> Re
         name = Text()
         name.append(r.guide, style="dim")  # only the guide: a Text's own style would dim the name too
         name.append(_short_name(s) if lay.short_names else s.name, style=style)
-        cells: list[str | Text] = [name, _duration(s.end_ns - s.start_ns), _bar(s, t0, total, lay.bar, style),
-                 _fit_info(info, lay.info)]
+        end = shown_end(s, ss.open_ids, now)
+        cells: list[str | Text] = [name, _duration(end - s.start_ns), _bar(s, end, t0, total, lay.bar, style),
+                                   _fit_info(info, lay.info)]
         table.add_row(*cells, *([cost] if lay.cost else []))
-    return Group(*_header(turn, ss, count, width), table, *_errors(rows, ss.open_ids), _legend())
+    return Group(*_header(turn, ss, count, width, now), table, *_errors(rows, ss.open_ids), _legend())
 
 
-def _header(turn: TurnTrace, ss: SessionSpans, count: int, width: int) -> list[Text]:
+def _header(turn: TurnTrace, ss: SessionSpans, count: int, width: int, now_ns: int) -> list[Text]:
     root, spans = turn.root, turn.spans
     a = root.attributes
     chats = [s for s in spans if GEN_AI_USAGE_OUTPUT_TOKENS in s.attributes]
@@ -398,8 +422,9 @@ def _header(turn: TurnTrace, ss: SessionSpans, count: int, width: int) -> list[T
     said = Text("outcome ")
     said.append(outcome, style="bold red" if is_error(root, ss.open_ids) else
                 ("yellow" if turn.is_open else "bold green"))
-    when = [Text(f"started {_clock(turn.start_ns)} UTC"), Text(f"took {_duration(turn.end_ns - turn.start_ns)}"),
-            said]
+    took = _duration(turn.end_as_of(now_ns) - turn.start_ns)
+    when = [Text(f"started {_clock(turn.start_ns)} UTC"),
+            Text(f"running {took} so far", style="yellow") if turn.is_open else Text(f"took {took}"), said]
     if a.get(CLAUDE_CODE_VERSION):
         when.append(Text(f"Claude Code {a[CLAUDE_CODE_VERSION]}"))
     lines = [title, *_flow(when, width)]
@@ -460,14 +485,17 @@ def _legend() -> Text:
     return Text("in: input incl. cache read (cr) and write (cw) · $: estimate at list prices", style="dim")
 
 
-def render_turns(turns: Sequence[TurnTrace], ss: SessionSpans, width: int = 120) -> RenderableType:
-    """``--list``: one line per turn. No cell is cut: the start loses its year before columns give
-    way whole (named under the table)."""
+def render_turns(turns: Sequence[TurnTrace], ss: SessionSpans, width: int = 120,
+                 now_ns: int | None = None) -> RenderableType:
+    """``--list``: one line per turn (an open one took until now so far). No cell is cut: the start
+    loses its year before columns give way whole (named under the table)."""
+    now = time.time_ns() if now_ns is None else now_ns
     rows: list[dict[str, str | Text]] = []
     for t in turns:
-        s = _turn_summary(t)
+        s = _turn_summary(t, now)
         errors = int(s["apiErrors"]) + int(s["toolErrors"])
-        rows.append({"#": str(t.index), "started (UTC)": _clock(t.start_ns), "took": _duration(t.end_ns - t.start_ns),
+        rows.append({"#": str(t.index), "started (UTC)": _clock(t.start_ns),
+                     "took": _duration(t.end_as_of(now) - t.start_ns),
                      "outcome": Text(str(s["outcome"]), style="bold red" if is_error(t.root, t.open_ids) else ""),
                      "calls": str(s["apiCalls"]), "tools": str(s["toolCalls"]), "agents": str(s["subagents"]),
                      "in": _compact(int(s["inputTokens"])), "out": _compact(int(s["outputTokens"])),
@@ -521,12 +549,14 @@ def _span_json(s: SpanRecord, open_ids: frozenset[int]) -> dict[str, Any]:
     }
 
 
-def _turn_summary(t: TurnTrace) -> dict[str, Any]:
+def _turn_summary(t: TurnTrace, now_ns: int) -> dict[str, Any]:
+    """``durationS``: what the spans span; ``runningS``: an open turn's time so far (until now)."""
     spans = t.spans
     chats = [s for s in spans if GEN_AI_USAGE_OUTPUT_TOKENS in s.attributes]
     return {
         "turn": t.index, "traceId": f"{t.trace_id:032x}", "start": _iso(t.start_ns), "end": _iso(t.end_ns),
         "durationS": (t.end_ns - t.start_ns) / 1e9,
+        "runningS": round((t.end_as_of(now_ns) - t.start_ns) / 1e9, 3) if t.is_open else None,
         "outcome": "open" if t.is_open else t.root.attributes.get(CLAUDE_CODE_TURN_OUTCOME),
         "apiCalls": sum(1 for s in spans if _kind(s) == "chat"),
         "toolCalls": sum(1 for s in spans if _kind(s) == "tool"),
@@ -541,7 +571,7 @@ def _turn_summary(t: TurnTrace) -> dict[str, Any]:
     }
 
 
-def turn_json(turn: TurnTrace, ss: SessionSpans, count: int) -> dict[str, Any]:
+def turn_json(turn: TurnTrace, ss: SessionSpans, count: int, now_ns: int | None = None) -> dict[str, Any]:
     """The turn's span tree: every span once, depth-first, each with its children nested."""
     by_id = {r.span.span_id: _span_json(r.span, turn.open_ids) for r in rows_of(turn)}
     tops = []
@@ -552,11 +582,13 @@ def turn_json(turn: TurnTrace, ss: SessionSpans, count: int) -> dict[str, Any]:
             tops.append(node)
         else:
             by_id[r.parent_span_id].setdefault("children", []).append(node)
-    return {"sessionId": ss.ref.session_id, "turns": count, **_turn_summary(turn), "spans": tops}
+    now = time.time_ns() if now_ns is None else now_ns
+    return {"sessionId": ss.ref.session_id, "turns": count, **_turn_summary(turn, now), "spans": tops}
 
 
-def turns_json(turns: Sequence[TurnTrace], ss: SessionSpans) -> dict[str, Any]:
-    return {"sessionId": ss.ref.session_id, "turns": [_turn_summary(t) for t in turns]}
+def turns_json(turns: Sequence[TurnTrace], ss: SessionSpans, now_ns: int | None = None) -> dict[str, Any]:
+    now = time.time_ns() if now_ns is None else now_ns
+    return {"sessionId": ss.ref.session_id, "turns": [_turn_summary(t, now) for t in turns]}
 
 
 # -- command line ----------------------------------------------------------------------------------

@@ -104,7 +104,8 @@ METRICS: dict[str, Spec] = {
                                   "sighting per process, on sampled lines).", ("version", "kind", "name")),
     "ccotel_checkpoint_errors": Spec("counter", "Checkpoint commits that failed and are held for retry, by reason "
                                      "(disk_full, read_only, io_error, locked, corrupt, other; ledger: a usage-ledger "
-                                     "write, which the checkpoints then wait for).", ("reason",)),
+                                     "write, which the checkpoints then wait for, that failed for another reason "
+                                     "than the disk's).", ("reason",)),
     "ccotel_reported_cost_usd": Spec("counter", "Claude Code's own cost figure (2.1.3xx cost-state lines), by "
                                      "model, beside ccotel's estimate ccotel_cost_usd_total; it includes calls "
                                      "no transcript line records (compaction).", ("model",)),

@@ -120,6 +120,7 @@ def checkpoint_failed(metrics: Metrics, reason: str) -> None:
     metrics.inc("ccotel_checkpoint_errors", reason, channel="own")
 
 
-def ledger_write_failed(metrics: Metrics) -> None:
-    """A usage-ledger write that failed: its rows are kept and written again; tracing and counting go on."""
-    metrics.inc("ccotel_checkpoint_errors", "ledger", channel="own")
+def ledger_write_failed(metrics: Metrics, reason: str = "ledger") -> None:
+    """A usage-ledger write that failed: its rows are kept and written again; tracing and counting go on.
+    ``reason``: the disk's (disk_full, read_only, io_error) when it is the disk's, else ``ledger``."""
+    metrics.inc("ccotel_checkpoint_errors", reason, channel="own")

@@ -16,6 +16,7 @@ from ccotel.records import SpanRecord, Usage
 from ccotel.run.reader import ReadStats
 from ccotel.store.ledger import Ledger, LedgerError
 from ccotel.store.ledger_rows import Rows, rows_of
+from ccotel.store.state import DISK_REASONS, write_error_reason
 
 __all__ = ["UsageRecorder"]
 
@@ -58,12 +59,16 @@ class UsageRecorder:
         try:
             self.ledger.record_rows(rows)
         except sqlite3.Error as exc:
+            # the disk's reason when it is the disk's (the ledger is written first: on a full disk it
+            # fails first and the checkpoints, which wait for it, never get to hit the disk themselves)
+            reason = write_error_reason(exc)
+            reason = reason if reason in DISK_REASONS else "ledger"
             self._stats.errors["ledger_write"] += 1
             if self._metrics is not None:
-                events.ledger_write_failed(self._metrics)
+                events.ledger_write_failed(self._metrics, reason)
             if self._stats.errors["ledger_write"] == 1:
-                log.error("the usage ledger could not be written (%s); its rows are kept and written again with "
-                          "the next commit, and the checkpoints wait for them", exc)
+                log.error("the usage ledger could not be written (%s: %s); its rows are kept and written again "
+                          "with the next commit, and the checkpoints wait for them", reason, exc)
             return False
         return True
 

@@ -21,7 +21,6 @@ follow open work: they go when their owner is done.
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
 import sqlite3
@@ -30,7 +29,7 @@ from collections.abc import Callable, Iterator
 
 from ccotel.read.tail import FileIdentity, Marker
 from ccotel.store.aside import set_aside
-from ccotel.store.state import Claimed, Commit, StateError, anchor_of, unpack_ids, unsigned64
+from ccotel.store.state import Claimed, Commit, StateError, anchor_of, unpack_ids, unsigned64, write_error_reason
 from ccotel.store.statedir import prepare_dir, unwritable
 
 __all__ = ["SqliteState", "SCHEMA_VERSION"]
@@ -89,22 +88,6 @@ _MIGRATE_2_3 = """
 ALTER TABLE files ADD COLUMN marker TEXT;
 UPDATE meta SET value = '3' WHERE key = 'schema';
 """
-
-
-def _error_reason(exc: BaseException) -> str:
-    text = str(exc).lower()
-    if isinstance(exc, OSError) and exc.errno == errno.ENOSPC or "full" in text:
-        return "disk_full"
-    if "readonly" in text or "read-only" in text or isinstance(exc, OSError) and exc.errno in (errno.EROFS,
-                                                                                             errno.EACCES):
-        return "read_only"
-    if "locked" in text or "busy" in text:
-        return "locked"
-    if "malformed" in text or "not a database" in text:
-        return "corrupt"
-    if "i/o" in text:
-        return "io_error"
-    return "other"
 
 
 class SqliteState:
@@ -343,7 +326,7 @@ class SqliteState:
     def _failed(self, c: Commit, exc: BaseException) -> None:
         self._pending = c
         self.failures += 1
-        reason = _error_reason(exc)
+        reason = write_error_reason(exc)
         if self.failures == 1:
             log.error("checkpoint not written to %s (%s: %s); ccotel keeps reading and exporting, keeps what it "
                       "must write in memory and retries with every commit. If it stops before a write succeeds, "

@@ -21,6 +21,7 @@ This module holds what callers and both backends share, and loads neither backen
 
 from __future__ import annotations
 
+import errno
 import os
 import socket
 import struct
@@ -36,9 +37,32 @@ if TYPE_CHECKING:  # the transcript reader (slow to import) is not needed to nam
 
 __all__ = ["State", "StateLock", "Commit", "Claimed", "anchor_of", "PERMANENT", "StateError", "StateUnavailable",
            "StateLocked", "default_state_dir", "is_url", "resolve_state", "host_id", "claim_lease",
-           "DEFAULT_CLAIM_LEASE_S", "pack_ids", "unpack_ids", "signed64", "unsigned64"]
+           "DEFAULT_CLAIM_LEASE_S", "pack_ids", "unpack_ids", "signed64", "unsigned64", "DISK_REASONS",
+           "write_error_reason"]
 
 PERMANENT = 0  # the anchor of rows no file holds (the caught_up mark)
+
+# Reasons a write fails that are the disk's, whichever file (checkpoints, ledger) hit them first.
+DISK_REASONS = frozenset({"disk_full", "read_only", "io_error"})
+
+
+def write_error_reason(exc: BaseException) -> str:
+    """Why a state or ledger write failed, one of a bounded set (the reason label of
+    ``ccotel_checkpoint_errors_total``): disk_full (ENOSPC, SQLite's "database or disk is full"),
+    read_only, locked, corrupt, io_error, other."""
+    text = str(exc).lower()
+    if isinstance(exc, OSError) and exc.errno == errno.ENOSPC or "full" in text:
+        return "disk_full"
+    if "readonly" in text or "read-only" in text or isinstance(exc, OSError) and exc.errno in (errno.EROFS,
+                                                                                             errno.EACCES):
+        return "read_only"
+    if "locked" in text or "busy" in text:
+        return "locked"
+    if "malformed" in text or "not a database" in text:
+        return "corrupt"
+    if "i/o" in text:
+        return "io_error"
+    return "other"
 
 
 def anchor_of(path: str) -> int:

@@ -166,6 +166,27 @@ def test_subagents_running(tmp_path: Path) -> None:
     assert (done.tools_running, done.agents_running) == (0, 0)
 
 
+def test_a_tool_under_an_agent_call_is_counted_once(tmp_path: Path) -> None:
+    """s03 cut while both subagents run their Bash: two tools at work (the column's `+N` counts tool
+    calls, each once), not the two Agent calls waiting on them as well; two subagents. Then one
+    subagent has its Bash result and thinks: its Agent call is the tool at work on that side."""
+    st = Staged("s03_parallel_subagents", tmp_path)
+    st.process(os.getpid())
+    lines = [orjson.loads(raw) for raw in st.files[st.main]]
+    first_result = next(i for i, d in enumerate(lines) if d.get("type") == "user" and isinstance(
+        d["message"]["content"], list) and any(c.get("type") == "tool_result" for c in d["message"]["content"]))
+    st.write(st.main, first_result)
+    agents = sorted(p for p in st.files if p != st.main)
+    for path in agents:
+        st.write(path, _first_tool_use(st.files[path]) + 1)
+    [row] = st.rows()
+    assert (row.tool, row.tools_running, row.agents_running) == ("Bash", 2, 2), row
+    assert top._tool_cell(row, time.time_ns()).endswith(" +1")
+    st.write(agents[0], _first_tool_use(st.files[agents[0]]) + 2)  # its Bash result: that subagent thinks
+    [row] = st.rows(time.time_ns() + 2 * 10 ** 9)
+    assert (row.tool, row.tools_running, row.agents_running) == ("Bash", 2, 2), row
+
+
 def _red(row: TopRow) -> str:
     console = Console(width=120, force_terminal=True, color_system="standard", record=True)
     console.print(top.frame([row], time.time_ns(), 120, Sort.COST_RATE, ["/r"]))
@@ -191,6 +212,19 @@ def test_a_stall_is_seen_when_due_not_at_the_next_health_check(tmp_path: Path) -
     now = time.time_ns()
     assert [r.state for r in watcher.rows(now)] == ["live"]
     assert [r.state for r in watcher.rows(now + 3 * 10 ** 9)] == ["stalled"]
+
+
+def test_a_model_that_never_answers_while_its_process_runs_is_stalled(tmp_path: Path) -> None:
+    """s01 cut after its prompt, 200 s ago, its process alive: the turn owes a reply. Under way (not
+    closed as incomplete after a minute's quiet) and, past the stall timeout, stalled."""
+    st = Staged("s01_bash_tool", tmp_path, ago_s=200)
+    st.process(os.getpid())
+    lines = [orjson.loads(raw) for raw in st.files[st.main]]
+    st.write(st.main, next(i for i, d in enumerate(lines) if d.get("type") == "user") + 1)
+    [row] = st.rows(stall_s=180)
+    assert (row.state, row.turn_open, row.turns) == ("stalled", True, 1), row
+    [row] = st.rows(stall_s=600)
+    assert (row.state, row.turn_open) == ("live", True), row
 
 
 def test_a_subagent_at_work_is_not_a_stall_of_its_silent_main_thread(tmp_path: Path) -> None:

@@ -384,3 +384,60 @@ def test_one_rule_for_costs() -> None:
     """To the cent; under a cent two significant digits (an API call's cost would read 0.00)."""
     assert [dollars(x) for x in (0, 0.0047, 0.00049, 0.005, 0.01, 1234.567)] == \
         ["0.00", "0.0047", "0.00049", "0.01", "0.01", "1,234.57"]
+
+
+def seconds(took: str) -> float:
+    """A duration as trace writes it (``101ms``, ``5.03s``, ``2m05s``, ``1h02m``) in seconds."""
+    if took.endswith("ms"):
+        return float(took[:-2]) / 1e3
+    if took.endswith("s") and "m" in took:
+        m, s = took[:-1].split("m")
+        return int(m) * 60 + int(s)
+    if took.endswith("m") and "h" in took:
+        h, m = took[:-1].split("h")
+        return int(h) * 3600 + int(m) * 60
+    return float(took.removesuffix("s"))
+
+
+@pytest.mark.parametrize("name", ["s06_kill_orphan_resume", "2.1.330-s06_kill_orphan_resume"])
+def test_an_open_turn_and_its_running_tool_run_until_now(name: str, tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """The transcript's last line (the Bash tool_use) was written 5 s ago and the process runs: the
+    turn has been running at least 5 s, and so has its tool, however close its lines are."""
+    root, sid = live_copy(name, tmp_path)
+    for width in (80, 120):
+        rc, out, _ = trace(capsys, sid, "--root", str(root), "--width", str(width))
+        assert rc == 0 and max(len(line) for line in out.splitlines()) <= width
+        head = out.split("\n\n")[0]
+        assert " took " not in head, head  # not what its lines span
+        so_far = head.split("running ")[1].split(" so far")[0]
+        assert 5 <= seconds(so_far) < 60, head
+        _, bar_width, rows = parse_table(out)
+        tool = next(r for r in rows if r[1] in ("execute_tool Bash", "Bash"))
+        assert seconds(tool[2]) >= 5, out  # its elapsed time, not 0 ms
+        assert tool[3].count("█") >= bar_width // 2, out  # a bar to now, not a tick
+        assert "running" in out.split(tool[1], 1)[1].splitlines()[0]
+        assert seconds(rows[0][2]) >= 5  # the turn's own row
+    rc, out, _ = trace(capsys, sid, "--root", str(root), "--list", "--width", "120")
+    row = next(line for line in out.splitlines() if line.strip().startswith("1 "))
+    assert "open" in row and 5 <= seconds(row.split()[3]) < 60, out
+    rc, out, _ = trace(capsys, sid, "--root", str(root), "--json")
+    doc = json.loads(out)
+    assert 5 <= doc["runningS"] < 60 and doc["durationS"] < 1  # the spans' own times stay the exporter's
+
+
+@pytest.mark.parametrize("name", ["s06_kill_orphan_resume", "2.1.330-s06_kill_orphan_resume"])
+def test_a_live_process_s_tool_past_the_stall_timeout_is_running_not_orphaned(
+        name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Its process runs: a tool 5 s without a result, past a 2 s stall timeout, is a long tool
+    (stalled), not an orphan, for a backfill as for `ccotel run` live (closing.tick_session)."""
+    root, sid = live_copy(name, tmp_path)
+    out: list[SpanRecord] = []
+    from ccotel.assemble.closing import Timeouts
+
+    options = Options(roots=(str(root),), timeouts=Timeouts(stall_ns=2 * 10 ** 9))
+    kept = Pipeline(options, emit=out.extend, state=None).backfill(close_all=False)
+    assert kept == 1 and not [s for s in out if s.parent_span_id is None or "orphaned" in str(s.attributes)]
+    rc, text, _ = trace(capsys, sid, "--root", str(root), "--width", "120", "--stall-timeout", "2")
+    assert rc == 0 and "outcome open (still running" in text and "running: no result yet" in text, text
+    assert not [line for line in text.splitlines() if line.startswith("✗ ")], text

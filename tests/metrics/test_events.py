@@ -33,6 +33,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "ccotel"
     (lambda m: events.export_failed(m), ("ccotel_export_failures",), 1.0),
     (lambda m: events.checkpoint_failed(m, "disk_full"), ("ccotel_checkpoint_errors", "disk_full"), 1.0),
     (lambda m: events.ledger_write_failed(m), ("ccotel_checkpoint_errors", "ledger"), 1.0),
+    (lambda m: events.ledger_write_failed(m, "disk_full"), ("ccotel_checkpoint_errors", "disk_full"), 1.0),
 ])
 def test_each_event_counts_its_series(count, series, value) -> None:
     m = Metrics()

@@ -21,7 +21,7 @@ import enum
 import os
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from ccotel.commands.check import CheckError, Health, check_session
 from ccotel.commands.report.usage import session_usage
@@ -53,7 +53,6 @@ __all__ = ["RED_STATES", "Sort", "TopRow", "Watcher", "active_refs", "row_of", "
 # live process whose reply is overdue).
 RED_STATES = frozenset({"stalled", "orphaned", "killed", "ghost", "api_error"})
 _HEALTH_EVERY_NS = 5 * 10 ** 9  # a session's health (process, stall) is asked again after this long
-_NEVER_NS = 10 ** 18  # a stall timeout no turn reaches
 # A session is read again no sooner than this many times as long as its last read took: a session
 # of tens of MB written every second would otherwise keep top reading it all the time.
 _READ_SHARE = 5
@@ -86,9 +85,9 @@ class TopRow:
     cost_usd: float
     tokens_per_min: float  # of the calls that ended within the rate window
     usd_per_min: float
-    tool: str | None  # the newest tool call still running, if any
+    tool: str | None  # the newest tool call at work, if any
     tool_started_ns: int | None
-    tools_running: int
+    tools_running: int  # tool calls at work, each once (_tools_at_work)
     agents_running: int
     last_ns: int  # the transcript's own last time
     state: str
@@ -119,6 +118,22 @@ def _running_tools(ss: SessionSpans) -> list[SpanRecord]:
             and s.attributes.get(ERROR_TYPE) == "orphaned"]
 
 
+def _tools_at_work(ss: SessionSpans, running: Sequence[SpanRecord]) -> list[SpanRecord]:
+    """The running tool calls each counted once: an ``Agent`` call whose subagent runs a tool of its
+    own waits on that tool, which is the one counted (the subagent is in the agents column); an
+    ``Agent`` call whose subagent is between tools is the tool at work on that side."""
+    parent = {s.span_id: s.parent_span_id for s in ss.spans}
+    ids = {s.span_id for s in running}
+    waiting: set[int] = set()
+    for s in running:
+        up, hops = parent.get(s.span_id), 0
+        while up is not None and hops < 64:  # a span tree is shallow; bounded all the same
+            if up in ids:
+                waiting.add(up)
+            up, hops = parent.get(up), hops + 1
+    return [s for s in running if s.span_id not in waiting]
+
+
 def _running_agents(ss: SessionSpans, running_tool_ids: set[int]) -> int:
     """Subagents still at work: one whose spawning tool call has no result yet, or a background
     subagent the exporter still holds open."""
@@ -142,7 +157,8 @@ def row_of(ss: SessionSpans, summary: SessionSummary, health: Health, now_ns: in
     # over the window, or the session's own age when younger (at least a minute: a first call does
     # not read as a rate of its cost per second)
     minutes = max(min(window_ns, now_ns - (summary.first_ns or now_ns)), 60 * 10 ** 9) / 60e9
-    tools = sorted(_running_tools(ss), key=lambda s: (s.start_ns, s.span_id))
+    running = _running_tools(ss)
+    tools = sorted(_tools_at_work(ss, running), key=lambda s: (s.start_ns, s.span_id))
     newest = tools[-1] if tools else None
     state = summary.state
     # check calls a session whose process runs "live" however long its reply is owed: top says stalled
@@ -158,7 +174,7 @@ def row_of(ss: SessionSpans, summary: SessionSummary, health: Health, now_ns: in
         usd_per_min=(recent.cost_usd if recent else 0.0) / minutes,
         tool=str(newest.attributes.get(GEN_AI_TOOL_NAME, newest.name)) if newest else None,
         tool_started_ns=newest.start_ns if newest else None, tools_running=len(tools),
-        agents_running=_running_agents(ss, {t.span_id for t in tools}),
+        agents_running=_running_agents(ss, {t.span_id for t in running}),
         last_ns=summary.last_ns, state=state, process=health.process,
     )
 
@@ -235,14 +251,6 @@ class Watcher:
         self._cache = {k: v for k, v in self._cache.items() if k in set(ids)}
         return out
 
-    def _reading(self, health: Health) -> Options:
-        """The pipeline's options for a session: while its process runs, a tool call waiting past the
-        stall timeout is stalled, not orphaned (closing.tick_session, the rule of `ccotel run`), so
-        its turn stays open and the tool is shown running; the row says stalled (row_of)."""
-        if health.process != "running":
-            return self.options
-        return replace(self.options, timeouts=replace(self.options.timeouts, stall_ns=_NEVER_NS))
-
     def spans_of(self, session_id: str) -> SessionSpans | None:
         """The spans last read of a session shown (for its trace), None once it is no longer."""
         entry = self._cache.get(session_id)
@@ -267,7 +275,9 @@ class Watcher:
                                    now_ns=now_ns, probes=(0.0,))
         except CheckError:
             return None  # gone since the scan (Claude Code's cleanup)
-        spans = collect_spans(self._reading(health), ref)
+        # while its process runs, a turn owing a tool result or a reply stays open however long
+        # (closing.flush_session, as `ccotel run` keeps it live): the row says stalled (row_of)
+        spans = collect_spans(self.options, ref)
         self._cache[ref.session_id] = entry = _Cached(sig, spans, health, now_ns, time.monotonic_ns() - started)
         return entry
 
