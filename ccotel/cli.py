@@ -218,12 +218,12 @@ def main(argv: list[str] | None = None) -> int:
         log.error("%s", problem)
         return EXIT_USAGE
     try:
-        return _command(args)
+        return _command(args, argv)
     except BrokenPipeError:  # stdout's reader went away (`ccotel report | head`): done, as `yes | head` is
         return end_quietly()
 
 
-def _command(args: argparse.Namespace) -> int:
+def _command(args: argparse.Namespace, argv: list[str]) -> int:
     if args.command in ("backfill", "run"):
         from ccotel.commands.run import cmd_backfill, cmd_run  # the pipeline: only for these two commands
         from ccotel.store.state import StateError, StateLocked
@@ -245,7 +245,7 @@ def _command(args: argparse.Namespace) -> int:
             return EXIT_ERROR
     if args.command == "report":
         from ccotel.commands.report.command import run as cmd_report
-        return cmd_report(args)
+        return cmd_report(args, command_line=argv[1:] if argv[:1] == ["report"] else None)
     if args.command == "check":
         from ccotel.commands.check import run as cmd_check
         return cmd_check(args)

@@ -21,7 +21,6 @@ prices change on UTC dates (``StartDateConstraint``); calls without a time are n
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import os
@@ -35,6 +34,7 @@ import orjson
 
 from ccotel.hashing import sha256
 from ccotel.records import Usage
+from ccotel.spans.price_table import price_table_file
 
 __all__ = ["Price", "Pricing", "PriceCache", "PriceFileError", "DEFAULT_PRICING", "default_cache_path",
            "load_overrides", "MAX_PRICE", "MAX_PRICE_FILE", "price_table_file", "price_as_json"]
@@ -122,21 +122,6 @@ def _price_of_json(v: Any) -> Price | None:
         return None
     i, o, w5, w1, r = (Rate(float(b), tuple((int(t[0]), float(t[1])) for t in tiers)) for b, tiers in v)
     return Price(i, o, w5, w1, r)
-
-
-def price_table_file() -> str | None:
-    """The installed genai-prices' table (its data file), found without importing it; None: it is
-    not installed. A new version is a new file (or a new size and mtime)."""
-    try:
-        spec = importlib.util.find_spec("genai_prices")
-        locations = list(spec.submodule_search_locations or ()) if spec is not None else []
-        if not locations:
-            return None
-        data = os.path.join(locations[0], "data.py")
-        os.stat(data)
-    except (ImportError, ValueError, OSError):
-        return None
-    return data
 
 
 def price_as_json(p: Price | None) -> list[Any] | None:

@@ -16,6 +16,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from ccotel.commands.report.kept import ANSWERS_DIR
 from ccotel.commands.report.read_cache import CACHE_FILE, FORMAT, MAGIC
 from ccotel.store.ledger import LEDGER_FILE
 from tests.harness.fixtures import load_fixture
@@ -277,8 +278,11 @@ def test_a_report_from_the_cache_loads_no_transcript_reader(tmp_path):
     root = str(load_fixture("2.1.330-s01_bash_tool").config_dir)
     argv = ["report", "--json", "--root", root, "--state-dir", str(tmp_path / "state"), "--workers", "1"]
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    runs = [subprocess.run([sys.executable, "-c", _LOADED, *argv], capture_output=True, text=True, env=env,
-                           timeout=60) for _ in range(2)]
+    runs = []
+    for _ in range(2):
+        shutil.rmtree(tmp_path / "state" / ANSWERS_DIR, ignore_errors=True)  # the cache itself, not a kept answer
+        runs.append(subprocess.run([sys.executable, "-c", _LOADED, *argv], capture_output=True, text=True, env=env,
+                                   timeout=60))
     assert all(r.returncode == 0 for r in runs) and runs[0].stdout == runs[1].stdout, runs[1].stderr
     first, again = (set(r.stderr.split()) for r in runs)
     assert "ccotel.commands.report.transcripts" in first  # the first report reads the transcripts

@@ -31,19 +31,25 @@ raise SystemExit(code)
 """
 
 
-def _state(tmp_path: Path) -> tuple[str, str]:
-    """A copy of a fixture's config dir older than its ledger's grace, and the state dir holding
-    the ledger a backfill of it wrote."""
+def _no_ledger_state(tmp_path: Path) -> tuple[str, str]:
+    """A copy of a fixture's config dir (settled long ago: older than any ledger's grace) and a
+    state dir with no ledger: a report reads the transcripts through the report cache."""
     root = tmp_path / "claude"
     shutil.copytree(load_fixture("s06_kill_orphan_resume").config_dir, root)
     for p in root.rglob("*"):
         os.utime(p, ns=(10**9, 10**9))
     state = tmp_path / "state"
     state.mkdir()
-    ledger = Ledger(str(state / LEDGER_FILE), roots=(str(root),))
-    Pipeline(Options(roots=(str(root),)), emit=ledger.record, state=None).backfill(close_all=True)
-    ledger.close()
     return str(root), str(state)
+
+
+def _state(tmp_path: Path) -> tuple[str, str]:
+    """``_no_ledger_state`` with the ledger a backfill of it wrote in the state dir."""
+    root, state = _no_ledger_state(tmp_path)
+    ledger = Ledger(os.path.join(state, LEDGER_FILE), roots=(root,))
+    Pipeline(Options(roots=(root,)), emit=ledger.record, state=None).backfill(close_all=True)
+    ledger.close()
+    return root, state
 
 
 def _report(*argv: str, driver: bool = False, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
@@ -145,20 +151,22 @@ def test_another_zone_or_another_code_is_another_key(tmp_path, monkeypatch):
 
 def test_a_damaged_or_foreign_kept_file_is_a_miss(tmp_path):
     state = str(tmp_path)
-    kept.keep(state, "key one", 5, b"answer\n")
-    assert kept.load(state, "key one") == (5, b"answer\n")
+    kept.keep(state, "key one", 5, {"/p": (1, ["a.jsonl"], [])}, b"answer\n")
+    found = kept.load(state, "key one")
+    assert found is not None and (found.since_ns, found.listing, bytes(found.answer)) == (
+        5, {"/p": (1, ["a.jsonl"], [])}, b"answer\n")
     path = next((tmp_path / ANSWERS_DIR).iterdir())
+    good = path.read_bytes()
     assert kept.load(state, "key two") is None  # another key (in another file, or this one's name)
-    path.write_bytes(b"key one\nnot a number\nanswer\n")
-    assert kept.load(state, "key one") is None
-    path.write_bytes(b"key on")
-    assert kept.load(state, "key one") is None
+    for bad in (b"key one\nnot a number\n3\nabc", b"key on", good[:len(good) - 12], good.replace(b"\n5\n", b"\n5\n9")):
+        path.write_bytes(bad)
+        assert kept.load(state, "key one") is None, bad
 
 
 def test_only_the_newest_answers_are_kept(tmp_path):
     state = str(tmp_path)
     for i in range(MAX_KEPT + 5):
-        kept.keep(state, f"key {i}", i, b"x")
+        kept.keep(state, f"key {i}", i, {}, b"x")
         path = kept._path(state, f"key {i}")  # noqa: SLF001
         os.utime(path, ns=(i * 10**9, i * 10**9))  # mtimes apart: the order they were kept in
     assert len(list((tmp_path / ANSWERS_DIR).iterdir())) == MAX_KEPT
@@ -172,3 +180,93 @@ def test_a_reader_that_went_away_is_not_an_error():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                           env={**os.environ, "PYTHONPATH": str(REPO)})
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+
+
+def _tree(tmp_path: Path) -> tuple[str, Path]:
+    root = tmp_path / "claude"
+    for rel in ("projects/-a/s1.jsonl", "projects/-a/s1/subagents/agent-x.jsonl", "projects/-b/s2.jsonl"):
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text("{}\n")
+    for p in root.rglob("*"):
+        os.utime(p, ns=(10**9, 10**9))  # long settled
+    return str(root), root
+
+
+def test_a_kept_listing_answers_as_a_fresh_walk_does(tmp_path):
+    """written_since with the directories listed before (only their files stat'ed while a
+    directory's mtime is the same) gives what a walk of every directory gives."""
+    from ccotel.commands.report.freshness import written_since
+
+    root, tree = _tree(tmp_path)
+    listing: dict[str, tuple[int, list[str], list[str]]] = {}
+    assert not written_since([root], 2 * 10**9, keep=listing)
+    assert len(listing) == 5 and sorted(listing[str(tree / "projects" / "-a")][1]) == ["s1.jsonl"]
+    assert not written_since([root], 2 * 10**9, listing)
+    appended = tree / "projects/-a/s1/subagents/agent-x.jsonl"
+    os.utime(appended, ns=(3 * 10**9, 3 * 10**9))  # a line appended: the file's mtime, not its directory's
+    assert written_since([root], 2 * 10**9, listing) and written_since([root], 2 * 10**9)
+    os.utime(appended, ns=(10**9, 10**9))
+    new = tree / "projects/-b/s3.jsonl"
+    new.write_text("{}\n")  # a new session: its directory's mtime moves, and it is listed again
+    assert written_since([root], 2 * 10**9, listing) and written_since([root], 2 * 10**9)
+    os.utime(new, ns=(10**9, 10**9))
+    assert not written_since([root], 2 * 10**9, listing)
+    (tree / "projects/-a/s1/subagents").rename(tree / "projects/-a/s1/gone")  # not .jsonl: nothing to stat
+    assert not written_since([root], 2 * 10**9, listing)
+
+
+def test_a_directory_changed_just_before_the_walk_is_not_kept(tmp_path):
+    """Its mtime moves by the clock's tick: an entry added in the same tick after it was listed
+    would keep the mtime, and a kept listing would miss it."""
+    from ccotel.commands.report.freshness import written_since
+
+    root, tree = _tree(tmp_path)
+    os.utime(tree / "projects/-b", None)  # changed now
+    listing: dict[str, tuple[int, list[str], list[str]]] = {}
+    assert not written_since([root], 2 * 10**9, keep=listing)
+    assert str(tree / "projects/-b") not in listing and str(tree / "projects/-a") in listing
+
+
+def test_a_report_read_from_the_transcripts_is_kept_while_every_file_is_as_it_was(tmp_path):
+    root, state = _no_ledger_state(tmp_path)
+    argv = ("--json", "--root", root, "--state-dir", state)
+    first = _report(*argv)
+    assert first.returncode == 0 and '"source": "transcripts"' in first.stdout, first.stderr
+    assert len(_kept(state)) == 1 and (Path(state) / "report-cache.bin").exists()
+    second = _report(*argv, driver=True)
+    assert second.stdout == first.stdout and second.stdout == _report(*argv[:3], "--no-ledger").stdout
+    loaded = set(second.stderr.split())
+    for heavy in ("msgspec", "ccotel.commands.report.group_read", "sqlite3", "argparse", "re", "genai_prices"):
+        assert heavy not in loaded, heavy
+
+
+@pytest.mark.parametrize("change", ["append", "remove", "same_mtime_other_size", "new_session"])
+def test_a_changed_transcript_is_read_again(tmp_path, change):
+    root, state = _no_ledger_state(tmp_path)
+    argv = ("--json", "--root", root, "--state-dir", state)
+    assert _report(*argv).returncode == 0 and len(_kept(state)) == 1
+    main = max(Path(root).rglob("*.jsonl"), key=lambda p: p.stat().st_size)
+    line = main.read_text().splitlines()[-1] + "\n"
+    if change == "append":
+        with main.open("a") as f:
+            f.write(line)
+    elif change == "remove":
+        main.unlink()
+    elif change == "same_mtime_other_size":  # cp -p of another version: the old mtime kept
+        main.write_text(main.read_text()[:-len(line)])
+        os.utime(main, ns=(10**9, 10**9))
+        os.utime(main.parent, ns=(10**9, 10**9))
+    else:
+        shutil.copy(main, main.parent / "0a0a0a0a-0000-4000-8000-000000000000.jsonl")
+    again = _report(*argv, driver=True)
+    assert again.returncode == 0 and "ccotel.commands.report.group_read" in again.stderr.split()
+    assert again.stdout == _report(*argv[:3], "--no-ledger").stdout
+
+
+def test_the_price_table_is_part_of_a_read_answers_key(monkeypatch):
+    from ccotel.spans import price_table
+
+    plain = (("/r",), "/s")
+    before = kept.answer_key(kept.transcripts_source(), plain, ["--json"])
+    monkeypatch.setattr(price_table, "price_table_key", lambda: ["/other/data.py", 1, 2])
+    assert kept.answer_key(kept.transcripts_source(), plain, ["--json"]) != before

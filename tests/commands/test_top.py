@@ -148,14 +148,20 @@ def test_synthetic_appends_move_the_row(tmp_path: Path) -> None:
     assert after.tokens > during.tokens and after.cost_usd > during.cost_usd
 
 
-def test_subagents_running(tmp_path: Path) -> None:
-    """s03 cut before the two Agent calls' results: two subagents at work, two tools running."""
+def _s03_before_the_agents_results(tmp_path: Path) -> Staged:
+    """s03 staged with a live process, its main transcript cut at the first tool result."""
     st = Staged("s03_parallel_subagents", tmp_path)
     st.process(os.getpid())
     lines = [orjson.loads(raw) for raw in st.files[st.main]]
     first_result = next(i for i, d in enumerate(lines) if d.get("type") == "user" and isinstance(
         d["message"]["content"], list) and any(c.get("type") == "tool_result" for c in d["message"]["content"]))
     st.write(st.main, first_result)
+    return st
+
+
+def test_subagents_running(tmp_path: Path) -> None:
+    """s03 cut before the two Agent calls' results: two subagents at work, two tools running."""
+    st = _s03_before_the_agents_results(tmp_path)
     for path, agent_lines in st.files.items():
         if path != st.main:
             st.write(path, len(agent_lines) - 1)
@@ -170,12 +176,7 @@ def test_a_tool_under_an_agent_call_is_counted_once(tmp_path: Path) -> None:
     """s03 cut while both subagents run their Bash: two tools at work (the column's `+N` counts tool
     calls, each once), not the two Agent calls waiting on them as well; two subagents. Then one
     subagent has its Bash result and thinks: its Agent call is the tool at work on that side."""
-    st = Staged("s03_parallel_subagents", tmp_path)
-    st.process(os.getpid())
-    lines = [orjson.loads(raw) for raw in st.files[st.main]]
-    first_result = next(i for i, d in enumerate(lines) if d.get("type") == "user" and isinstance(
-        d["message"]["content"], list) and any(c.get("type") == "tool_result" for c in d["message"]["content"]))
-    st.write(st.main, first_result)
+    st = _s03_before_the_agents_results(tmp_path)
     agents = sorted(p for p in st.files if p != st.main)
     for path in agents:
         st.write(path, _first_tool_use(st.files[path]) + 1)

@@ -10,20 +10,28 @@ import re
 import sys
 
 from ccotel.commands.options import add_durable, add_reading
-from ccotel.commands.report.freshness import REREAD_GRACE_NS, written_since
-from ccotel.commands.report.kept import answer_key, keep, plain_command_line, print_answer
+from ccotel.commands.report.freshness import RACY_NS, REREAD_GRACE_NS, unchanged, written_since
+from ccotel.commands.report.kept import (
+    answer_key,
+    keep,
+    ledger_source,
+    plain_command_line,
+    print_answer,
+    transcripts_source,
+)
 from ccotel.commands.report.views import VIEWS, WEEKDAYS
 from ccotel.read.layout import default_roots
-from ccotel.store.ledger_peek import ledger_signature
 from ccotel.store.location import resolve_state
 
 # typing, datetime and the modules that sum a report are not loaded before a kept answer is looked
 # for (kept.py): mypy reads this block, Python does not
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Sequence
     from datetime import date, tzinfo
     from typing import NoReturn
 
+    from ccotel.commands.report.freshness import Listing
     from ccotel.commands.report.rows import Query, Report
     from ccotel.spans.pricing import Price
     from ccotel.store.ledger import Ledger
@@ -97,9 +105,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_reading(parser, parallel_min_mb=64.0)
 
 
-def run(args: argparse.Namespace, now_ns: int | None = None) -> int:
+def run(args: argparse.Namespace, now_ns: int | None = None, command_line: Sequence[str] | None = None) -> int:
     """``ccotel report``: print the view (a table, or JSON with --json). Exit 0. ``now_ns``: the
-    time the blocks view takes as now (a test's; default the clock's)."""
+    time the blocks view takes as now (a test's; default the clock's); ``command_line``: the
+    arguments as typed after ``report`` (an answer read from the transcripts is kept for them)."""
+    import time
+
     from ccotel.commands.report.from_ledger import open_ledger, summarize_ledger
     from ccotel.commands.report.summary import summarize
 
@@ -113,6 +124,7 @@ def run(args: argparse.Namespace, now_ns: int | None = None) -> int:
         if state_dir and overrides is None and not state_dir.startswith(("postgresql://", "postgres://")):
             cache_dir = state_dir
     q = _query(args)
+    started_ns = time.time_ns()
     try:
         if ledger is not None and _answers_alone(ledger, q, roots):
             report = summarize_ledger(ledger, q)
@@ -134,8 +146,6 @@ def run(args: argparse.Namespace, now_ns: int | None = None) -> int:
 
                 data = gather(options, ledger, workers=args.workers, parallel_min_bytes=int(args.parallel_min_mb * 1e6))
             if q.view == "blocks":
-                import time
-
                 from ccotel.commands.report.blocks_view import print_blocks
 
                 return print_blocks(data, q, args, time.time_ns() if now_ns is None else now_ns)
@@ -143,7 +153,27 @@ def run(args: argparse.Namespace, now_ns: int | None = None) -> int:
     finally:
         if ledger is not None:
             ledger.close()
+    if ledger is None and cache_dir and command_line is not None and args.json:
+        return print_answer(_keep_read(report, roots, cache_dir, command_line, started_ns))
     return _show(report, q, args)
+
+
+def _keep_read(report: Report, roots: tuple[str, ...], state_dir: str, command_line: Sequence[str],
+               started_ns: int) -> bytes:
+    """The JSON of a report read from the transcripts, kept (kept.py) for a plain command line
+    naming these roots and state dir when there is no ledger there and no transcript was touched
+    since the read began (what it read is then what is on disk)."""
+    import orjson
+
+    from ccotel.commands.report.json_doc import as_json
+
+    answer = orjson.dumps(as_json(report), option=orjson.OPT_INDENT_2) + b"\n"
+    plain = plain_command_line(command_line)
+    listing: Listing = {}
+    if plain == (roots, state_dir) and ledger_source(state_dir) is None \
+            and not written_since(roots, started_ns - RACY_NS, keep=listing) and unchanged(roots, listing):
+        keep(state_dir, answer_key(transcripts_source(), plain, command_line), 0, listing, answer)
+    return answer
 
 
 class _NotPlain(Exception):
@@ -179,21 +209,22 @@ def run_from_ledger(argv: list[str]) -> int | None:
         return None
     roots = tuple(args.root or default_roots())
     plain = plain_command_line(argv) if args.json and args.view != "blocks" else None
-    signature = ledger_signature(location) if plain == (roots, location) else None  # before the ledger is read
+    source = ledger_source(location) if plain == (roots, location) else None  # before the ledger is read
     from ccotel.commands.report.from_ledger import open_ledger, summarize_ledger
 
     ledger = open_ledger(location, roots, quiet=True)
     if ledger is None:
         return None
     q = _query(args)
+    listing: Listing = {}
     try:
-        if not _answers_alone(ledger, q, roots):
+        if not _answers_alone(ledger, q, roots, listing):
             return None
         since_ns = _since(ledger)
         report = summarize_ledger(ledger, q)
     finally:
         ledger.close()
-    if plain is None or signature is None:
+    if plain is None or source is None:
         try:
             return _show(report, q, args, lean=True)
         except BrokenPipeError:  # as cli.main ends a `ccotel report | head`
@@ -203,7 +234,7 @@ def run_from_ledger(argv: list[str]) -> int | None:
     from ccotel.commands.report.json_doc import as_json, dumps
 
     answer = (dumps(as_json(report)) + "\n").encode()
-    keep(location, answer_key(signature, plain, argv), since_ns, answer)
+    keep(location, answer_key(source, plain, argv), since_ns, listing, answer)
     return print_answer(answer)
 
 
@@ -214,14 +245,15 @@ def _query(args: argparse.Namespace) -> Query:
                  start_of_week=WEEKDAYS.index(args.start_of_week), order=args.order)
 
 
-def _answers_alone(ledger: Ledger, q: Query, roots: tuple[str, ...]) -> bool:
-    """Does the ledger answer ``q`` alone (summed in SQL), with no transcript read?"""
+def _answers_alone(ledger: Ledger, q: Query, roots: tuple[str, ...], listing: Listing | None = None) -> bool:
+    """Does the ledger answer ``q`` alone (summed in SQL), with no transcript read? ``listing``:
+    filled with the roots' directories as listed (freshness.written_since's ``keep``)."""
     from ccotel.store.ledger import Ledger  # loaded by open_ledger already
 
     return (q.view != "blocks"  # blocks need each call's time: they read the calls themselves
             and type(ledger) is Ledger  # summed in SQL: SQLite's ledger, not a fleet's
             and not ledger.coverage().filling  # else every transcript is read beside it
-            and not written_since(roots, _since(ledger)))
+            and not written_since(roots, _since(ledger), keep=listing))
 
 
 def _since(ledger: Ledger) -> int:

@@ -21,11 +21,12 @@ without it."""
 
 from __future__ import annotations
 
+import marshal
 import os
 import sys
 import zlib
 
-from ccotel.commands.report.freshness import written_since
+from ccotel.commands.report.freshness import unchanged, written_since
 from ccotel.commands.report.views import VIEWS
 from ccotel.read.layout import default_roots
 from ccotel.store.ledger_peek import ledger_signature
@@ -36,11 +37,14 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from typing import Any
 
-__all__ = ["ANSWERS_DIR", "MAX_KEPT", "plain_command_line", "answer_key", "print_kept", "print_answer", "load", "keep"]
+    from ccotel.commands.report.freshness import Listing
+
+__all__ = ["ANSWERS_DIR", "MAX_KEPT", "Kept", "plain_command_line", "answer_key", "ledger_source", "transcripts_source",
+           "print_kept", "print_answer", "load", "keep"]
 
 ANSWERS_DIR = "report-answers"
 MAX_KEPT = 16  # different reports kept at once (a status bar's, a script's, a user's)
-_FORMAT = "ccotel kept answer 1"
+_FORMAT = "ccotel kept answer 2"
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # The options a plain command line may hold (command.add_options' names, in full): with a value,
 # and without one. Other options (--prices, blocks' options, --no-ledger) have no kept answer.
@@ -93,10 +97,11 @@ def _duration(value: str) -> bool:
     return value[-1:] in ("h", "d", "w") and value[:-1].isdigit()
 
 
-def answer_key(signature: list[Any], plain: Plain, argv: Sequence[str]) -> str:
-    """Everything the answer is a function of, as text."""
+def answer_key(source: list[Any], plain: Plain, argv: Sequence[str]) -> str:
+    """Everything the answer is a function of, as text; ``source``: ``ledger_source`` or
+    ``transcripts_source``."""
     roots, location = plain
-    return repr((_FORMAT, signature, sorted(os.path.realpath(r) for r in roots), os.path.realpath(location),
+    return repr((_FORMAT, source, sorted(os.path.realpath(r) for r in roots), os.path.realpath(location),
                  list(argv), _zone(), _code()))
 
 
@@ -106,16 +111,34 @@ def print_kept(argv: Sequence[str]) -> int | None:
     plain = plain_command_line(argv)
     if plain is None:
         return None
-    signature = ledger_signature(plain[1])
-    if signature is None:
-        return None
-    found = load(plain[1], answer_key(signature, plain, argv))
-    if found is None or written_since(plain[0], found[0]):
-        return None
-    return print_answer(found[1])
+    roots, location = plain
+    source = ledger_source(location)
+    if source is not None:  # the ledger's answer: kept while no transcript is written since
+        found = load(location, answer_key(source, plain, argv))
+        if found is None or written_since(roots, found.since_ns, found.listing):
+            return None
+    else:  # the transcripts' (through the report cache): kept while every file is as it was
+        found = load(location, answer_key(transcripts_source(), plain, argv))
+        if found is None or not unchanged(roots, found.listing):
+            return None
+    return print_answer(found.answer)
 
 
-def print_answer(answer: bytes) -> int:
+def ledger_source(location: str) -> list[Any] | None:
+    """The source of an answer from the ledger in ``location``; None: there is no ledger."""
+    signature = ledger_signature(location)
+    return None if signature is None else ["ledger", signature]
+
+
+def transcripts_source() -> list[Any]:
+    """The source of an answer read from the transcripts: they are in the listing kept with it,
+    and the costs are the installed price table's."""
+    from ccotel.spans.price_table import price_table_key  # importlib.util: only for this answer
+
+    return ["transcripts", price_table_key()]
+
+
+def print_answer(answer: bytes | memoryview) -> int:
     """Write a report's bytes to stdout: 0 (a reader that went away is not an error)."""
     try:
         sys.stdout.flush()
@@ -128,8 +151,20 @@ def print_answer(answer: bytes) -> int:
     return 0
 
 
-def load(state_dir: str, key: str) -> tuple[int, bytes] | None:
-    """(the ``since_ns`` kept with it, the answer) if an answer for exactly ``key`` is kept."""
+class Kept:
+    """A kept answer: the ``since_ns`` written_since asks about, the roots' directories as listed
+    then (freshness.Listing), and the answer's bytes."""
+
+    __slots__ = ("since_ns", "listing", "answer")
+
+    def __init__(self, since_ns: int, listing: Listing, answer: bytes | memoryview) -> None:
+        self.since_ns = since_ns
+        self.listing = listing
+        self.answer = answer
+
+
+def load(state_dir: str, key: str) -> Kept | None:
+    """The answer kept for exactly ``key``, or None."""
     try:
         with open(_path(state_dir, key), "rb") as f:
             data = f.read()
@@ -138,24 +173,32 @@ def load(state_dir: str, key: str) -> tuple[int, bytes] | None:
     head = key.encode() + b"\n"
     if not data.startswith(head):
         return None  # another key with the same file name, or a damaged file
-    end = data.find(b"\n", len(head))
-    try:
-        since_ns = int(data[len(head):end])
-    except ValueError:
+    try:  # the answer is a view: a large one is not copied on its way to stdout
+        at = data.index(b"\n", len(head))
+        start = data.index(b"\n", at + 1) + 1
+        end = start + int(data[at + 1:start - 1])
+        view = memoryview(data)
+        listing = marshal.loads(view[start:end])
+        if not isinstance(listing, dict) or end > len(data):
+            return None
+        return Kept(int(data[len(head):at]), listing, view[end:])
+    except (ValueError, EOFError, TypeError):
         return None
-    return since_ns, data[end + 1:]
 
 
-def keep(state_dir: str, key: str, since_ns: int, answer: bytes) -> None:
+def keep(state_dir: str, key: str, since_ns: int, listing: Listing, answer: bytes) -> None:
     """Keep ``answer`` for ``key`` (written whole or not at all), and drop the oldest beyond
     MAX_KEPT. A failure is let go: without a kept answer the next report sums again."""
     path = _path(state_dir, key)
     tmp = f"{path}.{os.getpid()}.tmp"
+    blob = marshal.dumps(listing)
     try:
         os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "wb") as f:
-            f.write(b"%s\n%d\n%s" % (key.encode(), since_ns, answer))
+            f.write(b"%s\n%d\n%d\n" % (key.encode(), since_ns, len(blob)))
+            f.write(blob)
+            f.write(answer)
         os.replace(tmp, path)
         _drop_oldest(os.path.dirname(path))
     except OSError:
