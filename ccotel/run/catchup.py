@@ -40,6 +40,7 @@ from ccotel.read.procs import peak_rss_kb
 from ccotel.read.shard import Group, balance, plan_shards, process_context
 from ccotel.run.memory import Heap
 from ccotel.run.pipeline import Options, discover, session_groups, unread_bytes
+from ccotel.run.prices import AskCaller, PriceDesk
 from ccotel.store.backends import open_state
 
 if TYPE_CHECKING:
@@ -147,13 +148,18 @@ def catch_up_in_parallel(options: Options, state_dir: str, exporter: str, worker
         stopper.hard = False  # from here on the workers are stopped, not abandoned
         stopper.check()
 
+    desk = PriceDesk(options.pricing)  # prices.py: what the price cache lacks, looked up here once
+
     def start(job: _Job) -> tuple[Any, Any]:
         reader, writer = ctx.Pipe(duplex=False)
+        asks, answers = ctx.Pipe(duplex=True)
         proc = ctx.Process(target=_worker, name="ccotel-catchup", daemon=True,
                            args=(worker_options, state_dir, exporter, job.groups, close_all,
-                                 metrics, done, writer, os.getpid(), job.started, host, job.checkpoints))
+                                 metrics, done, writer, os.getpid(), job.started, host, job.checkpoints, asks))
         proc.start()
         writer.close()
+        asks.close()
+        desk.add(answers)
         return proc, reader
 
     try:
@@ -173,6 +179,8 @@ def catch_up_in_parallel(options: Options, state_dir: str, exporter: str, worker
     except BaseException:
         _stop_workers(running, stopper)
         raise
+    finally:
+        desk.close()
     # Every worker has ended (joined): this process's mark now is the most it held beside them;
     # what it takes over next (their checkpoints, ids and digests) is held after them, never beside.
     result.caller_peak_rss_mb = _peak_rss_mb()
@@ -321,8 +329,11 @@ def _receive(reader: Any) -> dict[str, Any] | None:
 def _worker(options: Options, state_dir: str, exporter: str, groups: list[Group], close_all: bool,
             count: bool, done: Synchronized[int], writer: Any, parent_pid: int,
             started_sizes: dict[str, int] | None = None, host: str | None = None,
-            checkpoints: dict[str, Checkpoint] | None = None) -> None:
+            checkpoints: dict[str, Checkpoint] | None = None, prices: Any = None) -> None:
     from ccotel.run.runner import Interrupted, Stopper, die, settle_state, wire
+
+    if prices is not None:  # this process's own copy of the caller's Pricing
+        options.pricing.lookup = AskCaller(prices)
 
     stopper = Stopper(grace_s=WORKER_STOP_GRACE_S).install()  # hard: raises at once until the first file
     _die_with_parent(parent_pid)
