@@ -173,9 +173,13 @@ def catch_up_in_parallel(options: Options, state_dir: str, exporter: str, worker
                      sum(weights[i] for m in first for i in m) / 1e6) if mine else "")
         if live is not None and mine:
             live.hold(mine)
+            def between(group: Group) -> None:
+                live.between(group)
+                desk.serve()
+
             live.pipeline.backfill(lambda _done, _total: stopper.check() if stopper is not None else None,
-                                   groups=mine, final=False, between=live.between)
-        result = _collect(running, queues, start, done, total, progress, stopper, live)
+                                   groups=mine, final=False, between=between)
+        result = _collect(running, queues, start, done, total, progress, stopper, desk, live)
     except BaseException:
         _stop_workers(running, stopper)
         raise
@@ -264,7 +268,7 @@ def _take_over(live: LiveFirst, metrics: bool) -> None:
 
 def _collect(running: list[tuple[Any, Any]], queues: list[list[_Job]], start: Callable[[_Job], tuple[Any, Any]],
              done: Synchronized[int], total: int, progress: Callable[[int, int], None] | None, stopper: Any,
-             live: LiveFirst | None = None) -> CatchUpResult:
+             desk: PriceDesk, live: LiveFirst | None = None) -> CatchUpResult:
     """Wait for the workers' results, starting the next part of a bin as its running part ends
     (``running[k]`` reads bin k's parts, ``queues[k]`` what is left of them; ``live``: following
     the live sessions meanwhile). ``running`` is kept current: the caller stops what is in it."""
@@ -272,7 +276,7 @@ def _collect(running: list[tuple[Any, Any]], queues: list[list[_Job]], start: Ca
     queues = [list(q) for q in queues]
     bins = list(range(len(running)))  # the bin each running worker reads, beside ``running``
     while running:
-        ended = _wait_for_one(running, done, total, progress, stopper, live)
+        ended = _wait_for_one(running, done, total, progress, stopper, desk, live)
         proc, reader = running.pop(ended)
         b = bins.pop(ended)
         stats = _receive(reader)
@@ -300,8 +304,10 @@ def _collect(running: list[tuple[Any, Any]], queues: list[list[_Job]], start: Ca
 
 
 def _wait_for_one(running: list[tuple[Any, Any]], done: Synchronized[int], total: int,
-                  progress: Callable[[int, int], None] | None, stopper: Any, live: LiveFirst | None) -> int:
-    """The index of a worker that has sent its result or ended."""
+                  progress: Callable[[int, int], None] | None, stopper: Any, desk: PriceDesk,
+                  live: LiveFirst | None) -> int:
+    """The index of a worker that has sent its result or ended (answering the workers' price
+    questions meanwhile)."""
     while True:
         for i, (proc, reader) in enumerate(running):
             if reader.poll(0.0) or not proc.is_alive():
@@ -311,8 +317,9 @@ def _wait_for_one(running: list[tuple[Any, Any]], done: Synchronized[int], total
         if live is not None:
             live.poll(0.1)
             live.pipeline.process_acks(force=False)
+            desk.serve()
         else:
-            time.sleep(0.1)
+            desk.serve(0.1)
         if stopper is not None:
             stopper.check()
         if progress is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import multiprocessing
+import threading
 
 from ccotel.run.prices import AskCaller, PriceDesk
 from ccotel.spans.pricing import Pricing
@@ -15,6 +16,9 @@ def test_the_desk_answers_what_the_worker_would_have_looked_up(tmp_path):
     desk = PriceDesk(Pricing(cache_path=str(tmp_path / "prices.jsonl")))
     asks, answers = multiprocessing.Pipe(duplex=True)
     desk.add(answers)
+    stop = threading.Event()
+    serving = threading.Thread(target=lambda: [desk.serve(0.05) for _ in iter(stop.is_set, True)], daemon=True)
+    serving.start()  # the caller's loop, while it waits for its workers
     try:
         worker = Pricing(cache_path=str(tmp_path / "prices.jsonl"), lookup=AskCaller(asks))
         own = Pricing(cache_path="")
@@ -22,6 +26,8 @@ def test_the_desk_answers_what_the_worker_would_have_looked_up(tmp_path):
                           ("claude-haiku-4-5", None), ("no-such-model", AT_NS)):
             assert worker.price(model, at) == own.price(model, at), model
     finally:
+        stop.set()
+        serving.join(timeout=5)
         desk.close()
     # the desk kept them on disk, once: a worker does not write what it was told
     lines = (tmp_path / "prices.jsonl").read_text().splitlines()
