@@ -148,7 +148,9 @@ def catch_up_in_parallel(options: Options, state_dir: str, exporter: str, worker
         stopper.hard = False  # from here on the workers are stopped, not abandoned
         stopper.check()
 
-    desk = PriceDesk(options.pricing)  # prices.py: what the price cache lacks, looked up here once
+    # prices.py: what the price cache lacks, looked up here once; from a thread when the workers
+    # are spawned (this process has threads already), else from the loop waiting for them
+    desk = PriceDesk(options.pricing, threaded=ctx.get_start_method() != "fork")
 
     def start(job: _Job) -> tuple[Any, Any]:
         reader, writer = ctx.Pipe(duplex=False)

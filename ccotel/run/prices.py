@@ -3,15 +3,16 @@
 A worker prices every call it reads. What the price cache on disk (spans/pricing.py) does not
 hold yet, all of it on a first start, would be looked up in genai-prices, imported (with
 pydantic) into every worker. Instead a worker asks the process that started it, over a pipe of
-its own: genai-prices is imported once, in that process, which answers while it waits for its
-workers and writes the answers to the disk cache as it would its own lookups. A worker whose
-question goes unanswered (the pipe broken, an error over there) looks the price up itself: a
-price is never guessed.
+its own: genai-prices is imported once, in that process, which answers (from a thread, or from
+its loop while it waits for forked workers) and writes the answers to the disk cache as it would
+its own lookups. A worker whose question goes unanswered (the pipe broken, an error over there)
+looks the price up itself: a price is never guessed.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from multiprocessing.connection import Connection, wait
 from typing import Any
@@ -22,42 +23,68 @@ __all__ = ["PriceDesk", "AskCaller", "ANSWER_WAIT_S"]
 
 log = logging.getLogger("ccotel.catchup")
 
-# The caller answers between its own sessions and polls (a genai-prices lookup each); far longer
-# means it is gone or stuck.
+# A question is answered at once, or between the caller's polls (a genai-prices lookup each); far
+# longer means the caller is gone or stuck.
 ANSWER_WAIT_S = 30.0
+_THREAD_POLL_S = 0.1  # how often the desk's thread sees new workers and whether it is to stop
 
 
 class PriceDesk:
     """Answers the workers' price questions, with a Pricing of its own (genai-prices' prices only:
-    a worker applies ``--prices`` overrides itself). Served by the caller's own thread while it
-    waits for its workers (``serve``), never by a thread of its own: a catch-up forks its workers
-    when it has no other thread (read/shard.py), and a fork must not copy a lock a thread holds
-    (an import's, while genai-prices loads)."""
+    a worker applies ``--prices`` overrides itself). ``threaded`` (workers spawned): a thread of
+    its own answers at once. Otherwise (workers forked: the caller has no other thread, and a fork
+    must not copy a lock a thread holds, as an import's while genai-prices loads) the caller's
+    loop answers while it waits for its workers (``serve``)."""
 
-    def __init__(self, pricing: Pricing) -> None:
+    def __init__(self, pricing: Pricing, threaded: bool = False) -> None:
         self._pricing = Pricing(cache_path=pricing.cache_path)
         self._conns: list[Connection] = []
+        self._threaded = threaded
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
 
     def add(self, conn: Connection) -> None:
         """Answer the questions that come over ``conn`` (the desk closes it once the worker is gone)."""
-        self._conns.append(conn)
+        with self._lock:
+            self._conns.append(conn)
+            if self._threaded and self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="ccotel-prices", daemon=True)
+                self._thread.start()
 
     def serve(self, wait_s: float = 0.0) -> None:
-        """Answer the questions waiting, after up to ``wait_s`` for one (without workers: a sleep)."""
-        if not self._conns:
+        """Answer the questions waiting, after up to ``wait_s`` for one (threaded, or without
+        workers: a sleep)."""
+        if self._threaded or not self._conns:
             if wait_s > 0:
                 time.sleep(wait_s)
             return
-        for conn in wait(self._conns, timeout=wait_s):
-            assert isinstance(conn, Connection)
-            if not self._answer(conn):
-                self._conns.remove(conn)
-                conn.close()
+        self._answer_ready(wait_s)
 
     def close(self) -> None:
-        for conn in self._conns:
-            conn.close()
-        self._conns.clear()
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=ANSWER_WAIT_S)
+        with self._lock:
+            for conn in self._conns:
+                conn.close()
+            self._conns.clear()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._answer_ready(_THREAD_POLL_S)
+
+    def _answer_ready(self, wait_s: float) -> None:
+        with self._lock:
+            conns = list(self._conns)
+        for conn in wait(conns, timeout=wait_s) if conns else ():
+            assert isinstance(conn, Connection)
+            if not self._answer(conn):
+                with self._lock:
+                    self._conns.remove(conn)
+                conn.close()
+        if not conns and wait_s > 0:
+            time.sleep(wait_s)
 
     def _answer(self, conn: Connection) -> bool:
         """False: the worker has closed its end."""

@@ -5,6 +5,8 @@ from __future__ import annotations
 import multiprocessing
 import threading
 
+import pytest
+
 from ccotel.run.prices import AskCaller, PriceDesk
 from ccotel.spans.pricing import Pricing
 
@@ -12,13 +14,15 @@ DAY = 86_400 * 10**9
 AT_NS = 1_760_000_000 * 10**9
 
 
-def test_the_desk_answers_what_the_worker_would_have_looked_up(tmp_path):
-    desk = PriceDesk(Pricing(cache_path=str(tmp_path / "prices.jsonl")))
+@pytest.mark.parametrize("threaded", [False, True])
+def test_the_desk_answers_what_the_worker_would_have_looked_up(tmp_path, threaded):
+    desk = PriceDesk(Pricing(cache_path=str(tmp_path / "prices.jsonl")), threaded=threaded)
     asks, answers = multiprocessing.Pipe(duplex=True)
     desk.add(answers)
     stop = threading.Event()
+    # unthreaded: the caller's loop, while it waits for its workers (threaded: serve only sleeps)
     serving = threading.Thread(target=lambda: [desk.serve(0.05) for _ in iter(stop.is_set, True)], daemon=True)
-    serving.start()  # the caller's loop, while it waits for its workers
+    serving.start()
     try:
         worker = Pricing(cache_path=str(tmp_path / "prices.jsonl"), lookup=AskCaller(asks))
         own = Pricing(cache_path="")
