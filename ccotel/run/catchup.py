@@ -40,6 +40,7 @@ from ccotel.read.procs import peak_rss_kb
 from ccotel.read.shard import Group, balance, plan_shards, process_context
 from ccotel.run.memory import Heap
 from ccotel.run.pipeline import Options, discover, session_groups, unread_bytes
+from ccotel.run.prices import AskCaller, PriceDesk
 from ccotel.store.backends import open_state
 
 if TYPE_CHECKING:
@@ -147,13 +148,20 @@ def catch_up_in_parallel(options: Options, state_dir: str, exporter: str, worker
         stopper.hard = False  # from here on the workers are stopped, not abandoned
         stopper.check()
 
+    # prices.py: what the price cache lacks, looked up here once; from a thread when the workers
+    # are spawned (this process has threads already), else from the loop waiting for them
+    desk = PriceDesk(options.pricing, threaded=ctx.get_start_method() != "fork")
+
     def start(job: _Job) -> tuple[Any, Any]:
         reader, writer = ctx.Pipe(duplex=False)
+        asks, answers = ctx.Pipe(duplex=True)
         proc = ctx.Process(target=_worker, name="ccotel-catchup", daemon=True,
                            args=(worker_options, state_dir, exporter, job.groups, close_all,
-                                 metrics, done, writer, os.getpid(), job.started, host, job.checkpoints))
+                                 metrics, done, writer, os.getpid(), job.started, host, job.checkpoints, asks))
         proc.start()
         writer.close()
+        asks.close()
+        desk.add(answers)
         return proc, reader
 
     try:
@@ -167,12 +175,18 @@ def catch_up_in_parallel(options: Options, state_dir: str, exporter: str, worker
                      sum(weights[i] for m in first for i in m) / 1e6) if mine else "")
         if live is not None and mine:
             live.hold(mine)
+            def between(group: Group) -> None:
+                live.between(group)
+                desk.serve()
+
             live.pipeline.backfill(lambda _done, _total: stopper.check() if stopper is not None else None,
-                                   groups=mine, final=False, between=live.between)
-        result = _collect(running, queues, start, done, total, progress, stopper, live)
+                                   groups=mine, final=False, between=between)
+        result = _collect(running, queues, start, done, total, progress, stopper, desk, live)
     except BaseException:
         _stop_workers(running, stopper)
         raise
+    finally:
+        desk.close()
     # Every worker has ended (joined): this process's mark now is the most it held beside them;
     # what it takes over next (their checkpoints, ids and digests) is held after them, never beside.
     result.caller_peak_rss_mb = _peak_rss_mb()
@@ -256,7 +270,7 @@ def _take_over(live: LiveFirst, metrics: bool) -> None:
 
 def _collect(running: list[tuple[Any, Any]], queues: list[list[_Job]], start: Callable[[_Job], tuple[Any, Any]],
              done: Synchronized[int], total: int, progress: Callable[[int, int], None] | None, stopper: Any,
-             live: LiveFirst | None = None) -> CatchUpResult:
+             desk: PriceDesk, live: LiveFirst | None = None) -> CatchUpResult:
     """Wait for the workers' results, starting the next part of a bin as its running part ends
     (``running[k]`` reads bin k's parts, ``queues[k]`` what is left of them; ``live``: following
     the live sessions meanwhile). ``running`` is kept current: the caller stops what is in it."""
@@ -264,7 +278,7 @@ def _collect(running: list[tuple[Any, Any]], queues: list[list[_Job]], start: Ca
     queues = [list(q) for q in queues]
     bins = list(range(len(running)))  # the bin each running worker reads, beside ``running``
     while running:
-        ended = _wait_for_one(running, done, total, progress, stopper, live)
+        ended = _wait_for_one(running, done, total, progress, stopper, desk, live)
         proc, reader = running.pop(ended)
         b = bins.pop(ended)
         stats = _receive(reader)
@@ -292,8 +306,10 @@ def _collect(running: list[tuple[Any, Any]], queues: list[list[_Job]], start: Ca
 
 
 def _wait_for_one(running: list[tuple[Any, Any]], done: Synchronized[int], total: int,
-                  progress: Callable[[int, int], None] | None, stopper: Any, live: LiveFirst | None) -> int:
-    """The index of a worker that has sent its result or ended."""
+                  progress: Callable[[int, int], None] | None, stopper: Any, desk: PriceDesk,
+                  live: LiveFirst | None) -> int:
+    """The index of a worker that has sent its result or ended (answering the workers' price
+    questions meanwhile)."""
     while True:
         for i, (proc, reader) in enumerate(running):
             if reader.poll(0.0) or not proc.is_alive():
@@ -303,8 +319,9 @@ def _wait_for_one(running: list[tuple[Any, Any]], done: Synchronized[int], total
         if live is not None:
             live.poll(0.1)
             live.pipeline.process_acks(force=False)
+            desk.serve()
         else:
-            time.sleep(0.1)
+            desk.serve(0.1)
         if stopper is not None:
             stopper.check()
         if progress is not None:
@@ -321,8 +338,11 @@ def _receive(reader: Any) -> dict[str, Any] | None:
 def _worker(options: Options, state_dir: str, exporter: str, groups: list[Group], close_all: bool,
             count: bool, done: Synchronized[int], writer: Any, parent_pid: int,
             started_sizes: dict[str, int] | None = None, host: str | None = None,
-            checkpoints: dict[str, Checkpoint] | None = None) -> None:
+            checkpoints: dict[str, Checkpoint] | None = None, prices: Any = None) -> None:
     from ccotel.run.runner import Interrupted, Stopper, die, settle_state, wire
+
+    if prices is not None:  # this process's own copy of the caller's Pricing
+        options.pricing.lookup = AskCaller(prices)
 
     stopper = Stopper(grace_s=WORKER_STOP_GRACE_S).install()  # hard: raises at once until the first file
     _die_with_parent(parent_pid)

@@ -25,6 +25,7 @@ import json
 import math
 import os
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from decimal import Decimal
@@ -37,7 +38,7 @@ from ccotel.records import Usage
 from ccotel.spans.price_table import price_table_file
 
 __all__ = ["Price", "Pricing", "PriceCache", "PriceFileError", "DEFAULT_PRICING", "default_cache_path",
-           "load_overrides", "MAX_PRICE", "MAX_PRICE_FILE", "price_table_file", "price_as_json"]
+           "load_overrides", "MAX_PRICE", "MAX_PRICE_FILE", "price_table_file", "price_as_json", "price_from_json"]
 
 _DAY_NS = 86_400 * 1_000_000_000
 
@@ -117,7 +118,8 @@ def _price_json(p: Price | None) -> list[Any] | None:
     return [_rate_json(r) for r in (p.input, p.output, p.cache_write_5m, p.cache_write_1h, p.cache_read)]
 
 
-def _price_of_json(v: Any) -> Price | None:
+def price_from_json(v: Any) -> Price | None:
+    """``price_as_json``'s inverse."""
     if v is None:
         return None
     i, o, w5, w1, r = (Rate(float(b), tuple((int(t[0]), float(t[1])) for t in tiers)) for b, tiers in v)
@@ -162,13 +164,14 @@ class PriceCache:
         if (day, model) not in entries:
             return False, None
         try:
-            return True, _price_of_json(entries[(day, model)])
+            return True, price_from_json(entries[(day, model)])
         except (TypeError, ValueError):
             return False, None  # a line written by hand or cut short: look it up again
 
-    def put(self, model: str, day: int, price: Price | None) -> None:
+    def put(self, model: str, day: int, price: Price | None, keep: bool = True) -> None:
+        """``keep`` False: in memory only (whoever answered has written it to the file)."""
         self._entries()[(day, model)] = _price_json(price)
-        if self.path is None:
+        if self.path is None or not keep:
             return
         line = (json.dumps([day, model, _price_json(price)]) + "\n").encode()
         try:
@@ -316,10 +319,13 @@ def load_overrides(path: str) -> dict[str, Price]:
 class Pricing:
     """Prices per model and day: overrides first, then genai-prices (through the disk cache at
     ``cache_path``; None: the default path, "": none). Lookups are cached per (model, UTC day):
-    a handful of models, one lookup each per day of history."""
+    a handful of models, one lookup each per day of history. ``lookup``: who answers what the
+    disk cache does not hold, in place of genai-prices imported here (a catch-up worker asks the
+    process that started it, run/prices.py); it keeps its answers on disk itself."""
 
     overrides: dict[str, Price] = field(default_factory=dict)
     cache_path: str | None = None
+    lookup: Callable[[str, int | None], Price | None] | None = field(default=None, repr=False)
     _cache: dict[tuple[str, int], Price | None] = field(default_factory=dict, repr=False)
     _disk: PriceCache | None = field(default=None, repr=False)
 
@@ -352,15 +358,20 @@ class Pricing:
         best = max((m for m in self.overrides if model.startswith(m)), key=len, default=None)
         return self.overrides[best] if best is not None else None
 
+    def listed_price(self, model: str, at_ns: int | None) -> Price | None:
+        """genai-prices' price of ``model`` at ``at_ns`` (through the disk cache), overrides aside."""
+        return self._genai_price(model, at_ns, (at_ns or 0) // _DAY_NS)
+
     def _genai_price(self, model: str, at_ns: int | None, day: int) -> Price | None:
+        ask = self.lookup or _from_genai_prices
         if not at_ns:  # no time: genai-prices prices it as of now, which is no day to keep
-            return _from_genai_prices(model, at_ns)
+            return ask(model, at_ns)
         if self._disk is None:
             self._disk = PriceCache(default_cache_path() if self.cache_path is None else self.cache_path or None)
         found, price = self._disk.get(model, day)
         if not found:
-            price = _from_genai_prices(model, at_ns)
-            self._disk.put(model, day, price)
+            price = ask(model, at_ns)
+            self._disk.put(model, day, price, keep=self.lookup is None)
         return price
 
 
