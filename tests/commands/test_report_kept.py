@@ -195,6 +195,7 @@ def _tree(tmp_path: Path) -> tuple[str, Path]:
 def test_a_kept_listing_answers_as_a_fresh_walk_does(tmp_path):
     """written_since with the directories listed before (only their files stat'ed while a
     directory's mtime is the same) gives what a walk of every directory gives."""
+    from ccotel.commands.report import freshness
     from ccotel.commands.report.freshness import written_since
 
     root, tree = _tree(tmp_path)
@@ -211,8 +212,15 @@ def test_a_kept_listing_answers_as_a_fresh_walk_does(tmp_path):
     assert written_since([root], 2 * 10**9, listing) and written_since([root], 2 * 10**9)
     os.utime(new, ns=(10**9, 10**9))
     assert not written_since([root], 2 * 10**9, listing)
+    assert not freshness.unchanged([root], listing)  # -b has a new session
+    relisted: dict[str, tuple[int, dict[str, tuple[int, int]], list[str]]] = {}
+    assert not written_since([root], 2 * 10**9, listing, keep=relisted)
+    assert not freshness.unchanged([root], relisted)  # -b changed just now: not kept, so not known as it is
+    os.utime(new.parent, ns=(10**9, 10**9))
+    assert not written_since([root], 2 * 10**9, listing, keep=relisted) and freshness.unchanged([root], relisted)
     (tree / "projects/-a/s1/subagents").rename(tree / "projects/-a/s1/gone")  # not .jsonl: nothing to stat
     assert not written_since([root], 2 * 10**9, listing)
+    assert not freshness.unchanged([root], relisted)
 
 
 def test_a_directory_changed_just_before_the_walk_is_not_kept(tmp_path):
