@@ -8,6 +8,9 @@ import sys
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command (``argv`` None: sys.argv's, and a kept report answer ends the process once it is
+    written), or a caller's ``argv`` (the exit code is returned in every case)."""
+    command = argv is None
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["statusline"] and "-h" not in argv and "--help" not in argv:
         from ccotel.commands.statusline.line import main as statusline
@@ -20,7 +23,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["report"] and "-h" not in argv and "--help" not in argv:
         from ccotel.commands.report.kept import print_kept
 
-        code = print_kept(argv[1:])
+        code = print_kept(argv[1:], end=command)
         if code is not None:
             return code
         from ccotel.commands.report.command import run_from_ledger

@@ -25,7 +25,7 @@ _DRIVER = """import sys
 before = set(sys.modules)
 sys.argv = ["ccotel", *sys.argv[1:]]
 from ccotel.__main__ import main
-code = main()
+code = main(sys.argv[1:])  # given argv: a kept answer returns instead of ending the process
 sys.stderr.write("\\n".join(sorted(set(sys.modules) - before)))
 raise SystemExit(code)
 """
@@ -78,6 +78,8 @@ def test_a_second_report_prints_the_kept_bytes_loading_neither_argparse_re_nor_s
     for heavy in ("argparse", "re", "typing", "sqlite3", "_sqlite3", "ccotel.commands.report.command",
                   "ccotel.commands.report.from_ledger", "ccotel.store.ledger", "datetime", "json"):
         assert heavy not in loaded, heavy
+    third = _report("daily", "--json", "--root", root, "--state-dir", state)  # the command: it ends at once
+    assert (third.returncode, third.stdout, third.stderr) == (0, first.stdout, "")
 
 
 def test_a_ledger_write_is_summed_again(tmp_path):

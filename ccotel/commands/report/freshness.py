@@ -21,7 +21,7 @@ from ccotel.read.layout import projects_dir
 
 TYPE_CHECKING = False  # typing is not loaded on this path: mypy reads this block, Python does not
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Sequence
+    from collections.abc import Iterable, Iterator, Sequence
 
     # folder -> (its mtime, {.jsonl name: (size, mtime)}, the subdirectories entered)
     Listing = dict[str, tuple[int, dict[str, tuple[int, int]], list[str]]]
@@ -77,7 +77,7 @@ def _walk(roots: Sequence[str], listing: Listing | None, keep: Listing | None
             continue  # scan reads nothing from a directory it cannot list either
         known = listing.get(folder) if listing else None
         if known is not None and known[0] == mtime_ns:
-            files, dirs = _stat_all(folder, list(known[1])), known[2]
+            files, dirs = _stat_all(folder, known[1]), known[2]
         else:
             listed = _list(folder)
             if listed is None:
@@ -91,16 +91,14 @@ def _walk(roots: Sequence[str], listing: Listing | None, keep: Listing | None
             keep[folder] = (mtime_ns, files, dirs)
 
 
-def _stat_all(folder: str, names: list[str]) -> dict[str, tuple[int, int]] | None:
+def _stat_all(folder: str, names: Iterable[str]) -> dict[str, tuple[int, int]] | None:
     prefix = folder + os.sep  # os.path.join's result for a name of a listing, at a fraction of its cost
-    files = {}
-    for name in names:
-        try:
-            st = os.stat(prefix + name)
-        except OSError:
-            return None  # gone or unreadable: read again, as for a listed one
-        files[name] = (st.st_size, st.st_mtime_ns)
-    return files
+    stat = os.stat
+    try:  # comprehensions: most of a kept answer's time is this loop
+        found = [(name, stat(prefix + name)) for name in names]
+    except OSError:
+        return None  # gone or unreadable: read again, as for a listed one
+    return {name: (st.st_size, st.st_mtime_ns) for name, st in found}
 
 
 def _list(folder: str) -> tuple[dict[str, tuple[int, int]] | None, list[str]] | None:

@@ -105,9 +105,11 @@ def answer_key(source: list[Any], plain: Plain, argv: Sequence[str]) -> str:
                  list(argv), _zone(), _code()))
 
 
-def print_kept(argv: Sequence[str]) -> int | None:
+def print_kept(argv: Sequence[str], end: bool = False) -> int | None:
     """Print the kept answer to ``ccotel report ARGV`` and return 0, or None (nothing printed)
-    when none is kept for it or the ledger no longer answers it alone."""
+    when none is kept for it or it no longer holds. ``end``: once it is printed, end the process
+    at once (os._exit): nothing else is open, and the interpreter's teardown (freeing the listing
+    and the answer object by object) costs more than the rest of such a report."""
     plain = plain_command_line(argv)
     if plain is None:
         return None
@@ -121,7 +123,10 @@ def print_kept(argv: Sequence[str]) -> int | None:
         found = load(location, answer_key(transcripts_source(), plain, argv))
         if found is None or not unchanged(roots, found.listing):
             return None
-    return print_answer(found.answer)
+    code = print_answer(found.answer)
+    if end:
+        os._exit(code)
+    return code
 
 
 def ledger_source(location: str) -> list[Any] | None:
