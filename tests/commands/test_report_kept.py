@@ -110,7 +110,7 @@ def test_a_transcript_written_since_is_read_again(tmp_path):
 
 
 @pytest.mark.parametrize("extra", [
-    ["-s", "7d"], ["--since=2w"], ["-u", "12h"],  # days that move with the clock
+    ["-s", "7d"], ["--since=2w"], ["-u", "12h"], ["-s", " 7d "],  # days that move with the clock
     ["--roo", "x"], ["-bz", "UTC"], ["-s=20250101"], ["--prices", "p.json"], ["--no-ledger"], ["--", "daily"],
     ["daily", "weekly"], ["--root"], ["--json=1"], ["--state", "none"], ["--state", "postgresql://h/db"],
 ])

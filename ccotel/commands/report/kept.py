@@ -93,7 +93,8 @@ def plain_command_line(argv: Sequence[str], env: dict[str, str] | None = None) -
 
 
 def _duration(value: str) -> bool:
-    """7d, 2w, 12h: command.parse_day's days back from now."""
+    """7d, 2w, 12h: command.parse_day's days back from now (which it reads with spaces around)."""
+    value = value.strip()
     return value[-1:] in ("h", "d", "w") and value[:-1].isdigit()
 
 
