@@ -13,6 +13,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from ccotel.commands.report import kept
 from ccotel.commands.report.kept import ANSWERS_DIR, MAX_KEPT, plain_command_line
@@ -280,3 +282,46 @@ def test_the_price_table_is_part_of_a_read_answers_key(monkeypatch):
     before = kept.answer_key(kept.transcripts_source(), plain, ["--json"])
     monkeypatch.setattr(price_table, "price_table_key", lambda: ["/other/data.py", 1, 2])
     assert kept.answer_key(kept.transcripts_source(), plain, ["--json"]) != before
+
+
+_TOKENS = ["--json", "-b", "--breakdown", "-v", "daily", "session", "blocks", "--root", "/r", "--root=/q", "--state",
+           "--state-dir", "/s", "--state=/t", "-s", "--since", "--since=7d", "-s7d", "7d", " 2w ", "12h", "20250101",
+           "2025-06-01", "-u", "--until", "-z", "UTC", "-w", "monday", "-o", "desc", "--order=asc", "--workers", "2",
+           "--roo", "-bz", "--prices", "--no-ledger", "--", "-", "x"]
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(argv=st.lists(st.sampled_from(_TOKENS), max_size=9))
+def test_a_plain_command_line_means_what_argparse_reads_whatever_the_clock(argv, monkeypatch):
+    """Whenever plain_command_line takes a command line, argparse (the report's own parser) reads
+    it to the same roots and state dir, and to the same arguments on any day: a kept answer never
+    outlives the day its arguments name."""
+    import datetime as dt
+
+    from ccotel.commands.report import command
+
+    plain = plain_command_line(argv, env={"XDG_STATE_HOME": "/x", "CLAUDE_CONFIG_DIR": "/c"})
+    if plain is None:
+        return
+    parsed = []
+    for year in (2020, 2031):
+        class _Then(dt.datetime):
+            year_now = year
+
+            @classmethod
+            def now(cls, tz=None):  # type: ignore[no-untyped-def]
+                return dt.datetime(cls.year_now, 6, 15, 12, tzinfo=dt.timezone.utc)
+
+        monkeypatch.setattr(dt, "datetime", _Then)
+        parser = command._PlainParser()  # noqa: SLF001
+        command.add_options(parser)
+        try:
+            parsed.append(vars(parser.parse_args(argv)))
+        except command._NotPlain:  # noqa: SLF001 - argparse refuses it: nothing is ever kept for it
+            return
+        finally:
+            monkeypatch.undo()
+    assert parsed[0] == parsed[1], argv
+    args = parsed[0]
+    location = command.resolve_state(args["state"], args["state_dir"], {"XDG_STATE_HOME": "/x"})
+    assert plain == (tuple(args["root"] or ["/c"]), location), argv
