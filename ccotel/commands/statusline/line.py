@@ -64,11 +64,11 @@ def parse_options(argv: list[str], env: dict[str, str] | None = None) -> Options
             else:
                 state = value
     if not roots:
-        raw = env.get("CLAUDE_CONFIG_DIR", "").strip()  # discover.default_roots' rule
+        raw = env.get("CLAUDE_CONFIG_DIR", "").strip()  # layout.default_roots' rule (a copy)
         roots = [os.path.abspath(os.path.expanduser(p.strip())) for p in raw.split(",") if p.strip()] if raw \
             else [os.path.join(os.path.expanduser("~"), ".claude")]
     if state is None:
-        state = env.get("CCOTEL_STATE") or os.path.join(  # state.default_state_dir's rule
+        state = env.get("CCOTEL_STATE") or os.path.join(  # store/location.default_state_dir's rule (a copy)
             env.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state"), "ccotel")
     return Options(roots, None if state == "none" else state, no_ledger)
 
