@@ -46,3 +46,15 @@ def test_each_finished_item_is_let_go_once_its_spans_are_built(tmp_path, monkeyp
     assert len(built) == 12 and len(spans) == 16  # 8 calls, 4 tool calls, 4 turns: built at once
     assert alive_before == [0] * 16  # none of the calls and tool calls built before is still held
 
+
+def test_the_strings_every_line_repeats_are_held_once(tmp_path):
+    _session(str(tmp_path))
+    spans: list[SpanRecord] = []
+    Pipeline(Options(roots=(str(tmp_path),)), emit=spans.extend).backfill(close_all=True)
+    chats = [s for s in spans if s.name.startswith("chat ")]
+    tools = [s for s in spans if s.name.startswith("execute_tool ")]
+    assert len(chats) == 8 and len(tools) == 4
+    for key in ("claude_code.cwd", "claude_code.version", "claude_code.git_branch", "gen_ai.response.model"):
+        values = [s.attributes[key] for s in chats]
+        assert len({id(v) for v in values}) == 1, key  # each line parsed its own copy
+    assert len({id(s.attributes["gen_ai.tool.name"]) for s in tools}) == 1
