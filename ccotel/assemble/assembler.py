@@ -334,9 +334,14 @@ class Assembler:
                 call = self._new_call(sess, owner, key, e, ts)
         call.lines += 1
         call.end_ns = max(call.end_ns, ts)
-        call.model = e.model or call.model
-        call.version, call.cwd, call.git_branch = e.version, e.cwd, e.git_branch
+        shared = sess.strings  # one copy of what every line repeats: the call is held until its session is read
+        call.model = shared[e.model] if e.model else call.model
+        call.version = None if e.version is None else shared[e.version]
+        call.cwd = None if e.cwd is None else shared[e.cwd]
+        call.git_branch = None if e.git_branch is None else shared[e.git_branch]
         self._merge_snapshot(call, e)
+        if call.stop_reason is not None:
+            call.stop_reason = shared[call.stop_reason]
         call.requested_model = e.requested_model or call.requested_model
         call.effort = e.effort or call.effort
         if e.is_api_error:

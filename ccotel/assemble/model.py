@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 
 from ccotel.records import AdvisorCall, Usage
 
-__all__ = ["AgentRun", "Call", "Correction", "Finished", "Owner", "OwnerBase", "Session", "TaskTool", "ToolCall",
-           "ToolError", "Turn", "TurnOutcome"]
+__all__ = ["AgentRun", "Call", "Correction", "Finished", "Owner", "OwnerBase", "Session", "Shared", "TaskTool",
+           "ToolCall", "ToolError", "Turn", "TurnOutcome"]
 
 
 class ToolError(enum.Enum):
@@ -205,6 +205,21 @@ class TaskTool:
     agent_key: str | None = None
 
 
+class Shared(dict[str, str]):
+    """One copy of each string a session's calls and tool calls repeat line after line (version,
+    cwd, branch, model, stop reason, tool name): each line's parse makes its own, and a backfill
+    holds every finished item of a session until the session is read (outbox.py), then beside its
+    spans, which take these strings as they are. ``shared[s]`` is the first string equal to ``s``
+    (``s`` itself once ``LIMIT`` strings are kept: a bound, never a different value)."""
+
+    LIMIT = 1024
+
+    def __missing__(self, key: str) -> str:
+        if len(self) < self.LIMIT:
+            self[key] = key
+        return key
+
+
 @dataclass
 class Session:
     session_id: str
@@ -221,3 +236,4 @@ class Session:
     # tool_use ids left without a result by a closed turn, until a resume repairs them or a new
     # prompt continues without them (rules/transcript.py: orphans)
     unrepaired: dict[str, str] = field(default_factory=dict)
+    strings: Shared = field(default_factory=Shared)

@@ -24,7 +24,7 @@ def open_tools(sess: Session, owner: Owner, call: Call, e: Entry, ts: int, out: 
     for b in e.blocks:
         if b.type == "tool_use" and b.id and b.id not in sess.traced_tools:
             sess.traced_tools.add(b.id)  # a tool_use written twice (re-read, replay) is traced once
-            _open_tool(sess, owner, call, b.id, b.name or "unknown", b.input, ts, out, capture_content)
+            _open_tool(sess, owner, call, b.id, sess.strings[b.name or "unknown"], b.input, ts, out, capture_content)
 
 
 def _open_tool(sess: Session, owner: Owner, call: Call, tool_id: str, name: str, tool_input: object, ts: int,

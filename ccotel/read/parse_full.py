@@ -404,4 +404,4 @@ _new_entry = _fast_constructor(Entry, {"type": "user", "offset": 1, "uuid": "u",
 _new_block = _fast_constructor(Block, {"type": "tool_use", "id": "t", "name": "n", "input": {"k": [1]}})
 _new_usage = _fast_constructor(Usage, {"input_tokens": 1, "output_tokens": 2, "cache_read_input_tokens": 3,
                                        "cache_creation_input_tokens": 4, "cache_creation_5m": 5,
-                                       "cache_creation_1h": 6, "reasoning_tokens": 7})
+                                       "cache_creation_1h": 6, "reasoning_tokens": 7}, held=True)

@@ -435,10 +435,15 @@ class Pipeline:
             self._correct(correction, counting)
 
     def _build(self, finished: list[Finished], counting: bool) -> None:
+        """Spans of ``finished``, which it empties: each item is let go once its spans are built,
+        so a session's calls and tool calls are not held beside all of their spans (a backfill
+        builds a whole session at once)."""
         spans: list[SpanRecord] = []
         built_all: list[SpanRecord] = []
         batch: list[tuple[Owner, list[SpanRecord]]] = []
-        for f in finished:
+        finished.reverse()  # taken from the end, in the order they finished
+        while finished:
+            f = finished.pop()
             owner = _owner_of(f)
             self.delivery.register(owner, counting)  # also when nothing is sent: a closed owner may now be done
             if self.options.since_ns is not None and owner.start_ns < self.options.since_ns:

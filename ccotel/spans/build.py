@@ -116,7 +116,7 @@ PROVIDER = "anthropic"
 # span's construction); records.fast_constructor checks on a probe that it is exactly equivalent.
 _new_span = fast_constructor(SpanRecord, {"trace_id": 1, "span_id": 2, "parent_span_id": None, "name": "n",
                                           "kind": SpanKind.CLIENT, "start_ns": 1, "end_ns": 2,
-                                          "attributes": {"a": 1}})
+                                          "attributes": {"a": 1}}, held=True)
 
 
 @dataclass(frozen=True)

@@ -164,7 +164,8 @@ class PriceCache:
         if (day, model) not in entries:
             return False, None
         try:
-            return True, price_from_json(entries[(day, model)])
+            value = entries[(day, model)]
+            return True, price_from_json(orjson.loads(value)[2] if isinstance(value, bytes) else value)
         except (TypeError, ValueError):
             return False, None  # a line written by hand or cut short: look it up again
 
@@ -199,7 +200,9 @@ class PriceCache:
                     except (ValueError, TypeError):
                         continue
                     if isinstance(day, int) and isinstance(model, str):
-                        self.entries[(day, model)] = price
+                        # the line's bytes until asked: decoded, a price is ~700 bytes, and every
+                        # process (each catch-up worker) reads every line of the cache
+                        self.entries[(day, model)] = raw
         return self.entries
 
 

@@ -28,7 +28,7 @@ def test_fast_constructors_are_on_and_equal_to_the_dataclasses():
     # on: a change to records.py that makes them unsafe (slots, __post_init__, factories) turns them off
     assert parse_full._new_entry.__name__ == "make"
     assert parse_full._new_block.__name__ == "make"
-    assert parse_full._new_usage.__name__ == "make"
+    assert parse_full._new_usage.__name__ == "make_held"
     t = Transcript("ffffffff-1111-4222-8333-444444444444")
     t.prompt("go", parent=None)
     t.response("msg_1", [thinking(), text("x"), tool_use("toolu_1", name="Task", prompt="p", subagent_type="E")],

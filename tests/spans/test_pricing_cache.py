@@ -89,3 +89,23 @@ def test_the_cache_is_named_by_the_installed_table(tmp_path):
     a = default_cache_path({"XDG_CACHE_HOME": str(tmp_path)})
     assert a is not None and a.startswith(str(tmp_path / "ccotel" / "prices-"))
     assert default_cache_path({"XDG_CACHE_HOME": str(tmp_path), "HOME": "/elsewhere"}) == a
+
+
+def test_the_cache_read_holds_each_line_as_its_bytes_until_asked(tmp_path):
+    """Every process reads the whole cache (a line per model and day ever priced): each price is
+    decoded when its model and day is asked, not all of them at the start (~700 bytes each)."""
+    import tracemalloc
+
+    path = tmp_path / "prices.jsonl"
+    price = '[[5.0, []], [25.0, []], [6.25, []], [10.0, []], [0.5, []]]'
+    path.write_text("".join(f'[{20000 + i}, "claude-opus-4-{i % 9}", {price}]\n' for i in range(2000)))
+    cache = PriceCache(str(path))
+    tracemalloc.start()
+    try:
+        assert cache.get("claude-opus-4-1", 20001)[0] is True
+        held = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    assert held / 2000 < 400, held / 2000
+    assert cache.get("claude-opus-4-1", 20001) == PriceCache(str(path)).get("claude-opus-4-1", 20001)
+    assert cache.get("claude-opus-4-1", 20002) == (False, None)
