@@ -189,6 +189,6 @@ def test_a_report_from_the_ledger_imports_only_what_it_needs(tmp_path):
         "ccotel.read", "ccotel.read.layout",
         "ccotel.rules", "ccotel.rules.model_name", "ccotel.run", "ccotel.run.stopping", "ccotel.store",
         "ccotel.store.ledger", "ccotel.store.ledger_peek", "ccotel.store.ledger_schema",
-        "ccotel.store.location"]), out.stdout
+        "ccotel.store.location", "ccotel.store.private_file"]), out.stdout
 
 

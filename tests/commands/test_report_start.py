@@ -64,7 +64,7 @@ ALLOWED = {  # what ``ccotel report --json`` from the ledger may load past Pytho
     "datetime", "_datetime", "math", "json", "json.decoder", "json.encoder", "json.scanner", "_json",
     "sqlite3", "sqlite3.dbapi2", "_sqlite3",
     "ccotel.commands.report.freshness", "ccotel.commands.report.kept", "ccotel.commands.report.views",
-    "ccotel.store.ledger_peek", "ccotel.store.location", "zlib",  # the kept answer's (test_report_kept)
+    "ccotel.store.ledger_peek", "ccotel.store.location", "ccotel.store.private_file", "zlib",  # the kept answer's
 }
 _DRIVER = """import sys
 before = set(sys.modules)

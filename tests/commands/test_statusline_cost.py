@@ -372,7 +372,8 @@ ALLOWED = {  # what ``ccotel statusline`` may load past Python's start (the stdl
     "ccotel.commands.statusline.ledger",
     "ccotel.commands.statusline.fastjson",
     "ccotel.commands.statusline.session", "ccotel.commands.statusline.price", "ccotel.rules", "ccotel.rules.model_name",
-    "ccotel.rules.blocks", "ccotel.store", "ccotel.store.ledger_peek", "__future__", "_json", "_sqlite3",
+    "ccotel.rules.blocks", "ccotel.store", "ccotel.store.ledger_peek", "ccotel.store.private_file",
+    "__future__", "_json", "_sqlite3",
 } | {  # what _sqlite3 loads itself (its statement cache is functools.lru_cache)
     "functools", "_functools", "collections", "_collections", "itertools", "keyword", "operator", "_operator",
     "reprlib", "types",

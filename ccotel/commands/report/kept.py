@@ -1,15 +1,17 @@
-"""Kept answers: the JSON of a report the usage ledger answered alone, kept in the state dir
+"""Kept answers: the JSON of a report the usage ledger answered alone, or read from the
+transcripts through the report cache when there is no ledger, kept in the state dir
 (``report-answers/``, 0700, each answer 0600, the newest ``MAX_KEPT``) so that the same report
-asked again, with the ledger unchanged and no transcript written since, prints the kept bytes
-without opening SQLite or summing anything (a script or status bar asking every few seconds).
+asked again, with what it read unchanged, prints the kept bytes without opening SQLite or summing
+anything (a script or status bar asking every few seconds).
 
-An answer is a function of the ledger's content, the command line, the time zone and this code,
-and its key holds all four: the ledger's signature (store/ledger_peek.ledger_signature: its inode,
-sizes, mtimes and WAL index header, which every commit changes), the arguments as typed with the
-roots and state dir they name, the local zone's definition, and the size and mtime of every
-module of the installed ccotel. Whether the ledger still answers alone is asked again each time,
-by the rule the report itself applies (freshness.written_since, from the ledger's last write kept
-with the answer).
+An answer is a function of its source, the command line, the time zone and this code, and its key
+holds all four: the ledger's signature (store/ledger_peek.ledger_signature: its inode, sizes,
+mtimes and WAL index header, which every commit changes) or the installed price table, the
+arguments as typed with the roots and state dir they name, the local zone's definition, and the
+size and mtime of every module of the installed ccotel. Whether it still holds is asked again each
+time: for the ledger's, by the rule the report itself applies (freshness.written_since, from the
+ledger's last write kept with the answer); for the transcripts', every directory and file under
+the roots as the listing kept with it holds them (freshness.unchanged).
 
 The command line is read by hand (``plain_command_line``), before argparse (which, with ``re``,
 costs more than the rest of such a report): only the options listed below, spelled in full, and
@@ -31,6 +33,7 @@ from ccotel.commands.report.views import VIEWS
 from ccotel.read.layout import default_roots
 from ccotel.store.ledger_peek import ledger_signature
 from ccotel.store.location import is_url, resolve_state
+from ccotel.store.private_file import write_private
 
 TYPE_CHECKING = False  # typing is not loaded on this path: mypy reads this block, Python does not
 if TYPE_CHECKING:
@@ -183,9 +186,11 @@ def load(state_dir: str, key: str) -> Kept | None:
         at = data.index(b"\n", len(head))
         start = data.index(b"\n", at + 1) + 1
         end = start + int(data[at + 1:start - 1])
+        if end > len(data):
+            return None
         view = memoryview(data)
         listing = marshal.loads(view[start:end])
-        if not isinstance(listing, dict) or end > len(data):
+        if not isinstance(listing, dict):
             return None
         return Kept(int(data[len(head):at]), listing, view[end:])
     except (ValueError, EOFError, TypeError):
@@ -196,22 +201,12 @@ def keep(state_dir: str, key: str, since_ns: int, listing: Listing, answer: byte
     """Keep ``answer`` for ``key`` (written whole or not at all), and drop the oldest beyond
     MAX_KEPT. A failure is let go: without a kept answer the next report sums again."""
     path = _path(state_dir, key)
-    tmp = f"{path}.{os.getpid()}.tmp"
     blob = marshal.dumps(listing)
     try:
-        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "wb") as f:
-            f.write(b"%s\n%d\n%d\n" % (key.encode(), since_ns, len(blob)))
-            f.write(blob)
-            f.write(answer)
-        os.replace(tmp, path)
+        write_private(path, [b"%s\n%d\n%d\n" % (key.encode(), since_ns, len(blob)), blob, answer])
         _drop_oldest(os.path.dirname(path))
     except OSError:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        pass
 
 
 def _path(state_dir: str, key: str) -> str:

@@ -23,6 +23,7 @@ import msgspec
 
 from ccotel import __version__
 from ccotel.hashing import blake2b
+from ccotel.store.private_file import write_private
 
 __all__ = ["CACHE_FILE", "FORMAT", "MAGIC", "MAX_BYTES", "FileKey", "GroupEntry", "Row", "Sum", "Place",
            "fingerprint", "key_digest", "file_key", "load", "save", "discard", "encode_entry", "decode_entry",
@@ -168,20 +169,10 @@ def save(state_dir: str, entries: Sequence[GroupEntry | bytes]) -> None:
         kept.append(msgspec.Raw(data))
     payload = _encoder.encode(_FileOut(fingerprint(), tuple(kept)))
     path = os.path.join(state_dir, CACHE_FILE)
-    tmp = f"{path}.{os.getpid()}.tmp"
     try:
-        os.makedirs(state_dir, mode=0o700, exist_ok=True)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "wb") as f:
-            f.write(_HEAD.pack(MAGIC, FORMAT, zlib.crc32(payload)))
-            f.write(payload)
-        os.replace(tmp, path)
+        write_private(path, [_HEAD.pack(MAGIC, FORMAT, zlib.crc32(payload)), payload])
     except OSError as exc:
         log.debug("report cache %s not written: %s", path, exc)
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
 
 
 def discard(state_dir: str) -> None:

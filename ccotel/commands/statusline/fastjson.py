@@ -7,8 +7,6 @@ where ``_json`` is missing or the input is not UTF-8 without a BOM."""
 
 from __future__ import annotations
 
-import os
-
 TYPE_CHECKING = False  # typing is not loaded for the status line: mypy reads this block, Python does not
 if TYPE_CHECKING:
     from typing import Any
@@ -88,12 +86,9 @@ def save(path: str, doc: object) -> None:
     """Write ``doc`` to ``path`` whole or not at all (a temporary file renamed over it), private to
     the user. A failure is let go: every file the status line keeps is a cache, and without it the
     next call reads again, never wrong."""
+    from ccotel.store.private_file import write_private  # only when a snapshot is written
+
     try:
-        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-        tmp = f"{path}.{os.getpid()}.tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(dumps(doc))
-        os.replace(tmp, path)
+        write_private(path, [dumps(doc).encode()])
     except OSError:
         pass
