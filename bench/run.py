@@ -934,7 +934,7 @@ def _peak_rss(d: Daemon, hwm: float) -> tuple[float, str]:
     ended) plus the largest of their peaks (never more of them at once than it started). Once they
     have ended it is alone: its own mark. Without that log line: its final mark plus the workers'
     peaks (looser: its growth after they ended counted as if beside them)."""
-    workers = re.search(r"(\d+) processes.* read .*peak RSS ([0-9 /]+) MB", d.stderr())
+    workers = re.search(r"(\d+) process(?:es)?.* read .*peak RSS ([0-9 /]+) MB", d.stderr())
     worker_peaks = [float(x) for x in workers.group(2).split(" / ")] if workers else []
     at_once = int(workers.group(1)) if workers else 0
     beside = sum(sorted(worker_peaks, reverse=True)[:at_once])

@@ -9,8 +9,10 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import orjson
+import pytest
 
 from tests.harness.fixtures import load_fixture
 from tests.support.otlp import OtlpReceiver
@@ -227,3 +229,24 @@ def test_reading_commands_into_a_closed_pipe_end_quietly(tmp_path):
         status, err = closed_early(args[0], "--root", str(root), *args[1:], read=0)
         assert status in (0, 1) if args[0] == "doctor" else status == 0, (args, err)  # doctor: 1 if a check fails
         assert "Traceback" not in err and "BrokenPipe" not in err and "Broken pipe" not in err, (args, err)
+
+
+@pytest.mark.parametrize("command", ["run", "backfill", "report"])
+@pytest.mark.parametrize("value", ["-1", "65", "two", "1.5", ""])
+def test_a_bad_worker_count_is_exit_2_before_any_work(tmp_path: Path, command: str, value: str) -> None:
+    """--workers takes 0 to 64: a negative count used to be read as one process, and 10,000 would
+    have started 10,000 workers' worth of shards."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "CCOTEL_"))}
+    env["XDG_STATE_HOME"] = str(tmp_path / "xdg")
+    done = subprocess.run([sys.executable, "-m", "ccotel", command, "--root", str(tmp_path / "none"),
+                           "--workers", value], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert "--workers" in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "xdg").exists()  # no state was made: nothing was done
+
+
+@pytest.mark.parametrize("value,want", [("0", 0), ("1", 1), ("64", 64), (" 4 ", 4)])
+def test_a_worker_count_from_0_to_64_is_taken(value: str, want: int) -> None:
+    from ccotel.commands.options import worker_count
+
+    assert worker_count(value) == want

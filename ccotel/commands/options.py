@@ -43,10 +43,28 @@ def price_file(path: str) -> dict[str, Price]:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+# more processes than this reads no faster on any machine ccotel runs beside Claude Code, and each
+# holds its own memory
+MAX_WORKERS = 64
+
+
+def worker_count(value: str) -> int:
+    """``--workers N``: a whole number from 0 (read in this process, as 1 does outside ccotel run)
+    to 64; anything else is a usage error before any work."""
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--workers: not a whole number: {value!r}") from None
+    if not 0 <= n <= MAX_WORKERS:
+        raise argparse.ArgumentTypeError(f"--workers: {n} is not from 0 to {MAX_WORKERS}")
+    return n
+
+
 def add_reading(sp: argparse.ArgumentParser, parallel_min_mb: float) -> None:
     """How a large history is read: worker processes, the size from which they are used, prices."""
-    sp.add_argument("--workers", type=int, default=None,
-                    help="processes that read a large history in parallel (default: the cores, at most 4)")
+    sp.add_argument("--workers", type=worker_count, default=None,
+                    help="processes that read a large history in parallel (default: the cores, at most 4; "
+                         "ccotel run: 1 beside it, 0 to read it in ccotel run itself)")
     sp.add_argument("--parallel-min-mb", type=float, default=parallel_min_mb,
                     help="a history smaller than this (MB to read) is read by one process")
     sp.add_argument("--prices", type=price_file, default=None, metavar="FILE",

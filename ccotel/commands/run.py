@@ -121,6 +121,13 @@ def _lock(args: argparse.Namespace) -> StateLock | None:
     return lock_state(location, args.host_id, getattr(args, "claim_lease", None))
 
 
+# ccotel run reads its history beside the live sessions it follows, on a machine that is running
+# Claude Code: by one worker process unless told otherwise, so what a first start holds is ccotel
+# run and one worker, whatever the size of the history and the number of cores. A backfill, run to
+# be done with, takes the cores (shard.default_workers).
+SIDECAR_WORKERS = 1
+
+
 def _catch_up_in_parallel(args: argparse.Namespace, progress: _Progress, close_all: bool = False,
                           metrics: bool = False, stopper: Stopper | None = None,
                           live: LiveFirst | None = None) -> CatchUpResult | None:
@@ -131,14 +138,16 @@ def _catch_up_in_parallel(args: argparse.Namespace, progress: _Progress, close_a
         return None  # without checkpoints the pipeline would read it all again
     from ccotel.run.catchup import catch_up_in_parallel  # multiprocessing and ctypes: only when needed
 
-    workers = default_workers() if args.workers is None else args.workers
+    workers = args.workers if args.workers is not None else (
+        SIDECAR_WORKERS if live is not None else default_workers())
     done = catch_up_in_parallel(options_of(args), location, args.traces_exporter,
                                 workers, progress, close_all=close_all, min_bytes=int(args.parallel_min_mb * 1e6),
                                 metrics=metrics, stopper=stopper, live=live, host=args.host_id)
     end_resource_tracker()  # the workers and their counter are gone (and freed) once it returns
     if done is not None:
-        log.info("%d processes%s read %d files, %d lines and exported %d spans in %.1f s (%s s; peak RSS %s MB)%s",
-                 done.workers, f" at a time ({done.jobs} in all)" if done.jobs > done.workers else "",
+        log.info("%d process%s%s read %d files, %d lines and exported %d spans in %.1f s (%s s; peak RSS %s MB)%s",
+                 done.workers, "es" if done.workers != 1 else "",
+                 f" at a time ({done.jobs} in all)" if done.jobs > done.workers else "",
                  done.files, done.lines, done.spans_exported, done.seconds,
                  " / ".join(f"{s:.1f}" for s in done.worker_seconds),
                  " / ".join(f"{m:.0f}" for m in done.worker_peak_rss_mb),

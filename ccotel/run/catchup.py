@@ -109,7 +109,9 @@ def catch_up_in_parallel(options: Options, state_dir: str, exporter: str, worker
     workers are done it takes over what they wrote (checkpoints, acknowledged ids, counters). ``host``: this
     host's id in a PostgreSQL state; the workers write as that host (each a writer of its own,
     postgres.py) under the lock and lease the caller holds: they take neither."""
-    if workers < 2 or exporter == "console":  # console: several processes would interleave the output
+    # beside ccotel run (live) even one worker is worth its start: the caller follows the live
+    # sessions meanwhile; without it one worker would only do what the caller does itself
+    if workers < (1 if live is not None else 2) or exporter == "console":  # console: interleaved output
         return None
     t0 = time.monotonic()
     state = open_state(state_dir, host, verify=False)  # the caller opened (and checked) it first
@@ -126,7 +128,7 @@ def catch_up_in_parallel(options: Options, state_dir: str, exporter: str, worker
     shards = plan_shards(groups, weights)
     first = live.live_shards(groups, shards, weights) if live is not None else []
     bins = balance([m for m in shards if m not in first], weights, workers)
-    if len(bins) < (1 if first else 2):  # a single worker still lets this process follow the live sessions
+    if len(bins) < (1 if live is not None else 2):  # a single worker still lets this process follow live
         return None
     mine = [groups[i] for members in first for i in sorted(members)]
     sizes = live.pipeline.delivery.started_sizes if live is not None else None
@@ -169,7 +171,8 @@ def catch_up_in_parallel(options: Options, state_dir: str, exporter: str, worker
             for job in jobs:
                 live.hold(job.groups)
         running = [start(queue.pop(0)) for queue in queues]
-        log.info("catching up on %.1f MB in %d processes%s%s", total / 1e6, len(running),
+        log.info("catching up on %.1f MB in %d process%s%s%s", total / 1e6, len(running),
+                 "es" if len(running) != 1 else "",
                  f" ({len(jobs)} in turn)" if len(jobs) > len(running) else "",
                  f" (and %.1f MB of {len(mine)} live sessions here, followed meanwhile)" % (
                      sum(weights[i] for m in first for i in m) / 1e6) if mine else "")

@@ -2,17 +2,18 @@
 is still catching up on a large history is exported before the catch-up ends.
 
 A real ``ccotel run`` subprocess catches up on a ~150 MB generated history (bench/corpus.py, its
-files dated a day back, one session written just now: the live one) in one process and with two
-worker processes. Once the catch-up is under way a turn is appended to the live session; its tool
-span must reach the loopback OTLP receiver while the catch-up is still running (the log does not
-say "caught up" yet, and history spans are still to come). Then every span arrives exactly once
-(the corpus's own count plus the live turn's), and the metrics count the live turn and no history
-(tokens equal the appended turn's).
+files dated a day back, one session written just now: the live one) in ccotel run itself
+(``--workers 0``), with one worker process beside it (the default) and with two. Once the catch-up
+is under way a turn is appended to the live session; its tool span must reach the loopback OTLP
+receiver while the catch-up is still running (the log does not say "caught up" yet, and history
+spans are still to come). Then every span arrives exactly once (the corpus's own count plus the live
+turn's), and the metrics count the live turn and no history (tokens equal the appended turn's).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -82,7 +83,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.mark.parametrize("workers", [1, 2], ids=["1process", "2workers"])
+@pytest.mark.parametrize("workers", [0, None, 2], ids=["1process", "default", "2workers"])
 def test_a_live_turn_is_exported_while_the_history_is_still_caught_up(corpus, tmp_path, workers):
     from bench.corpus import LiveAppender
 
@@ -102,8 +103,9 @@ def test_a_live_turn_is_exported_while_the_history_is_still_caught_up(corpus, tm
             env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] = rx.endpoint
             proc = subprocess.Popen(
                 [sys.executable, "-m", "ccotel", "run", "--root", str(root), "--state-dir", str(tmp_path / "state"),
-                 "--workers", str(workers), "--parallel-min-mb", "1", "--metrics-addr", f"127.0.0.1:{port}",
-                 "--no-status"], env=env, stdout=subprocess.DEVNULL, stderr=open(log, "w"))
+                 *([] if workers is None else ["--workers", str(workers)]), "--parallel-min-mb", "1",
+                 "--metrics-addr", f"127.0.0.1:{port}", "--no-status"],
+                env=env, stdout=subprocess.DEVNULL, stderr=open(log, "w"))
             try:
                 assert wait_until(lambda: len(rx.spans) >= 200 or proc.poll() is not None, 120), "no spans arrived"
                 assert "caught up" not in log.read_text(), "the catch-up ended before the append: inconclusive"
@@ -148,6 +150,10 @@ def test_a_live_turn_is_exported_while_the_history_is_still_caught_up(corpus, tm
                 spans = rx.spans
                 ids = Counter(s["span_id"] for s in spans)
                 assert max(ids.values()) == 1, f"{sum(n - 1 for n in ids.values())} duplicates"
+                # who read the history: ccotel run itself (0), one worker beside it (its default,
+                # whatever the cores), or two
+                read_by = re.search(r"catching up on [0-9.]+ MB in (\d+) process", log.read_text())
+                assert (int(read_by.group(1)) if read_by else 0) == (1 if workers is None else workers)
                 live = [s for s in spans if s["start_ns"] >= written_ns - 5_000_000_000]
                 assert len(spans) - len(live) == totals["spans"], f"{len(spans) - len(live)} history spans"
                 assert len(live) == 4, [s["name"] for s in live]  # the live turn: its own, 2 chat, 1 tool span
