@@ -11,7 +11,14 @@ import sys
 from collections.abc import Callable, Mapping
 
 from ccotel import __version__
-from ccotel.commands.options import add_common, add_durable, add_label_cap, add_tracing, price_file
+from ccotel.commands.options import (
+    SIDECAR_PARALLEL_MIN_MB,
+    add_common,
+    add_durable,
+    add_label_cap,
+    add_tracing,
+    price_file,
+)
 from ccotel.run.stopping import (
     EXIT_ERROR,
     EXIT_LOCKED,
@@ -44,7 +51,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 
 def _run_options(sp: argparse.ArgumentParser) -> None:
-    add_common(sp)
+    add_common(sp, parallel_min_mb=SIDECAR_PARALLEL_MIN_MB)
     add_tracing(sp)
     add_durable(sp, lease=True)
     sp.add_argument("--orchestrator-log", action="append", default=[], metavar="PATH[=SOURCE]",

@@ -232,16 +232,19 @@ def test_reading_commands_into_a_closed_pipe_end_quietly(tmp_path):
 
 
 @pytest.mark.parametrize("command", ["run", "backfill", "report"])
-@pytest.mark.parametrize("value", ["-1", "65", "two", "1.5", ""])
-def test_a_bad_worker_count_is_exit_2_before_any_work(tmp_path: Path, command: str, value: str) -> None:
+@pytest.mark.parametrize("option,value", [("--workers", v) for v in ("-1", "65", "two", "1.5", "")]
+                         + [("--parallel-min-mb", v) for v in ("-1", "nan", "inf", "big", "")])
+def test_a_bad_worker_count_or_size_is_exit_2_before_any_work(tmp_path: Path, command: str, option: str,
+                                                              value: str) -> None:
     """--workers takes 0 to 64: a negative count used to be read as one process, and 10,000 would
-    have started 10,000 workers' worth of shards."""
+    have started 10,000 workers' worth of shards. --parallel-min-mb takes a size from 0 up: NaN
+    used to end the catch-up's start in a ValueError."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "CCOTEL_"))}
     env["XDG_STATE_HOME"] = str(tmp_path / "xdg")
     done = subprocess.run([sys.executable, "-m", "ccotel", command, "--root", str(tmp_path / "none"),
-                           "--workers", value], env=env, capture_output=True, text=True, timeout=60)
+                           option, value], env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2, done.stderr
-    assert "--workers" in done.stderr and "Traceback" not in done.stderr
+    assert option in done.stderr and "Traceback" not in done.stderr
     assert not (tmp_path / "xdg").exists()  # no state was made: nothing was done
 
 

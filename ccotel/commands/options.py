@@ -12,7 +12,8 @@ TYPE_CHECKING = False  # typing is not loaded for a report's start: mypy reads t
 if TYPE_CHECKING:
     from ccotel.spans.pricing import Price
 
-__all__ = ["add_common", "add_durable", "add_reading", "add_tracing", "parse_since", "price_file"]
+__all__ = ["SIDECAR_PARALLEL_MIN_MB", "SIDECAR_WORKERS", "add_common", "add_durable", "add_reading",
+           "add_tracing", "megabytes", "parse_since", "price_file", "worker_count"]
 
 
 def parse_since(value: str, now: float | None = None) -> int:
@@ -43,6 +44,15 @@ def price_file(path: str) -> dict[str, Price]:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+# ccotel run reads its history beside the live sessions it follows, on a machine that is running
+# Claude Code: by one worker process unless told otherwise, so what a first start holds is ccotel
+# run and one worker, whatever the size of the history and the number of cores; and by that worker
+# from a small size on, since what ccotel run reads itself stays in its memory for as long as it runs
+# (the allocator keeps the pages) where a worker's is given back when it ends. A backfill, run to be
+# done with, takes the cores (shard.default_workers) and reads a small history itself.
+SIDECAR_WORKERS = 1
+SIDECAR_PARALLEL_MIN_MB = 16.0
+
 # more processes than this reads no faster on any machine ccotel runs beside Claude Code, and each
 # holds its own memory
 MAX_WORKERS = 64
@@ -60,24 +70,35 @@ def worker_count(value: str) -> int:
     return n
 
 
+def megabytes(value: str) -> float:
+    """``--parallel-min-mb MB``: a size from 0 up; anything else is a usage error before any work."""
+    try:
+        mb = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--parallel-min-mb: not a number: {value!r}") from None
+    if not 0 <= mb < 1e12:  # NaN fails this too
+        raise argparse.ArgumentTypeError(f"--parallel-min-mb: {value} is not a size in MB from 0 up")
+    return mb
+
+
 def add_reading(sp: argparse.ArgumentParser, parallel_min_mb: float) -> None:
     """How a large history is read: worker processes, the size from which they are used, prices."""
     sp.add_argument("--workers", type=worker_count, default=None,
                     help="processes that read a large history in parallel (default: the cores, at most 4; "
                          "ccotel run: 1 beside it, 0 to read it in ccotel run itself)")
-    sp.add_argument("--parallel-min-mb", type=float, default=parallel_min_mb,
-                    help="a history smaller than this (MB to read) is read by one process")
+    sp.add_argument("--parallel-min-mb", type=megabytes, default=parallel_min_mb,
+                    help="a history smaller than this (MB to read) is read by one process (default %(default)g)")
     sp.add_argument("--prices", type=price_file, default=None, metavar="FILE",
                     help="JSON of model -> USD per million tokens, overriding genai-prices' table")
     sp.add_argument("-v", "--verbose", action="store_true")
 
 
-def add_common(sp: argparse.ArgumentParser) -> None:
+def add_common(sp: argparse.ArgumentParser, parallel_min_mb: float = 256.0) -> None:
     sp.add_argument("--root", action="append", default=None,
                     help="Claude config dir to read (repeatable; default $CLAUDE_CONFIG_DIR or ~/.claude)")
     sp.add_argument("--since", type=parse_since, default=None,
                     help="only turns started after this date or duration ago (2025-06-01, 7d, 12h)")
-    add_reading(sp, parallel_min_mb=256.0)
+    add_reading(sp, parallel_min_mb=parallel_min_mb)
 
 
 def add_tracing(sp: argparse.ArgumentParser) -> None:

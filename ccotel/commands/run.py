@@ -15,6 +15,7 @@ from collections import Counter
 from typing import TYPE_CHECKING
 
 from ccotel.assemble.closing import Timeouts
+from ccotel.commands.options import SIDECAR_WORKERS
 from ccotel.metrics.counters import DEFAULT_MAX_LABEL_VALUES, Metrics, serve
 from ccotel.read.layout import default_roots
 from ccotel.read.shard import default_workers, end_resource_tracker
@@ -119,13 +120,6 @@ def _lock(args: argparse.Namespace) -> StateLock | None:
         log.warning("--state none: no checkpoints; every start reads, sends and counts the whole history again")
         return None
     return lock_state(location, args.host_id, getattr(args, "claim_lease", None))
-
-
-# ccotel run reads its history beside the live sessions it follows, on a machine that is running
-# Claude Code: by one worker process unless told otherwise, so what a first start holds is ccotel
-# run and one worker, whatever the size of the history and the number of cores. A backfill, run to
-# be done with, takes the cores (shard.default_workers).
-SIDECAR_WORKERS = 1
 
 
 def _catch_up_in_parallel(args: argparse.Namespace, progress: _Progress, close_all: bool = False,

@@ -129,3 +129,45 @@ def test_ccotel_run_keeps_no_helper_process_after_its_catch_up(tmp_path):
         proc.wait(10)
     # its counter's semaphore was freed before the tracker stopped: nothing leaked, nothing raised
     assert "leaked" not in log.read_text() and "Traceback" not in log.read_text(), log.read_text()
+
+
+def test_ccotel_run_reads_even_a_small_history_in_one_worker_and_holds_less(tmp_path):
+    """ccotel run's defaults (options.SIDECAR_WORKERS, SIDECAR_PARALLEL_MIN_MB): a history of 20 MB
+    is read by one worker beside it, whose memory is given back when it ends; read by ccotel run
+    itself (as a history under 256 MB was before), what it read stays in its memory as long as it
+    runs. Both with the price cache warm (a cold one has ccotel run load genai-prices either way)."""
+    import os
+    import subprocess
+    import sys
+
+    from bench.corpus import generate
+    from tests.run.test_signals import wait_until
+
+    root = tmp_path / "claude"
+    generate(str(root), 20_000_000, seed=3, session_mean=1_000_000, projects=2)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "CCOTEL_"))}
+    env["XDG_CACHE_HOME"] = str(tmp_path / "cache")
+
+    def caught_up(name: str, *extra: str) -> tuple[str, int]:
+        log = tmp_path / f"{name}.log"
+        proc = subprocess.Popen([sys.executable, "-m", "ccotel", "run", "--root", str(root), "--state-dir",
+                                 str(tmp_path / f"state-{name}"), "--traces-exporter", "none",
+                                 "--metrics-addr", "none", "--no-status", *extra],
+                                env=env, stdout=subprocess.DEVNULL, stderr=open(log, "w"))
+        try:
+            assert wait_until(lambda: "following live" in log.read_text() or proc.poll() is not None, 120, 0.1)
+            time.sleep(2.0)  # what it holds from then on, not what the catch-up's last step held
+            with open(f"/proc/{proc.pid}/status") as f:
+                rss_kb = next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+            return log.read_text(), rss_kb
+        finally:
+            proc.terminate()
+            proc.wait(10)
+
+    caught_up("warm")  # fills the price cache
+    text, itself = caught_up("itself", "--parallel-min-mb", "256")
+    assert "catching up on" not in text, text
+    text, beside = caught_up("beside")
+    assert re.search(r"catching up on [0-9.]+ MB in 1 process\b", text), text
+    assert re.search(r"\b1 process read \d+ files", text), text
+    assert beside < itself, (beside, itself)
