@@ -19,7 +19,6 @@ from ccotel.commands.options import SIDECAR_WORKERS
 from ccotel.metrics.counters import DEFAULT_MAX_LABEL_VALUES, Metrics, serve
 from ccotel.read.layout import default_roots
 from ccotel.read.shard import default_workers, end_resource_tracker
-from ccotel.read.watch import Watcher
 from ccotel.run.livefirst import LiveFirst
 from ccotel.run.pipeline import Options
 from ccotel.run.runner import Interrupted, describe, fill_ledger, follow, read_history, wait_for_backend, wire
@@ -221,6 +220,8 @@ def cmd_run(args: argparse.Namespace, stopper: Stopper | None = None) -> int:
         metrics.restore(saved.counters())
         saved.close()
     _metrics_server(args, metrics)
+    from ccotel.read.watch import Watcher  # watchdog: only for following live, not for a backfill
+
     watcher = Watcher(options_of(args).roots, force_polling=args.poll)
     watcher.start()  # before the catch-up, so nothing written meanwhile is missed
     fill_ledger(options_of(args), state_dir, stopper)

@@ -13,16 +13,17 @@ groups keep their global (oldest first) order.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from multiprocessing.connection import Connection, wait
-from multiprocessing.context import ForkContext, SpawnContext
-from multiprocessing.process import BaseProcess
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ccotel.records import FileKind, TranscriptFile
+
+if TYPE_CHECKING:  # multiprocessing is loaded when processes are started: a backfill in one process never does
+    from multiprocessing.connection import Connection
+    from multiprocessing.context import ForkContext, SpawnContext
+    from multiprocessing.process import BaseProcess
 
 __all__ = ["Group", "plan_shards", "balance", "default_workers", "end_resource_tracker", "head_keys",
            "process_context", "run_jobs"]
@@ -103,6 +104,8 @@ def balance(shards: list[list[int]], weights: Sequence[int], n: int) -> list[lis
 def process_context() -> ForkContext | SpawnContext:
     """fork when this process has no other thread (instant, nothing to re-import), else spawn:
     forking a process with threads can copy a lock some thread holds."""
+    import multiprocessing
+
     if threading.active_count() == 1 and "fork" in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("fork")
     return multiprocessing.get_context("spawn")
@@ -181,6 +184,8 @@ def _work(jobs: Sequence[_J], taken: Any, send: Connection, read: Callable[..., 
 
 
 def _result_of(process: BaseProcess, receive: Connection) -> list[tuple[int, Any]]:
+    from multiprocessing.connection import wait
+
     wait([receive, process.sentinel])
     try:
         ok, result = receive.recv()

@@ -19,13 +19,16 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING
 
 from ccotel.read.discover import Checkpoint, size_of, unread_bytes
 from ccotel.read.layout import projects_dir
 from ccotel.read.shard import Group, plan_shards
-from ccotel.read.watch import Watcher
 from ccotel.records import FileKind, TranscriptFile
 from ccotel.run.pipeline import Pipeline
+
+if TYPE_CHECKING:
+    from ccotel.read.watch import Watcher  # watchdog: loaded by ccotel run, which makes the watcher
 
 __all__ = ["LiveFirst", "RECENT_S", "LIVE_MAX_BYTES"]
 
