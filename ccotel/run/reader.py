@@ -76,6 +76,10 @@ class FileState:
     mtime_ns: int = 0  # the file's mtime at the last read (from its fstat: the detectors' sweep age)
     inside: tuple[int, int] = (-1, -1)  # (device, inode) of the file the path led to inside the root ...
     inside_until: float = 0.0  # ... until then (time.monotonic; Reader._trust)
+    # each process's last cost-state line in this file (its start time -> model -> USD), while every
+    # line of the file was read by this process in order from its start; None: not so (it was
+    # followed on from a checkpoint), the file itself is searched (_previous_costs)
+    costs_in_file: dict[str, dict[str, float]] | None = None
 
 
 class Reader:
@@ -130,7 +134,8 @@ class Reader:
                 tailer = Tailer(tf.path, max_line_bytes=self.max_line_bytes)
                 offset = read_to = 0
             state = FileState(tf, root, tailer, saved_offset=offset if ckpt else -1,
-                              saved_read_to=read_to if ckpt else -1, read_to=read_to, changed_ns=self.clock())
+                              saved_read_to=read_to if ckpt else -1, read_to=read_to, changed_ns=self.clock(),
+                              costs_in_file={} if offset == 0 else None)
             self.files[tf.path] = state
             self.stats.files += 1
         return state
@@ -256,6 +261,7 @@ class Reader:
         """One slice of a file's lines into the assembler; False if the file could not be read."""
         if res.reset:
             self.stats.file_resets += 1
+            state.costs_in_file = {}  # read again from its start
             state.read_to = 0
             state.saved_read_to = -1  # the next commit writes its new identity and marker
         for err, end in zip(res.errors, res.error_ends, strict=False):
@@ -343,13 +349,18 @@ class Reader:
     def _reported_cost(self, state: FileState, e: Entry, fresh: bool) -> None:
         """Claude Code's own cost (2.1.3xx cost-state lines: a running total per process and model)
         counted as increments, beside ccotel's estimate. The total before this line is remembered,
-        or after a restart found in the file itself, so a restart never counts a process twice."""
-        if not e.reported_costs or e.process_start is None:
+        or after a restart found in the file itself, so a restart never counts a process twice (a
+        file read here from its start remembers its own: it is not read again for it)."""
+        if e.process_start is None:
+            return
+        in_file = _costs_before(state, e.process_start, e.reported_costs)
+        if not e.reported_costs:
             return
         key = (e.session_id or state.tf.session_id or "", e.process_start)
         prev = self._cost_seen.get(key)
         if prev is None:
-            prev = _previous_costs(state.tf.path, e.offset, e.process_start, self.max_line_bytes)
+            prev = in_file if in_file is not None else \
+                _previous_costs(state.tf.path, e.offset, e.process_start, self.max_line_bytes)
         if len(self._cost_seen) > 10_000:
             self._cost_seen.clear()
         self._cost_seen[key] = dict(e.reported_costs)
@@ -389,6 +400,26 @@ def _missing_envelope(e: Entry) -> str | None:
     if e.uuid is None:
         return "uuid"
     return "sessionId" if e.session_id is None else None
+
+
+# processes a file's cost-state lines are remembered for; a file with more is searched instead
+_PROCESSES_PER_FILE = 256
+
+
+def _costs_before(state: FileState, process_start: str,
+                  costs: tuple[tuple[str, float], ...]) -> dict[str, float] | None:
+    """What _previous_costs would find before a cost-state line of this process, when the lines
+    before it were all read here; None when they were not. The line's costs are then remembered
+    for the process's next line."""
+    seen = state.costs_in_file
+    if seen is None:
+        return None
+    before = seen.get(process_start, {})
+    if len(seen) >= _PROCESSES_PER_FILE and process_start not in seen:
+        state.costs_in_file = None
+    else:
+        seen[process_start] = dict(costs)
+    return before
 
 
 def _previous_costs(path: str, before: int, process_start: str, max_line_bytes: int) -> dict[str, float]:
