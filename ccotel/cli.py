@@ -10,7 +10,7 @@ import os
 import sys
 from collections.abc import Callable, Mapping
 
-from ccotel import __version__
+from ccotel import __version__, logs
 from ccotel.commands.options import (
     SIDECAR_PARALLEL_MIN_MB,
     add_common,
@@ -218,8 +218,7 @@ def otlp_problem(command: str, env: Mapping[str, str], traces: bool = True) -> s
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser(_command_of(argv)).parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(asctime)s ccotel %(levelname)s %(message)s", stream=sys.stderr)
+    logs.configure(args.verbose)
     problem = _config_error(args)
     if problem is not None:
         log.error("%s", problem)

@@ -39,6 +39,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from types import FrameType
 
+from ccotel import logs
 from ccotel.commands.options import add_label_cap
 from ccotel.export.sinks import ConsoleSink, ExportQueue, make_sink
 from ccotel.metrics import events
@@ -548,8 +549,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-v", "--verbose", action="store_true")
     add_arguments(parser)
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(asctime)s ccotel %(levelname)s %(message)s", stream=sys.stderr)
+    logs.configure(args.verbose)
     return run(args)
 
 

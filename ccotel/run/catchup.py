@@ -34,6 +34,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ccotel.logs import configure_worker
 from ccotel.metrics.counters import Metrics
 from ccotel.read.discover import Checkpoint
 from ccotel.read.procs import peak_rss_kb
@@ -44,8 +45,6 @@ from ccotel.run.prices import AskCaller, PriceDesk
 from ccotel.store.backends import open_state
 
 if TYPE_CHECKING:
-    from multiprocessing.sharedctypes import Synchronized
-
     from ccotel.run.livefirst import LiveFirst  # the watcher: not loaded by catch-up workers
 
 __all__ = ["CatchUpResult", "catch_up_in_parallel", "PARALLEL_MIN_BYTES"]
@@ -139,12 +138,15 @@ def catch_up_in_parallel(options: Options, state_dir: str, exporter: str, worker
         options, orchestrator_logs=(), registries=(),
         hooks_annotate_from={p: c for p, c in checkpoints.items() if p.startswith(spool)} if spool else None)
     ctx = process_context()
-    done = ctx.Value("q", 0)
     # one queue of parts a bin: a bin's parts are read one after another, never at once (a shard's
     # sessions may share API calls, and a part reads the calls the parts before it committed)
     queues = [[_job([groups[i] for i in part], sizes, checkpoints) for part in parts]
               for parts in _split(bins, weights)]
     jobs = [job for queue in queues for job in queue]
+    # bytes read so far, a slot a bin (its parts run one after another: one writer a slot). No lock:
+    # a lock is a semaphore the resource tracker must be told is freed, which a stop cut short
+    # left to its warning at exit
+    done = ctx.RawArray("q", len(queues))
     running: list[tuple[Any, Any]] = []
     if stopper is not None:
         stopper.hard = False  # from here on the workers are stopped, not abandoned
@@ -154,12 +156,13 @@ def catch_up_in_parallel(options: Options, state_dir: str, exporter: str, worker
     # are spawned (this process has threads already), else from the loop waiting for them
     desk = PriceDesk(options.pricing, threaded=ctx.get_start_method() != "fork")
 
-    def start(job: _Job) -> tuple[Any, Any]:
+    def start(job: _Job, slot: int) -> tuple[Any, Any]:
         reader, writer = ctx.Pipe(duplex=False)
         asks, answers = ctx.Pipe(duplex=True)
         proc = ctx.Process(target=_worker, name="ccotel-catchup", daemon=True,
                            args=(worker_options, state_dir, exporter, job.groups, close_all,
-                                 metrics, done, writer, os.getpid(), job.started, host, job.checkpoints, asks))
+                                 metrics, (done, slot), writer, os.getpid(), job.started, host, job.checkpoints,
+                                 asks))
         proc.start()
         writer.close()
         asks.close()
@@ -170,7 +173,7 @@ def catch_up_in_parallel(options: Options, state_dir: str, exporter: str, worker
         if live is not None:
             for job in jobs:
                 live.hold(job.groups)
-        running = [start(queue.pop(0)) for queue in queues]
+        running = [start(queue.pop(0), b) for b, queue in enumerate(queues)]
         log.info("catching up on %.1f MB in %d process%s%s%s", total / 1e6, len(running),
                  "es" if len(running) != 1 else "",
                  f" ({len(jobs)} in turn)" if len(jobs) > len(running) else "",
@@ -271,8 +274,9 @@ def _take_over(live: LiveFirst, metrics: bool) -> None:
         pipeline.metrics.absorb(pipeline.state.others_counters())
 
 
-def _collect(running: list[tuple[Any, Any]], queues: list[list[_Job]], start: Callable[[_Job], tuple[Any, Any]],
-             done: Synchronized[int], total: int, progress: Callable[[int, int], None] | None, stopper: Any,
+def _collect(running: list[tuple[Any, Any]], queues: list[list[_Job]],
+             start: Callable[[_Job, int], tuple[Any, Any]], done: Any, total: int,
+             progress: Callable[[int, int], None] | None, stopper: Any,
              desk: PriceDesk, live: LiveFirst | None = None) -> CatchUpResult:
     """Wait for the workers' results, starting the next part of a bin as its running part ends
     (``running[k]`` reads bin k's parts, ``queues[k]`` what is left of them; ``live``: following
@@ -288,7 +292,7 @@ def _collect(running: list[tuple[Any, Any]], queues: list[list[_Job]], start: Ca
         proc.join()
         reader.close()
         if queues[b]:
-            running.append(start(queues[b].pop(0)))
+            running.append(start(queues[b].pop(0), b))
             bins.append(b)
         if stats is None:
             result.failed_workers += 1
@@ -304,11 +308,11 @@ def _collect(running: list[tuple[Any, Any]], queues: list[list[_Job]], start: Ca
         result.ghosts += stats["ghosts"]
         result.unseen_agents += [tuple(a) for a in stats["unseen_agents"]]
     if progress is not None:
-        progress(min(done.value, total), total)
+        progress(min(sum(done), total), total)
     return result
 
 
-def _wait_for_one(running: list[tuple[Any, Any]], done: Synchronized[int], total: int,
+def _wait_for_one(running: list[tuple[Any, Any]], done: Any, total: int,
                   progress: Callable[[int, int], None] | None, stopper: Any, desk: PriceDesk,
                   live: LiveFirst | None) -> int:
     """The index of a worker that has sent its result or ended (answering the workers' price
@@ -328,7 +332,7 @@ def _wait_for_one(running: list[tuple[Any, Any]], done: Synchronized[int], total
         if stopper is not None:
             stopper.check()
         if progress is not None:
-            progress(min(done.value, total), total)
+            progress(min(sum(done), total), total)
 
 
 def _receive(reader: Any) -> dict[str, Any] | None:
@@ -339,14 +343,16 @@ def _receive(reader: Any) -> dict[str, Any] | None:
 
 
 def _worker(options: Options, state_dir: str, exporter: str, groups: list[Group], close_all: bool,
-            count: bool, done: Synchronized[int], writer: Any, parent_pid: int,
+            count: bool, done: tuple[Any, int], writer: Any, parent_pid: int,
             started_sizes: dict[str, int] | None = None, host: str | None = None,
             checkpoints: dict[str, Checkpoint] | None = None, prices: Any = None) -> None:
     from ccotel.run.runner import Interrupted, Stopper, die, settle_state, wire
 
+    configure_worker()
     if prices is not None:  # this process's own copy of the caller's Pricing
         options.pricing.lookup = AskCaller(prices)
 
+    shared, slot = done  # catch_up_in_parallel's count of bytes read, and this worker's slot in it
     stopper = Stopper(grace_s=WORKER_STOP_GRACE_S).install()  # hard: raises at once until the first file
     _die_with_parent(parent_pid)
     heap = Heap()  # memory.py: a worker's heap would otherwise only grow (its peak RSS, issue 15)
@@ -365,8 +371,7 @@ def _worker(options: Options, state_dir: str, exporter: str, groups: list[Group]
         stopper.check()
         if os.getppid() != parent_pid:
             os._exit(1)  # ccotel is gone (where PR_SET_PDEATHSIG does not exist)
-        with done.get_lock():
-            done.value += n - last[0]
+        shared[slot] += n - last[0]
         last[0] = n
         if n - trimmed[0] >= WORKER_TRIM_EVERY_BYTES:
             heap.trim()
