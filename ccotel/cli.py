@@ -12,7 +12,6 @@ from collections.abc import Callable, Mapping
 
 from ccotel import __version__, logs
 from ccotel.commands.options import (
-    SIDECAR_PARALLEL_MIN_MB,
     add_common,
     add_durable,
     add_label_cap,
@@ -51,7 +50,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 
 def _run_options(sp: argparse.ArgumentParser) -> None:
-    add_common(sp, parallel_min_mb=SIDECAR_PARALLEL_MIN_MB)
+    add_common(sp, sidecar=True)
     add_tracing(sp)
     add_durable(sp, lease=True)
     sp.add_argument("--orchestrator-log", action="append", default=[], metavar="PATH[=SOURCE]",

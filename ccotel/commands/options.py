@@ -81,24 +81,30 @@ def megabytes(value: str) -> float:
     return mb
 
 
-def add_reading(sp: argparse.ArgumentParser, parallel_min_mb: float) -> None:
-    """How a large history is read: worker processes, the size from which they are used, prices."""
-    sp.add_argument("--workers", type=worker_count, default=None,
-                    help="processes that read a large history in parallel (default: the cores, at most 4; "
-                         "ccotel run: 1 beside it, 0 to read it in ccotel run itself)")
-    sp.add_argument("--parallel-min-mb", type=megabytes, default=parallel_min_mb,
-                    help="a history smaller than this (MB to read) is read by one process (default %(default)g)")
+def add_reading(sp: argparse.ArgumentParser, parallel_min_mb: float, sidecar: bool = False) -> None:
+    """How a large history is read: worker processes, the size from which they are used, prices.
+    ``sidecar``: ccotel run's, read beside the live sessions it follows."""
+    if sidecar:
+        workers = (f"worker processes that read the history beside ccotel run (default {SIDECAR_WORKERS}; "
+                   "0: ccotel run reads it itself)")
+        below = "a history with less than this to read (MB) is read by ccotel run itself (default %(default)g)"
+    else:
+        workers = "processes that read a large history in parallel (default: the cores, at most 4)"
+        below = "a history with less than this to read (MB) is read by one process (default %(default)g)"
+    sp.add_argument("--workers", type=worker_count, default=None, help=workers)
+    sp.add_argument("--parallel-min-mb", type=megabytes, default=parallel_min_mb, help=below)
     sp.add_argument("--prices", type=price_file, default=None, metavar="FILE",
                     help="JSON of model -> USD per million tokens, overriding genai-prices' table")
     sp.add_argument("-v", "--verbose", action="store_true")
 
 
-def add_common(sp: argparse.ArgumentParser, parallel_min_mb: float = 256.0) -> None:
+def add_common(sp: argparse.ArgumentParser, sidecar: bool = False) -> None:
+    """The roots, --since and how a history is read; ``sidecar``: as ccotel run reads it."""
     sp.add_argument("--root", action="append", default=None,
                     help="Claude config dir to read (repeatable; default $CLAUDE_CONFIG_DIR or ~/.claude)")
     sp.add_argument("--since", type=parse_since, default=None,
                     help="only turns started after this date or duration ago (2025-06-01, 7d, 12h)")
-    add_reading(sp, parallel_min_mb=parallel_min_mb)
+    add_reading(sp, parallel_min_mb=SIDECAR_PARALLEL_MIN_MB if sidecar else 256.0, sidecar=sidecar)
 
 
 def add_tracing(sp: argparse.ArgumentParser) -> None:
