@@ -186,7 +186,7 @@ def test_a_report_from_the_ledger_imports_only_what_it_needs(tmp_path):
         "ccotel.commands.report.command", "ccotel.commands.report.freshness", "ccotel.commands.report.from_ledger",
         "ccotel.commands.report.json_doc", "ccotel.commands.report.kept", "ccotel.commands.report.rows",
         "ccotel.commands.report.summary", "ccotel.commands.report.views", "ccotel.export", "ccotel.export.closed",
-        "ccotel.read", "ccotel.read.layout",
+        "ccotel.logs", "ccotel.read", "ccotel.read.layout",
         "ccotel.rules", "ccotel.rules.model_name", "ccotel.run", "ccotel.run.stopping", "ccotel.store",
         "ccotel.store.ledger", "ccotel.store.ledger_peek", "ccotel.store.ledger_schema",
         "ccotel.store.location", "ccotel.store.private_file"]), out.stdout
