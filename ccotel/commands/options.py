@@ -91,7 +91,7 @@ def add_reading(sp: argparse.ArgumentParser, parallel_min_mb: float, sidecar: bo
     else:
         workers = "processes that read a large history in parallel (default: the cores, at most 4)"
         below = "a history with less than this to read (MB) is read by one process (default %(default)g)"
-    sp.add_argument("--workers", type=worker_count, default=None, help=workers)
+    sp.add_argument("--workers", type=worker_count, default=SIDECAR_WORKERS if sidecar else None, help=workers)
     sp.add_argument("--parallel-min-mb", type=megabytes, default=parallel_min_mb, help=below)
     sp.add_argument("--prices", type=price_file, default=None, metavar="FILE",
                     help="JSON of model -> USD per million tokens, overriding genai-prices' table")

@@ -15,7 +15,6 @@ from collections import Counter
 from typing import TYPE_CHECKING
 
 from ccotel.assemble.closing import Timeouts
-from ccotel.commands.options import SIDECAR_WORKERS
 from ccotel.metrics.counters import DEFAULT_MAX_LABEL_VALUES, Metrics, serve
 from ccotel.read.layout import default_roots
 from ccotel.read.shard import default_workers, end_resource_tracker
@@ -131,8 +130,7 @@ def _catch_up_in_parallel(args: argparse.Namespace, progress: _Progress, close_a
         return None  # without checkpoints the pipeline would read it all again
     from ccotel.run.catchup import catch_up_in_parallel  # multiprocessing and ctypes: only when needed
 
-    workers = args.workers if args.workers is not None else (
-        SIDECAR_WORKERS if live is not None else default_workers())
+    workers = default_workers() if args.workers is None else args.workers  # run's parser gives SIDECAR_WORKERS
     done = catch_up_in_parallel(options_of(args), location, args.traces_exporter,
                                 workers, progress, close_all=close_all, min_bytes=int(args.parallel_min_mb * 1e6),
                                 metrics=metrics, stopper=stopper, live=live, host=args.host_id)

@@ -110,7 +110,8 @@ def catch_up_in_parallel(options: Options, state_dir: str, exporter: str, worker
     postgres.py) under the lock and lease the caller holds: they take neither."""
     # beside ccotel run (live) even one worker is worth its start: the caller follows the live
     # sessions meanwhile; without it one worker would only do what the caller does itself
-    if workers < (1 if live is not None else 2) or exporter == "console":  # console: interleaved output
+    least = 1 if live is not None else 2
+    if workers < least or exporter == "console":  # console: several processes would interleave the output
         return None
     t0 = time.monotonic()
     state = open_state(state_dir, host, verify=False)  # the caller opened (and checked) it first
@@ -127,7 +128,7 @@ def catch_up_in_parallel(options: Options, state_dir: str, exporter: str, worker
     shards = plan_shards(groups, weights)
     first = live.live_shards(groups, shards, weights) if live is not None else []
     bins = balance([m for m in shards if m not in first], weights, workers)
-    if len(bins) < (1 if live is not None else 2):  # a single worker still lets this process follow live
+    if len(bins) < least:
         return None
     mine = [groups[i] for members in first for i in sorted(members)]
     sizes = live.pipeline.delivery.started_sizes if live is not None else None

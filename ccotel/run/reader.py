@@ -76,9 +76,10 @@ class FileState:
     mtime_ns: int = 0  # the file's mtime at the last read (from its fstat: the detectors' sweep age)
     inside: tuple[int, int] = (-1, -1)  # (device, inode) of the file the path led to inside the root ...
     inside_until: float = 0.0  # ... until then (time.monotonic; Reader._trust)
-    # each process's last cost-state line in this file (its start time -> model -> USD), while every
-    # line of the file was read by this process in order from its start; None: not so (it was
-    # followed on from a checkpoint), the file itself is searched (_previous_costs)
+    # every line of the file was read by this process in order from its start: each process's last
+    # cost-state line in it is remembered (costs_in_file: its start time -> model -> USD, made at the
+    # first such line). Else (followed on from a checkpoint) the file itself is searched (_previous_costs)
+    costs_remembered: bool = False
     costs_in_file: dict[str, dict[str, float]] | None = None
 
 
@@ -135,7 +136,7 @@ class Reader:
                 offset = read_to = 0
             state = FileState(tf, root, tailer, saved_offset=offset if ckpt else -1,
                               saved_read_to=read_to if ckpt else -1, read_to=read_to, changed_ns=self.clock(),
-                              costs_in_file={} if offset == 0 else None)
+                              costs_remembered=offset == 0)
             self.files[tf.path] = state
             self.stats.files += 1
         return state
@@ -261,7 +262,7 @@ class Reader:
         """One slice of a file's lines into the assembler; False if the file could not be read."""
         if res.reset:
             self.stats.file_resets += 1
-            state.costs_in_file = {}  # read again from its start
+            state.costs_remembered, state.costs_in_file = True, None  # read again from its start
             state.read_to = 0
             state.saved_read_to = -1  # the next commit writes its new identity and marker
         for err, end in zip(res.errors, res.error_ends, strict=False):
@@ -411,12 +412,14 @@ def _costs_before(state: FileState, process_start: str,
     """What _previous_costs would find before a cost-state line of this process, when the lines
     before it were all read here; None when they were not. The line's costs are then remembered
     for the process's next line."""
+    if not state.costs_remembered:
+        return None
     seen = state.costs_in_file
     if seen is None:
-        return None
+        seen = state.costs_in_file = {}
     before = seen.get(process_start, {})
     if len(seen) >= _PROCESSES_PER_FILE and process_start not in seen:
-        state.costs_in_file = None
+        state.costs_remembered, state.costs_in_file = False, None
     else:
         seen[process_start] = dict(costs)
     return before

@@ -32,21 +32,9 @@ def counted(tmp: Path, lines: list[bytes], search: bool) -> dict[str, float]:
     path = live.root / "projects" / "-p" / f"{SESSIONS[0]}.jsonl"
     path.parent.mkdir(parents=True)
     path.write_bytes(b"".join(lines))
-    if search:
-        for st_ in live.p.reader.files.values():
-            st_.costs_in_file = None
-        original = reader.FileState.__init__
-
-        def no_memory(self, *a, **kw):  # type: ignore[no-untyped-def]
-            original(self, *a, **kw)
-            self.costs_in_file = None
-
-        reader.FileState.__init__ = no_memory  # type: ignore[method-assign]
-        try:
-            live.p.rescan()
-        finally:
-            reader.FileState.__init__ = original  # type: ignore[method-assign]
-    else:
+    with pytest.MonkeyPatch.context() as mp:
+        if search:
+            mp.setattr(reader, "_costs_before", lambda *_a: None)
         live.p.rescan()
     return {m: live.v("ccotel_reported_cost_usd", m) for m in MODELS}
 
