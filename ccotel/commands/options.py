@@ -12,8 +12,9 @@ TYPE_CHECKING = False  # typing is not loaded for a report's start: mypy reads t
 if TYPE_CHECKING:
     from ccotel.spans.pricing import Price
 
-__all__ = ["SIDECAR_PARALLEL_MIN_MB", "SIDECAR_WORKERS", "add_common", "add_durable", "add_reading",
-           "add_tracing", "megabytes", "parse_since", "price_file", "worker_count"]
+__all__ = ["BACKFILL_PARALLEL_MIN_MB", "REPORT_PARALLEL_MIN_MB", "SIDECAR_PARALLEL_MIN_MB", "SIDECAR_WORKERS",
+           "add_common", "add_durable", "add_reading", "add_tracing", "megabytes", "parse_since", "price_file",
+           "worker_count"]
 
 
 def parse_since(value: str, now: float | None = None) -> int:
@@ -49,9 +50,14 @@ def price_file(path: str) -> dict[str, Price]:
 # run and one worker, whatever the size of the history and the number of cores; and by that worker
 # from a small size on, since what ccotel run reads itself stays in its memory for as long as it runs
 # (the allocator keeps the pages) where a worker's is given back when it ends. A backfill, run to be
-# done with, takes the cores (shard.default_workers) and reads a small history itself.
+# done with, takes the cores (shard.default_workers) and reads a small history itself: below its
+# threshold, starting worker processes costs more than they save.
 SIDECAR_WORKERS = 1
 SIDECAR_PARALLEL_MIN_MB = 16.0
+BACKFILL_PARALLEL_MIN_MB = 256.0
+# A report's readers are forked (shard.process_context): a second one costs little CPU to start, and
+# on two free cores a large history is read in clearly less time (bench/NOTES.md).
+REPORT_PARALLEL_MIN_MB = 64.0
 
 # more processes than this reads no faster on any machine ccotel runs beside Claude Code, and each
 # holds its own memory
@@ -104,7 +110,7 @@ def add_common(sp: argparse.ArgumentParser, sidecar: bool = False) -> None:
                     help="Claude config dir to read (repeatable; default $CLAUDE_CONFIG_DIR or ~/.claude)")
     sp.add_argument("--since", type=parse_since, default=None,
                     help="only turns started after this date or duration ago (2025-06-01, 7d, 12h)")
-    add_reading(sp, parallel_min_mb=SIDECAR_PARALLEL_MIN_MB if sidecar else 256.0, sidecar=sidecar)
+    add_reading(sp, parallel_min_mb=SIDECAR_PARALLEL_MIN_MB if sidecar else BACKFILL_PARALLEL_MIN_MB, sidecar=sidecar)
 
 
 def add_tracing(sp: argparse.ArgumentParser) -> None:

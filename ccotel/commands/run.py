@@ -132,8 +132,8 @@ def _catch_up_in_parallel(args: argparse.Namespace, progress: _Progress, close_a
 
     workers = default_workers() if args.workers is None else args.workers  # run's parser gives SIDECAR_WORKERS
     done = catch_up_in_parallel(options_of(args), location, args.traces_exporter,
-                                workers, progress, close_all=close_all, min_bytes=int(args.parallel_min_mb * 1e6),
-                                metrics=metrics, stopper=stopper, live=live, host=args.host_id)
+                                workers, min_bytes=int(args.parallel_min_mb * 1e6), progress=progress,
+                                close_all=close_all, metrics=metrics, stopper=stopper, live=live, host=args.host_id)
     end_resource_tracker()  # the workers and their counter are gone (and freed) once it returns
     if done is not None:
         log.info("%d process%s%s read %d files, %d lines and exported %d spans in %.1f s (%s s; peak RSS %s MB)%s",

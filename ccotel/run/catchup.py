@@ -47,12 +47,9 @@ from ccotel.store.backends import open_state
 if TYPE_CHECKING:
     from ccotel.run.livefirst import LiveFirst  # the watcher: not loaded by catch-up workers
 
-__all__ = ["CatchUpResult", "catch_up_in_parallel", "PARALLEL_MIN_BYTES"]
+__all__ = ["CatchUpResult", "catch_up_in_parallel"]
 
 log = logging.getLogger("ccotel.catchup")
-
-# Below this much to read, starting worker processes costs more than it saves.
-PARALLEL_MIN_BYTES = 256 << 20
 
 
 @dataclass
@@ -93,13 +90,14 @@ WORKER_JOB_BYTES = 256 << 20
 WORKER_STOP_GRACE_S = 1.2
 
 
-def catch_up_in_parallel(options: Options, state_dir: str, exporter: str, workers: int,
+def catch_up_in_parallel(options: Options, state_dir: str, exporter: str, workers: int, *, min_bytes: int,
                          progress: Callable[[int, int], None] | None = None, close_all: bool = False,
-                         min_bytes: int = PARALLEL_MIN_BYTES, metrics: bool = True,
+                         metrics: bool = True,
                          stopper: Any = None, live: LiveFirst | None = None,
                          host: str | None = None) -> CatchUpResult | None:
-    """Read the unread history in ``workers`` processes. None if it is too small to split (or
-    cannot be split: one shard); the caller's pipeline then reads it all, as it always does.
+    """Read the unread history in ``workers`` processes. None if it is too small to split (less
+    than ``min_bytes`` to read: the command's --parallel-min-mb) or cannot be split (one shard);
+    the caller's pipeline then reads it all, as it always does.
     ``metrics``: the caller keeps metrics (``ccotel run``), so the workers add to its counters.
     ``stopper`` (runner.Stopper): once it is set the workers are stopped and runner.Interrupted raised;
     any exception (``progress`` may raise one) stops them too before it goes on.

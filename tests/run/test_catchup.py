@@ -13,6 +13,7 @@ from pathlib import Path
 
 import orjson
 
+from ccotel.commands.options import BACKFILL_PARALLEL_MIN_MB
 from ccotel.export.sinks import ExportQueue, OtlpSink
 from ccotel.metrics.counters import Metrics
 from ccotel.run.catchup import catch_up_in_parallel
@@ -94,7 +95,8 @@ def test_fixtures_and_a_corpus_in_two_processes_equal_one(tmp_path, monkeypatch)
 
 def test_small_history_is_read_by_one_process(tmp_path, monkeypatch):
     root = load_fixture("s03_parallel_subagents").config_dir
-    assert catch_up_in_parallel(Options(roots=(str(root),)), str(tmp_path / "s"), "none", 4) is None
+    assert catch_up_in_parallel(Options(roots=(str(root),)), str(tmp_path / "s"), "none", 4,
+                                min_bytes=int(BACKFILL_PARALLEL_MIN_MB * 1e6)) is None
 
 
 def test_killed_workers_lose_nothing(tmp_path, monkeypatch):

@@ -9,7 +9,7 @@ import argparse
 import re
 import sys
 
-from ccotel.commands.options import add_durable, add_reading
+from ccotel.commands.options import REPORT_PARALLEL_MIN_MB, add_durable, add_reading
 from ccotel.commands.report.freshness import RACY_NS, REREAD_GRACE_NS, unchanged, written_since
 from ccotel.commands.report.kept import (
     answer_key,
@@ -100,9 +100,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-a", "--active", action="store_true", help="blocks: the active block only")
     parser.add_argument("--no-ledger", action="store_true",
                         help="read the transcripts only (history Claude Code deleted is then missing)")
-    # Readers are forked (shard.process_context): a second one costs little CPU to start, and on two
-    # free cores a large history is read in clearly less time (bench/NOTES.md).
-    add_reading(parser, parallel_min_mb=64.0)
+    add_reading(parser, parallel_min_mb=REPORT_PARALLEL_MIN_MB)
 
 
 def run(args: argparse.Namespace, now_ns: int | None = None, command_line: Sequence[str] | None = None) -> int:
