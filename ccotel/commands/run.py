@@ -199,8 +199,9 @@ def _metrics_server(args: argparse.Namespace, metrics: Metrics) -> None:
         return
     host, _, port = args.metrics_addr.rpartition(":")
     host = host.strip("[]") or "127.0.0.1"
-    serve(metrics, host, int(port))
-    log.info("metrics on http://%s:%s/metrics", host, port)
+    server, _thread = serve(metrics, host, int(port))
+    # the port bound (port 0: the one the system chose), and an IPv6 address in brackets, as a URL has it
+    log.info("metrics on http://%s:%d/metrics", f"[{host}]" if ":" in host else host, server.server_port)
 
 
 def cmd_run(args: argparse.Namespace, stopper: Stopper | None = None) -> int:

@@ -106,6 +106,7 @@ def test_ccotel_run_keeps_no_helper_process_after_its_catch_up(tmp_path):
     import os
     import subprocess
     import sys
+    import urllib.request
 
     from bench.corpus import generate
     from tests.run.test_signals import children, wait_until
@@ -122,6 +123,10 @@ def test_ccotel_run_keeps_no_helper_process_after_its_catch_up(tmp_path):
         assert wait_until(lambda: "following live" in log.read_text(), 60, 0.1), log.read_text()
         text = log.read_text()
         assert re.search(r"2 processes.* read ", text), text  # the history was read by spawned workers
+        # the log names the port the system chose for port 0, and /metrics answers there
+        port = int(re.search(r"metrics on http://127\.0\.0\.1:(\d+)/metrics", text).group(1))  # type: ignore[union-attr]
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
+            assert b"ccotel_build_info" in answer.read()
         assert wait_until(lambda: not children(proc.pid), 5, 0.1), [
             open(f"/proc/{pid}/cmdline").read().replace("\0", " ") for pid in children(proc.pid)]
     finally:
