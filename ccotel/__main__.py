@@ -11,7 +11,23 @@ def main(argv: list[str] | None = None) -> int:
     """The command (``argv`` None: sys.argv's, and a kept report answer ends the process once it is
     written), or a caller's ``argv`` (the exit code is returned in every case)."""
     command = argv is None
-    argv = sys.argv[1:] if argv is None else argv
+    try:
+        return _main(sys.argv[1:] if argv is None else argv, command)
+    except KeyboardInterrupt:
+        if not command:
+            raise
+        # Ctrl-C in a command that reads (report, trace, sessions, ...): it ends as an unhandled
+        # SIGINT does (130 in a shell), without a traceback. run and backfill stop by their own
+        # handler (stopping.Stopper) and never get here.
+        import signal  # (its enum is a cost the status line does not pay)
+
+        from ccotel.run.stopping import die
+
+        die(signal.SIGINT)
+        raise
+
+
+def _main(argv: list[str], command: bool) -> int:
     if argv[:1] == ["statusline"] and "-h" not in argv and "--help" not in argv:
         from ccotel.commands.statusline.line import main as statusline
 

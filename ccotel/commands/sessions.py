@@ -34,6 +34,7 @@ from ccotel.commands.check import CheckError, Health, check_session
 from ccotel.commands.report.usage import session_usage
 from ccotel.commands.terminal import dollars, fit_with_path, left_cut, short_model, stdout_console
 from ccotel.read.layout import SessionIdError, default_roots, resolve_session_id
+from ccotel.read.regular import open_regular
 from ccotel.read.shard import Group
 from ccotel.records import FileKind, SpanRecord, StatusCode, TranscriptFile
 from ccotel.run.pipeline import Options, Pipeline, discover, session_groups
@@ -470,7 +471,7 @@ def _last_record_ns(ref: SessionRef, tail: int = 32_768) -> int:
     newest = 0
     for path in ref.main_paths:
         try:
-            with open(path, "rb") as fh:
+            with open_regular(path) as fh:
                 fh.seek(max(0, os.fstat(fh.fileno()).st_size - tail))
                 chunk = fh.read(tail)
         except OSError:

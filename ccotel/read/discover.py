@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, TypeAlias
 
 from ccotel.read.layout import AGENT_PREFIX, SUBAGENTS, agent_meta, projects_dir
 from ccotel.read.parse_time import parse_timestamp
+from ccotel.read.regular import open_regular
 from ccotel.records import FileKind, TranscriptFile
 
 if TYPE_CHECKING:  # types only: tail.py loads the parser, shard.py multiprocessing (a cached report needs neither)
@@ -327,7 +328,7 @@ def time_span(path: str) -> tuple[int, int]:
     (two 64 KiB reads and their split, per session, were a visible share of a one-process backfill
     of 2.1.330-shaped history, and are paid in the catch-up's planning before any worker starts)."""
     try:
-        with open(path, "rb", buffering=0) as f:
+        with open_regular(path, buffering=0) as f:
             fd = f.fileno()
             size = os.fstat(fd).st_size
             first = _first_stamp(fd, size)

@@ -22,6 +22,7 @@ import orjson
 
 from ccotel.read.discover import readable_under
 from ccotel.read.layout import main_transcripts, projects_dir
+from ccotel.read.regular import open_regular
 from ccotel.rules import transcript as rules
 
 __all__ = ["Evidence", "HistoryIndex", "known_sessions", "is_session_id", "retention_of",
@@ -51,7 +52,7 @@ def _load(root: str, path: str) -> object:
     if not readable_under(root, path):  # a symlink out of the root: not read (counted, said)
         return None
     try:
-        with open(path, "rb") as f:
+        with open_regular(path) as f:
             return orjson.loads(f.read(_MAX_JSON))
     except (OSError, orjson.JSONDecodeError):
         return None
@@ -84,7 +85,7 @@ class HistoryIndex:
             size = os.path.getsize(self.path)
             if size < self.offset:  # rewritten: read again
                 self.offset, self.last = 0, {}
-            with open(self.path, "rb") as f:
+            with open_regular(self.path) as f:
                 f.seek(self.offset)
                 data = f.read()
         except OSError:

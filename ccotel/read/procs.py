@@ -16,6 +16,7 @@ from typing import Any
 import orjson
 
 from ccotel.read.discover import readable_under
+from ccotel.read.regular import open_regular
 
 __all__ = ["PROC_LOCKS", "Proc", "any_alive", "below", "cmdline", "flock_holders", "peak_rss_kb", "pid_alive",
            "proc_start", "read_session_pids", "session_files", "start_wall_ns"]
@@ -39,7 +40,7 @@ def session_files(roots: tuple[str, ...]) -> list[tuple[str, dict[str, Any]]]:
             if not name.endswith(".json") or not readable_under(root, path):  # a symlink out of the root: not read
                 continue
             try:
-                with open(path, "rb") as f:
+                with open_regular(path) as f:
                     doc = orjson.loads(f.read(1 << 16))
             except (OSError, orjson.JSONDecodeError):
                 continue

@@ -14,10 +14,12 @@ groups keep their global (oldest first) order.
 from __future__ import annotations
 
 import os
+import signal
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from ccotel.read.regular import open_regular
 from ccotel.records import FileKind, TranscriptFile
 
 if TYPE_CHECKING:  # multiprocessing is loaded when processes are started: a backfill in one process never does
@@ -39,7 +41,7 @@ def head_keys(path: str, first: int = 1 << 16, limit: int = 4 << 20) -> list[tup
     prompt is long). Neither found: ("unknown", ""), which puts all such sessions together."""
     keys: dict[str, str] = {}
     try:
-        with open(path, "rb") as f:
+        with open_regular(path) as f:
             head = f.read(first)
             while True:
                 for kind, needle in (("uuid", b'"uuid":"'), ("message", b'"id":"msg_')):
@@ -174,7 +176,9 @@ def _take_jobs(jobs: Sequence[_J], taken: Any, read: Callable[..., _R],
 
 def _work(jobs: Sequence[_J], taken: Any, send: Connection, read: Callable[..., _R], args: tuple[Any, ...]) -> None:
     """A worker process: jobs until none is left, then all its results at once (sent one by one,
-    a result would wait in the pipe until the parent, reading too, came to take it)."""
+    a result would wait in the pipe until the parent, reading too, came to take it). Ctrl-C is the
+    parent's to act on (it ends the readers): a reader of its own would print a traceback each."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         send.send((True, list(_take_jobs(jobs, taken, read, args))))
     except Exception as exc:  # noqa: BLE001 - handed to the parent, which raises it

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 from ccotel.hashing import blake2b
 from ccotel.read.parse import is_complete_json
+from ccotel.read.regular import open_regular, opener
 from ccotel.records import RawLine
 
 __all__ = ["FileIdentity", "Marker", "Tailer", "ReadResult", "identity_of", "lines_with"]
@@ -93,7 +94,7 @@ def _fingerprint(fd: int, length: int) -> tuple[int, str] | None:
 
 def identity_of(path: str, st: os.stat_result | None = None) -> FileIdentity | None:
     try:
-        with open(path, "rb") as f:
+        with open_regular(path) as f:
             return _identity(f.fileno(), st or os.fstat(f.fileno()))
     except OSError:
         return None
@@ -152,7 +153,7 @@ class Tailer:
         1 MiB buffer per read, and a second read to see the end)."""
         res = ReadResult()
         try:
-            f = open(self.path, "rb", buffering=0, opener=_open_nonblocking)
+            f = open(self.path, "rb", buffering=0, opener=opener)  # noqa: SIM115 - closed below
         except FileNotFoundError:
             res.gone = True
             return res
@@ -322,11 +323,6 @@ class Tailer:
         res.lines.append(RawLine(start, end, data))
 
 
-def _open_nonblocking(path: str, flags: int) -> int:
-    """open()'s opener: what is not a regular file (a FIFO named like a transcript) never blocks the open."""
-    return os.open(path, flags | os.O_NONBLOCK)
-
-
 def _pread_exactly(fd: int, size: int, offset: int) -> bytes:
     """``size`` bytes from ``offset`` (fewer only at the end of the file)."""
     parts = []
@@ -345,7 +341,7 @@ def lines_with(path: str, needle: bytes, max_line_bytes: int, chunk_size: int = 
     over 4 MiB chunks: the other lines cost no Python work at all. A line longer than the limit
     is skipped with bounded memory (as the tail stage does); a last line may lack its newline."""
     try:
-        f = open(path, "rb")
+        f = open_regular(path)
     except OSError:
         return
     with f:

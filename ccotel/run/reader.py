@@ -26,6 +26,7 @@ from ccotel.read.drift import FormatDrift
 from ccotel.read.layout import projects_dir
 from ccotel.read.parse import parse_line
 from ccotel.read.parse_fast import fast_entry
+from ccotel.read.regular import open_regular
 from ccotel.read.tail import ReadResult, Tailer, lines_with
 from ccotel.records import Entry, TranscriptFile
 from ccotel.rules import transcript as rules
@@ -178,7 +179,7 @@ class Reader:
             self.error("path_outside_root")
             return
         try:
-            with open(tf.meta_path, "rb", buffering=0) as f:
+            with open_regular(tf.meta_path, buffering=0) as f:
                 st = os.fstat(f.fileno())
                 # Its size (and some room to grow), at most 1 MiB: read(1 MiB) allocated 1 MiB
                 # for each of a history's few-hundred-byte metas, most of the time such a read took.
@@ -269,7 +270,7 @@ class Reader:
             if end < 0:  # the file itself (unreadable): once until it reads again
                 if not state.unreadable:
                     state.unreadable = True
-                    self.error(err)
+                    self.error(err, state.tf.path)
             else:
                 self.error(err, f"{state.tf.path}@{end}", count=end > state.read_to)
         if "unreadable" in res.errors:

@@ -36,6 +36,7 @@ from ccotel.hashing import blake2b
 from ccotel.read.discover import within_root
 from ccotel.read.layout import agent_transcript, main_transcripts, subagents_dir
 from ccotel.read.parse_time import parse_timestamp
+from ccotel.read.regular import open_regular
 from ccotel.read.tail import Tailer
 
 __all__ = [
@@ -265,7 +266,7 @@ class Matcher:
         that id as parent_tool_use_id)."""
         meta_path = path[: -len(".jsonl")] + ".meta.json"
         try:
-            with open(meta_path, "rb") as f:
+            with open_regular(meta_path) as f:
                 meta = orjson.loads(f.read(1 << 20))
         except (OSError, orjson.JSONDecodeError):
             return  # not written yet, or being written: tried again at the next read

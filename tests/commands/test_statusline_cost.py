@@ -373,6 +373,7 @@ ALLOWED = {  # what ``ccotel statusline`` may load past Python's start (the stdl
     "ccotel.commands.statusline.fastjson",
     "ccotel.commands.statusline.session", "ccotel.commands.statusline.price", "ccotel.rules", "ccotel.rules.model_name",
     "ccotel.rules.blocks", "ccotel.store", "ccotel.store.ledger_peek", "ccotel.store.private_file",
+    "ccotel.read", "ccotel.read.regular", "errno",  # (a transcript is opened only if it is a regular file)
     "__future__", "_json", "_sqlite3",
 } | {  # what _sqlite3 loads itself (its statement cache is functools.lru_cache)
     "functools", "_functools", "collections", "_collections", "itertools", "keyword", "operator", "_operator",

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 
 from ccotel.commands.statusline.fastjson import loads, save
+from ccotel.read.regular import open_regular
 from ccotel.rules.model_name import reported_model
 
 TYPE_CHECKING = False  # typing is not loaded for the status line: mypy reads this block, Python does not
@@ -175,7 +176,7 @@ def _read_file(path: str, state: list[Any] | None, calls: dict[str, _Call], pend
     """Read ``path`` from where the last run stopped; its new [inode, offset, last message id,
     last key] (None: unreadable)."""
     try:
-        with open(path, "rb") as f:
+        with open_regular(path) as f:
             st = os.fstat(f.fileno())
             same = bool(state) and state[0] == st.st_ino and state[1] <= st.st_size  # type: ignore[index]
             offset = state[1] if same else 0  # type: ignore[index]

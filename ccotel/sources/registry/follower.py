@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 
+from ccotel.read.regular import open_regular
 from ccotel.records import SpanRecord
 from ccotel.sources.registry.agents import Agent, Outcome, agent_times, settled, waits_for_entry
 from ccotel.sources.registry.files import (
@@ -141,7 +142,7 @@ class Registry:
         retry_same = sig == self._pids_sig
         self._pids_sig = sig
         try:
-            with open(self.pids_path, "rb") as f:
+            with open_regular(self.pids_path) as f:
                 data = f.read(JSON_BYTES + 1)
         except OSError:
             self._bad("unreadable", once=retry_same)
@@ -204,7 +205,7 @@ class Registry:
         retry_same = sig == agent.md_sig
         agent.md_sig, agent.md_mtime_ns = sig, sig[2]
         try:
-            with open(agent.md_path, "rb") as f:
+            with open_regular(agent.md_path) as f:
                 head = f.read(HEAD_BYTES)
         except OSError:
             self._bad("unreadable", once=retry_same)

@@ -10,6 +10,7 @@ from typing import Any, Protocol
 from ccotel.assemble import ids
 from ccotel.read.layout import main_transcripts
 from ccotel.read.parse import parse_line
+from ccotel.read.regular import open_regular
 from ccotel.records import SpanKind, SpanRecord, StatusCode
 from ccotel.rules import transcript as rules
 from ccotel.sources.registry.agents import (
@@ -146,7 +147,7 @@ def first_turn(roots: tuple[str, ...], session_id: str, since_ns: int | None) ->
 
 def _first_prompt(path: str, session_id: str, since_ns: int | None) -> tuple[int, int] | None:
     try:
-        with open(path, "rb") as f:
+        with open_regular(path) as f:
             data = f.read(_MAX_TRANSCRIPT_BYTES)
     except OSError:
         return None

@@ -1,0 +1,43 @@
+"""Opening a file found under a root: only a regular file is read.
+
+Anything can sit under a config dir with a transcript's or a session file's name: a FIFO there
+made a plain ``open`` wait for a writer that never came (``ccotel report``, ``backfill``,
+``sessions`` and ``trace`` hung on it), and a device or socket is no transcript either. The open
+never blocks (``O_NONBLOCK``, which changes nothing for a regular file) and anything else is an
+``OSError`` like a missing file, so each caller's existing "cannot be read" path takes it.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without typing's import, a cost the status line does not pay
+if TYPE_CHECKING:
+    from typing import BinaryIO
+
+__all__ = ["NotRegularFile", "open_regular", "opener"]
+
+
+class NotRegularFile(OSError):
+    """The path names a FIFO, socket, device or directory: not read."""
+
+
+def opener(path: str, flags: int) -> int:
+    """``open()``'s opener: a descriptor of a regular file, opened without blocking."""
+    fd = os.open(path, flags | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        mode = os.fstat(fd).st_mode
+    except OSError:
+        os.close(fd)
+        raise
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise NotRegularFile(errno.EINVAL, "not a regular file", path)
+    return fd
+
+
+def open_regular(path: str, buffering: int = -1) -> BinaryIO:
+    """``open(path, "rb", buffering)`` of a regular file; OSError for anything else."""
+    return open(path, "rb", buffering=buffering, opener=opener)  # noqa: SIM115 - the caller's with
