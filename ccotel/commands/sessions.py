@@ -33,6 +33,7 @@ from ccotel.assemble.closing import Timeouts
 from ccotel.commands.check import CheckError, Health, check_session
 from ccotel.commands.report.usage import session_usage
 from ccotel.commands.terminal import dollars, fit_with_path, left_cut, short_model, stdout_console
+from ccotel.read.discover import SkipWarning
 from ccotel.read.layout import SessionIdError, default_roots, resolve_session_id
 from ccotel.read.regular import open_regular
 from ccotel.read.shard import Group
@@ -150,7 +151,7 @@ class SessionSummary:
 
 def session_refs(roots: Sequence[str], since_ns: int | None = None) -> list[SessionRef]:
     """Every session with a main transcript under the roots (those written since ``since_ns``)."""
-    files = discover(Options(roots=tuple(roots), since_ns=since_ns), {})
+    files = discover(Options(roots=tuple(roots), since_ns=since_ns), {}, SkipWarning())
     groups = session_groups(files)
     mains: dict[str, list[tuple[str, TranscriptFile]]] = {}
     for group in groups:

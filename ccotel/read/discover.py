@@ -9,6 +9,7 @@ Nothing outside a root is ever read: symlinks are resolved and checked.
 
 from __future__ import annotations
 
+import errno
 import functools
 import logging
 import os
@@ -19,7 +20,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeAlias
 
-from ccotel.read.layout import AGENT_PREFIX, SUBAGENTS, agent_meta, projects_dir
+from ccotel.read.layout import AGENT_PREFIX, SUBAGENTS, agent_meta, is_utf8, projects_dir
 from ccotel.read.parse_time import parse_timestamp
 from ccotel.read.regular import open_regular
 from ccotel.records import FileKind, TranscriptFile
@@ -29,7 +30,7 @@ if TYPE_CHECKING:  # types only: tail.py loads the parser, shard.py multiprocess
     from ccotel.read.tail import FileIdentity, Marker
 
 __all__ = ["classify", "scan", "ScanCache", "within_root", "find", "unread_bytes", "session_groups",
-           "group_files",
+           "group_files", "PathNotUtf8", "SkipWarning",
            "time_span", "Checkpoint", "size_of", "mtime_ns", "readable_under", "outside_root", "PATH_OUTSIDE_ROOT"]
 
 log = logging.getLogger("ccotel.read")
@@ -44,6 +45,36 @@ def within_root(root: str, path: str) -> bool:
     real_root = _real_root(root)
     real = _realpath(path)
     return real == real_root or real.startswith(real_root.rstrip(os.sep) + os.sep)
+
+
+class PathNotUtf8(OSError):
+    """A file or directory under a root whose name is not UTF-8 (os.fsdecode gave it surrogates):
+    no checkpoint, ledger row, span or JSON output can hold its path, so it is not read, and it is
+    counted (``path_not_utf8``) where unreadable directories are. Claude Code names its files from
+    ids and a cwd made ASCII: such a name was put there by something else."""
+
+    reason = "path_not_utf8"
+
+    def __init__(self, path: str) -> None:
+        super().__init__(errno.EILSEQ, "its name is not UTF-8", path)
+
+
+class SkipWarning:
+    """``scan``'s on_error for a command that counts nothing (report, sessions): each directory or
+    name it skips is said once, so that output lacking its sessions says why. ``ccotel run``
+    counts them instead (Pipeline.unreadable_dir)."""
+
+    _MOST = 1024  # said at most this many times (a tree of unreadable directories)
+
+    def __init__(self) -> None:
+        self._said: set[str] = set()
+
+    def __call__(self, exc: OSError) -> None:
+        where = str(exc.filename or exc)
+        if where in self._said or len(self._said) >= self._MOST:
+            return
+        self._said.add(where)
+        log.warning("skipped %s (%s): what it holds is not in this output", where, exc.strerror or exc)
 
 
 PATH_OUTSIDE_ROOT = "path_outside_root"  # the reason a file under a root that leads out of it is not read
@@ -119,6 +150,9 @@ def _relative(root: str, path: str) -> str:
 
 
 def classify(root: str, path: str) -> TranscriptFile | None:
+    """What ``path`` is under ``root`` (None: no transcript, or a name that is not UTF-8)."""
+    if not is_utf8(path):
+        return None
     rel = _relative(root, path)
     if rel.startswith(".."):
         return None
@@ -240,11 +274,15 @@ def _listing(root: str, dirpath: str, cache: ScanCache | None,
     subdirs: list[str] = []
     files: list[tuple[str, bool, str]] = []  # (name, is a symlink, path: os.path.join's, made by scandir)
     for entry in entries:
+        name = entry.name
+        if not is_utf8(name):  # counted if it could be a transcript or hold some
+            if on_error is not None and (name.endswith(".jsonl") or _is_dir(entry)):
+                on_error(PathNotUtf8(entry.path))
+            continue
         try:
             is_dir = entry.is_dir()
         except OSError:
             is_dir = False
-        name = entry.name
         # is_symlink: from the listing itself (d_type), no stat; a file not named *.jsonl is no transcript
         if is_dir:
             if not entry.is_symlink():
@@ -253,6 +291,13 @@ def _listing(root: str, dirpath: str, cache: ScanCache | None,
             files.append((name, entry.is_symlink(), entry.path))
     return _Listing(ino, mtime, listed_ns, tuple(sorted(subdirs)),
                     tuple(_transcripts(root, dirpath, files)))
+
+
+def _is_dir(entry: os.DirEntry[str]) -> bool:
+    try:
+        return entry.is_dir(follow_symlinks=False)
+    except OSError:
+        return False
 
 
 def size_of(path: str) -> int:

@@ -21,7 +21,8 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Sequence
 
 __all__ = ["AGENT_PREFIX", "META_SUFFIX", "SESSION_ID", "SUBAGENTS", "AmbiguousSession", "SessionIdError",
-           "UnknownSession", "agent_meta", "agent_transcript", "default_roots", "main_transcripts", "match_session_id",
+           "UnknownSession", "agent_meta", "agent_transcript", "default_roots", "is_utf8", "main_transcripts",
+           "match_session_id",
            "project_dir_of", "projects_dir", "resolve_session_id", "session_ids", "subagents_dir"]
 
 PROJECTS = "projects"
@@ -50,6 +51,19 @@ def projects_dir(root: str) -> str:
     return os.path.join(root, PROJECTS)
 
 
+def is_utf8(name: str) -> bool:
+    """A name (or path) as os.fsdecode gave it encodes to UTF-8: it holds no surrogate-escaped
+    byte. A file or directory whose name does not is not read (discover.PathNotUtf8): no
+    checkpoint, ledger row, span or JSON output could hold its path."""
+    if name.isascii():
+        return True
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def main_transcripts(roots: Sequence[str], session_id: str) -> Iterator[tuple[str, str]]:
     """(root, path) of each ``projects/<dir>/<id>.jsonl`` of the session, roots in order and their
     project directories by name, each looked for only when the one before has been taken."""
@@ -61,7 +75,7 @@ def main_transcripts(roots: Sequence[str], session_id: str) -> Iterator[tuple[st
             continue
         for d in dirs:
             path = os.path.join(projects, d, f"{session_id}.jsonl")
-            if os.path.isfile(path):
+            if is_utf8(d) and os.path.isfile(path):
                 yield root, path
 
 
@@ -86,13 +100,13 @@ def session_ids(roots: Sequence[str]) -> set[str]:
             dirs = os.listdir(projects)
         except OSError:
             continue
-        for d in dirs:
+        for d in filter(is_utf8, dirs):
             try:
                 names = os.listdir(os.path.join(projects, d))
             except OSError:  # a file, or unreadable
                 continue
             ids.update(n[: -len(".jsonl")] for n in names
-                       if n.endswith(".jsonl") and not n.startswith(AGENT_PREFIX))
+                       if n.endswith(".jsonl") and not n.startswith(AGENT_PREFIX) and is_utf8(n))
     return ids
 
 

@@ -33,7 +33,7 @@ from ccotel.assemble.model import AgentRun, Call, Correction, Finished, Owner, T
 from ccotel.export.result import ExportResult
 from ccotel.metrics import events
 from ccotel.metrics.counters import DEFAULT_MAX_LABEL_VALUES, Metrics
-from ccotel.read.discover import Checkpoint, ScanCache, find, scan, session_groups, unread_bytes
+from ccotel.read.discover import Checkpoint, PathNotUtf8, ScanCache, find, scan, session_groups, unread_bytes
 from ccotel.read.shard import Group
 from ccotel.records import FileKind, SpanRecord, TranscriptFile
 from ccotel.rules import transcript as rules
@@ -547,7 +547,7 @@ class Pipeline:
         where = str(getattr(exc, "filename", None) or exc)
         if where not in self._unreadable_dirs:
             self._unreadable_dirs.add(where)
-            self.reader.error("unreadable_dir", where)
+            self.reader.error(exc.reason if isinstance(exc, PathNotUtf8) else "unreadable_dir", where)
 
     def gauges(self) -> dict[str, float]:
         """Read by the metrics server's thread while the pipeline thread reads files: each value

@@ -18,7 +18,7 @@ import orjson
 
 from ccotel.commands.doctor.wording import why
 from ccotel.read.discover import classify, within_root
-from ccotel.read.layout import projects_dir
+from ccotel.read.layout import is_utf8, projects_dir
 from ccotel.records import FileKind
 
 __all__ = ["RootState", "Sample", "Denied", "RootScan", "scan_root", "read_tail", "TAIL_BYTES", "MAX_TAIL_BYTES",
@@ -62,6 +62,7 @@ class RootScan:
     subagents: int = 0  # 2.1.x subagents/ files and 2.0.x flat agent files
     denied: tuple[Denied, ...] = ()  # directories and files that could not be read
     outside: tuple[str, ...] = ()  # symlinks leaving the root: never read
+    not_utf8: tuple[str, ...] = ()  # directories and transcripts whose name is not UTF-8: never read (shown escaped)
     samples: tuple[tuple[str, tuple[Sample, ...]], ...] = ()  # (transcript, its newest lines)
     unparsed: int = 0  # sampled lines that are not one JSON object (a line being written, glued objects)
 
@@ -81,6 +82,7 @@ def scan_root(root: str) -> RootScan:
         return RootScan(root, RootState.NO_PROJECTS)
     denied: list[Denied] = []
     outside: list[str] = []
+    not_utf8: list[str] = []
     samples: list[tuple[str, tuple[Sample, ...]]] = []
     counts = {FileKind.MAIN: 0, FileKind.SUBAGENT: 0, FileKind.FLAT_AGENT: 0}
     unparsed = 0
@@ -89,9 +91,14 @@ def scan_root(root: str) -> RootScan:
         denied.append(Denied(str(exc.filename), True, why(exc)))
 
     for dirpath, dirnames, filenames in os.walk(projects, onerror=walk_error, followlinks=False):
-        dirnames.sort()
+        not_utf8 += [_shown(os.path.join(dirpath, d)) for d in dirnames if not is_utf8(d)]
+        dirnames[:] = sorted(filter(is_utf8, dirnames))  # discover does not enter them either
         for name in sorted(filenames):
             path = os.path.join(dirpath, name)
+            if not is_utf8(name):
+                if name.endswith(".jsonl"):
+                    not_utf8.append(_shown(path))
+                continue
             tf = classify(root, path) if name.endswith(".jsonl") else None
             if tf is None:
                 continue
@@ -111,7 +118,12 @@ def scan_root(root: str) -> RootScan:
             samples.append((path, sampled))
     return RootScan(root, RootState.OK, sessions=counts[FileKind.MAIN],
                     subagents=counts[FileKind.SUBAGENT] + counts[FileKind.FLAT_AGENT], denied=tuple(denied),
-                    outside=tuple(outside), samples=tuple(samples), unparsed=unparsed)
+                    outside=tuple(outside), samples=tuple(samples), unparsed=unparsed, not_utf8=tuple(not_utf8))
+
+
+def _shown(path: str) -> str:
+    """A path whose name is not UTF-8 as it can be printed and put in JSON: its bytes, escaped."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
 
 
 def read_tail(path: str, size: int = TAIL_BYTES, max_size: int = MAX_TAIL_BYTES,

@@ -29,7 +29,7 @@ from ccotel.commands.report.read_cache import (
 from ccotel.commands.report.read_options import ReadOptions
 from ccotel.commands.report.rows import CallSums, Data, Summed
 from ccotel.commands.report.summary import call_sums, merge_sums, place_items
-from ccotel.read.discover import find, group_files, time_span
+from ccotel.read.discover import SkipWarning, find, group_files, time_span
 from ccotel.store.ledger import SLOT_NS, CallRow
 
 # The transcript reader (transcripts.py: the parser, the shard planner, multiprocessing) is loaded
@@ -52,7 +52,7 @@ def read_transcripts(options: ReadOptions, workers: int | None, parallel_min_byt
     """Every call of the transcripts, summed (``Data.summed``), or listed (``calls``: the blocks
     view); read through the report cache in ``cache_dir`` (None: no cache)."""
     cached = load(cache_dir) if cache_dir else {}
-    files = find(options.roots, options.since_ns, {})
+    files = find(options.roots, options.since_ns, {}, SkipWarning())
     keys = {(root, tf.path): file_key(root, tf.path) for root, tf in files}  # before anything is read
     # Each group's entry holds the time span of its first file (the groups' order: session_groups'),
     # taken where the group is read: the groups are put in order once all are there.

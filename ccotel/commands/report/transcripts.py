@@ -26,7 +26,7 @@ from ccotel.commands.report.freshness import REREAD_GRACE_NS
 from ccotel.commands.report.read_options import ReadOptions
 from ccotel.commands.report.rows import Data
 from ccotel.commands.report.usage import SessionUsage, UsageTuple, session_usage
-from ccotel.read.discover import find, session_groups, unread_bytes
+from ccotel.read.discover import SkipWarning, find, session_groups, unread_bytes
 from ccotel.read.parse import parse_line
 from ccotel.read.parse_fast import _JUsage
 from ccotel.read.parse_time import parse_timestamp
@@ -362,7 +362,7 @@ def read_rows(options: Options | ReadOptions, workers: int | None, parallel_min_
     """Every call of the transcripts (of the files ``keep`` accepts), merged, in time order:
     (key, group index, session, usage, is API error, model, first ns, last ns, cost, project, cwd)."""
     pricing = options.pricing
-    files = find(options.roots, options.since_ns, {})
+    files = find(options.roots, options.since_ns, {}, SkipWarning())
     if keep is not None:
         files = [(root, tf) for root, tf in files if keep(tf)]
     groups = session_groups(files)
