@@ -76,6 +76,7 @@ DETAILS: dict[str, str] = {
     "ccotel_parse_errors_total":
         "`reason`: `malformed_json`, `invalid_utf8`, `nul_bytes`, `line_too_long`, `bad_field`, `bad_timestamp`, "
         "`not_an_object`, `unreadable` (a file), `unreadable_dir` (a directory under a root; once per directory), "
+        "`path_not_utf8` (a directory or transcript whose name is not UTF-8; once each), "
         "`path_outside_root`, `bad_meta_json`; the hook spool's: `hook_malformed_json`, `hook_not_an_object`, "
         "`hook_bad_field`. A bad line is one error, of the first reason found in it.",
     "ccotel_checkpoint_errors_total":
