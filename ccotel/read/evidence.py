@@ -23,6 +23,7 @@ import orjson
 from ccotel.read.discover import readable_under
 from ccotel.read.layout import main_transcripts, projects_dir
 from ccotel.read.regular import open_regular
+from ccotel.read.tree import walk
 from ccotel.rules import transcript as rules
 
 __all__ = ["Evidence", "HistoryIndex", "known_sessions", "is_session_id", "retention_of",
@@ -175,7 +176,7 @@ def _mtime(path: str) -> float | None:
 def _newest_mtime(path: str) -> float | None:
     """The newest mtime under a remnant dir (bounded walk: a few levels, what the CLI writes)."""
     newest = _mtime(path)
-    for dirpath, dirs, files in os.walk(path):
+    for dirpath, dirs, files in walk(path):
         if dirpath.count(os.sep) - path.count(os.sep) > 3:
             dirs[:] = []
         for n in files:

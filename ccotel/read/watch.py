@@ -26,6 +26,7 @@ from watchdog.observers.api import BaseObserver
 from watchdog.observers.polling import PollingObserver
 
 from ccotel.read.layout import projects_dir
+from ccotel.read.tree import walk
 
 __all__ = ["Watcher"]
 
@@ -72,6 +73,7 @@ class _InotifyTree:
         self._stop_r, self._stop_w = os.pipe()
         self._thread = threading.Thread(target=self._run, name="ccotel-inotify", daemon=True)
         self._warned = False
+        self._failed = False  # an event's handling raised (said once)
         self.unreadable: list[OSError] = []  # directories inotify refused (EACCES): left out, to be counted
         self.gap_s = _READ_GAP_S  # set by the pipeline's thread (Watcher.space_batches)
 
@@ -83,7 +85,7 @@ class _InotifyTree:
         self._add(top)
         if is_top:
             self._tops.append(top)
-        for dirpath, dirnames, _files in os.walk(top):
+        for dirpath, dirnames, _files in walk(top):
             for d in dirnames:
                 try:
                     self._add(os.path.join(dirpath, d))
@@ -135,15 +137,20 @@ class _InotifyTree:
                 return  # closed
             dirty: set[str] = set()
             gone: set[str] = set()
-            for ev in _parse_events(data):
-                self._event(ev.wd, ev.mask, ev.name, dirty, gone)
+            try:
+                for ev in _parse_events(data):
+                    self._event(ev.wd, ev.mask, ev.name, dirty, gone)
+            except Exception:  # noqa: BLE001 - this thread must live on: without it nothing new is seen
+                if not self._failed:
+                    self._failed = True
+                    log.exception("inotify events could not be handled; the periodic rescan finds what they named")
             if dirty:
                 self._mark(dirty, gone)
 
     def _event(self, wd: int, mask: int, name: str, dirty: set[str], gone: set[str]) -> None:
         if mask & self._OVERFLOW:  # events were lost: every file and directory is looked at again
             for top in list(self._tops):
-                for dirpath, _dirs, files in os.walk(top):
+                for dirpath, _dirs, files in walk(top):
                     dirty.add(dirpath)
                     dirty.update(os.path.join(dirpath, f) for f in files)
             return

@@ -35,6 +35,7 @@ from ccotel.metrics import events
 from ccotel.metrics.counters import DEFAULT_MAX_LABEL_VALUES, Metrics
 from ccotel.read.discover import Checkpoint, PathNotUtf8, ScanCache, find, scan, session_groups, unread_bytes
 from ccotel.read.shard import Group
+from ccotel.read.tree import walk
 from ccotel.records import FileKind, SpanRecord, TranscriptFile
 from ccotel.rules import transcript as rules
 from ccotel.run.cyclic_gc import fewer_collections
@@ -521,7 +522,7 @@ class Pipeline:
         self.detectors.read(state)
 
     def _scan_dir(self, path: str) -> None:
-        for dirpath, _dirs, names in os.walk(path, followlinks=False, onerror=self.unreadable_dir):
+        for dirpath, _dirs, names in walk(path, self.unreadable_dir):
             for name in sorted(names):
                 full = os.path.join(dirpath, name)
                 if full.endswith(".jsonl") and full not in self.files:

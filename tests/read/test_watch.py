@@ -14,6 +14,7 @@ import pytest
 
 from ccotel.read import watch
 from ccotel.read.watch import Watcher
+from tests.support.deep_tree import make_deep, remove_deep
 
 
 def collect(w: Watcher, want: set[str], timeout_s: float = 5.0) -> set[str]:
@@ -237,3 +238,26 @@ def test_an_unreadable_directory_is_skipped_and_the_rest_stays_on_inotify(tree: 
         assert str(later) in collect(w, {str(later)})
     finally:
         w.stop()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="inotify is Linux's")
+def test_a_tree_deeper_than_the_recursion_limit_moved_in_leaves_the_watcher_watching(
+        tree: tuple[Path, Path], tmp_path: Path) -> None:
+    """Moved in whole, it is one event whose handling walks it: os.walk's RecursionError there
+    killed the inotify thread, and nothing written afterwards was seen."""
+    root, projects = tree
+    main, w = _watching_one_file(root, projects)
+    outside = tmp_path / "deep"
+    make_deep(outside)
+    try:
+        assert str(projects) in collect(w, {str(projects)})
+        os.rename(outside, projects / "-deep")
+        assert str(projects / "-deep") in collect(w, {str(projects / "-deep")})
+        with open(main, "ab") as f:
+            f.write(b'{"a": 1}\n')
+        assert str(main) in collect(w, {str(main)}, timeout_s=15.0)
+        assert w._tree is not None and w._tree._thread.is_alive()
+    finally:
+        w.stop()
+        remove_deep(projects / "-deep")
+        remove_deep(outside)

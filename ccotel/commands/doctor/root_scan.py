@@ -19,6 +19,7 @@ import orjson
 from ccotel.commands.doctor.wording import why
 from ccotel.read.discover import classify, within_root
 from ccotel.read.layout import is_utf8, projects_dir
+from ccotel.read.tree import walk
 from ccotel.records import FileKind
 
 __all__ = ["RootState", "Sample", "Denied", "RootScan", "scan_root", "read_tail", "TAIL_BYTES", "MAX_TAIL_BYTES",
@@ -90,7 +91,7 @@ def scan_root(root: str) -> RootScan:
     def walk_error(exc: OSError) -> None:
         denied.append(Denied(str(exc.filename), True, why(exc)))
 
-    for dirpath, dirnames, filenames in os.walk(projects, onerror=walk_error, followlinks=False):
+    for dirpath, dirnames, filenames in walk(projects, walk_error):
         not_utf8 += [_shown(os.path.join(dirpath, d)) for d in dirnames if not is_utf8(d)]
         dirnames[:] = sorted(filter(is_utf8, dirnames))  # discover does not enter them either
         for name in sorted(filenames):

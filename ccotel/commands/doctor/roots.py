@@ -70,8 +70,8 @@ def _root_findings(s: RootScan) -> list[Finding]:
     if s.not_utf8:
         out.append(Finding("roots", Level.WARN, s.root,
                            f"{counted(len(s.not_utf8), 'directory or transcript', 'directories or transcripts')} "
-                           "named in bytes that are not UTF-8; ccotel reads nothing there (ccotel run counts each in ccotel_parse_errors_total"
-                           f"{{reason=\"path_not_utf8\"}}): {listing(s.not_utf8)}",
+                           "named in bytes that are not UTF-8; ccotel reads nothing there (ccotel run counts each "
+                           f"in ccotel_parse_errors_total{{reason=\"path_not_utf8\"}}): {listing(s.not_utf8)}",
                            "rename them to UTF-8 (convmv -r -f latin1 -t utf8 --notest <dir>, with the right "
                            "source encoding), or move them out of the root",
                            {"not_utf8": list(s.not_utf8)}))
