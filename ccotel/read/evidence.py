@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from typing import BinaryIO
 
 import orjson
 
@@ -70,6 +71,12 @@ def transcripts_of(roots: tuple[str, ...], session_id: str) -> list[str]:
     return [path for _root, path in main_transcripts(roots, session_id)]
 
 
+# history.jsonl is read this much at a time; a line longer than the limit (a prompt with a huge
+# paste) is passed over: it gives one session's prompt time, and other lines give the rest.
+_HISTORY_PIECE = 1 << 20
+_HISTORY_LINE_MAX = 4 << 20
+
+
 class HistoryIndex:
     """``history.jsonl`` read incrementally (it only grows): session id -> newest prompt time (s)."""
 
@@ -80,29 +87,51 @@ class HistoryIndex:
         self.last: dict[str, float] = {}
 
     def update(self) -> dict[str, float]:
+        """The index with the whole lines written since the last call. Read a piece at a time: the
+        file is never swept and holds every pasted text, so a first read of it whole held its size
+        (and its lines again) in memory; a line longer than _HISTORY_LINE_MAX is passed over."""
         if not readable_under(self.root, self.path):  # checked at each read: the link may come later
             return self.last
         try:
-            size = os.path.getsize(self.path)
-            if size < self.offset:  # rewritten: read again
-                self.offset, self.last = 0, {}
             with open_regular(self.path) as f:
+                if os.fstat(f.fileno()).st_size < self.offset:  # rewritten: read again
+                    self.offset, self.last = 0, {}
                 f.seek(self.offset)
-                data = f.read()
+                self._read(f)
         except OSError:
-            return self.last
-        end = data.rfind(b"\n") + 1  # whole lines only
-        self.offset += end
-        for line in data[:end].splitlines():
-            try:
-                doc = orjson.loads(line)
-            except orjson.JSONDecodeError:
-                continue
-            if isinstance(doc, dict) and isinstance(sid := doc.get("sessionId"), str):
-                ts = doc.get("timestamp")
-                when = ts / 1000 if isinstance(ts, (int, float)) else 0.0
-                self.last[sid] = max(self.last.get(sid, 0.0), when)
+            pass
         return self.last
+
+    def _read(self, f: BinaryIO) -> None:
+        pos = self.offset  # the file position of the next piece
+        carry = b""  # the start of a line that no piece so far ended
+        skipping = False  # inside a line over the limit: up to its newline
+        while piece := f.read(_HISTORY_PIECE):
+            piece_start, pos = pos, pos + len(piece)
+            end = piece.rfind(b"\n") + 1
+            if not end:  # no line ends in this piece
+                skipping = skipping or len(carry) + len(piece) > _HISTORY_LINE_MAX
+                carry = b"" if skipping else carry + piece
+                continue
+            lines = (carry + piece[:end]).split(b"\n")
+            for line in lines[1:] if skipping else lines:  # (skipping: the first is the long line's end)
+                self._take(line)
+            self.offset = piece_start + end  # every line before it taken
+            carry, skipping = piece[end:], False
+            if len(carry) > _HISTORY_LINE_MAX:
+                carry, skipping = b"", True
+
+    def _take(self, line: bytes) -> None:
+        if not line:
+            return
+        try:
+            doc = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            return
+        if isinstance(doc, dict) and isinstance(sid := doc.get("sessionId"), str):
+            ts = doc.get("timestamp")
+            when = ts / 1000 if isinstance(ts, (int, float)) else 0.0
+            self.last[sid] = max(self.last.get(sid, 0.0), when)
 
 
 def known_sessions(roots: tuple[str, ...], histories: dict[str, HistoryIndex] | None = None) -> dict[str, Evidence]:
