@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from ccotel.commands import sessions
+from ccotel.commands.doctor import telemetry as doctor_telemetry
 from ccotel.commands.statusline import session as statusline_session
 from ccotel.read import discover, evidence, procs, shard, tail
 from ccotel.read.regular import NotRegularFile, open_regular
@@ -53,7 +54,7 @@ def _returns(fifos: list[Path], fn: Callable[..., Any], *args: Any) -> Any:
 @pytest.fixture
 def root(tmp_path: Path) -> Path:
     """A real 2.1.330 session, and beside it a FIFO as a main transcript, a subagent transcript, the
-    meta.json of another subagent and a sessions/<pid>.json."""
+    meta.json of another subagent, a sessions/<pid>.json and the root's settings.json."""
     src = load_fixture("2.1.330-s01_bash_tool").config_dir
     shutil.copytree(src, tmp_path / "c")
     config = tmp_path / "c"
@@ -64,7 +65,7 @@ def root(tmp_path: Path) -> Path:
     first_line = next(project.glob("*.jsonl")).read_bytes().split(b"\n")[0] + b"\n"
     (sub / "agent-a2.jsonl").write_bytes(first_line)  # a subagent with a line: its meta.json is loaded
     for fifo in (project / f"{SID}.jsonl", sub / "agent-a1.jsonl", sub / "agent-a2.meta.json",
-                 config / "sessions" / "4242.json"):
+                 config / "sessions" / "4242.json", config / "settings.json"):
         os.mkfifo(fifo)
     return config
 
@@ -87,7 +88,7 @@ def test_open_regular_refuses_a_fifo_and_a_directory_as_an_oserror(tmp_path: Pat
 
 def test_the_readers_of_a_path_under_a_root_return(root: Path):
     fifos = _fifos(root)
-    assert len(fifos) == 4
+    assert len(fifos) == 5
     main = next(p for p in fifos if p.name == f"{SID}.jsonl")
     meta = next(p for p in fifos if p.name.endswith(".meta.json"))
     assert _returns(fifos, tail.identity_of, str(main)) is None
@@ -99,6 +100,9 @@ def test_the_readers_of_a_path_under_a_root_return(root: Path):
     assert _returns(fifos, statusline_session._read_file, str(main), None, {}, {}) is None
     ref = sessions.SessionRef(SID, main.parent.name, (str(main),), (), 0)
     assert _returns(fifos, sessions._last_record_ns, ref) == 0
+    assert evidence.retention_of(str(root)) > 0  # settings.json: cleanupPeriodDays
+    env, findings = _returns(fifos, doctor_telemetry._settings_env, str(root / "settings.json"), str(root))
+    assert env == [] and "not a regular file" in findings[0].message
 
 
 def test_a_backfill_counts_the_fifo_as_unreadable_and_reads_the_session_beside_it(root: Path):

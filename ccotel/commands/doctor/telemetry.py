@@ -19,9 +19,11 @@ from ccotel.commands.doctor.traces import endpoint_address, supported_protocol
 from ccotel.commands.doctor.wording import why
 from ccotel.export.sinks import OtlpSettings, otlp_settings
 from ccotel.read.discover import PATH_OUTSIDE_ROOT, within_root
+from ccotel.read.regular import open_regular
 
 __all__ = ["check_claude_code_telemetry", "TELEMETRY_KEYS"]
 
+_SETTINGS_MAX = 1 << 20  # a settings file is a few KB; more than this is read no further (and is no JSON then)
 TELEMETRY_KEYS = ("CLAUDE_CODE_ENABLE_TELEMETRY", "OTEL_METRICS_EXPORTER", "OTEL_TRACES_EXPORTER",
                   "OTEL_EXPORTER_PROMETHEUS_PORT", "OTEL_EXPORTER_PROMETHEUS_HOST", "OTEL_EXPORTER_OTLP_ENDPOINT",
                   "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_PROTOCOL",
@@ -79,8 +81,8 @@ def _settings_env(path: str, root: str | None = None) -> tuple[list[_EnvSource],
                             "so it is not read: Claude Code's telemetry settings there are not known to doctor",
                             "make it a file inside the root")]
     try:
-        with open(path, "rb") as f:
-            doc = orjson.loads(f.read())
+        with open_regular(path) as f:  # (a FIFO there must not hold doctor up)
+            doc = orjson.loads(f.read(_SETTINGS_MAX))
     except FileNotFoundError:
         return [], []
     except (OSError, orjson.JSONDecodeError) as exc:
