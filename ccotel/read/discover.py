@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeAlias
 
-from ccotel.read.layout import AGENT_PREFIX, SUBAGENTS, agent_meta, is_utf8, projects_dir
+from ccotel.read.layout import AGENT_PREFIX, SUBAGENTS, agent_meta, is_utf8, projects_dir, shown
 from ccotel.read.parse_time import parse_timestamp
 from ccotel.read.regular import open_regular
 from ccotel.records import FileKind, TranscriptFile
@@ -56,7 +56,7 @@ class PathNotUtf8(OSError):
     reason = "path_not_utf8"
 
     def __init__(self, path: str) -> None:
-        super().__init__(errno.EILSEQ, "its name is not UTF-8", path)
+        super().__init__(errno.EILSEQ, "its name is not UTF-8", shown(path))
 
 
 class SkipWarning:

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 __all__ = ["AGENT_PREFIX", "META_SUFFIX", "SESSION_ID", "SUBAGENTS", "AmbiguousSession", "SessionIdError",
            "UnknownSession", "agent_meta", "agent_transcript", "default_roots", "is_utf8", "main_transcripts",
            "match_session_id",
-           "project_dir_of", "projects_dir", "resolve_session_id", "session_ids", "subagents_dir"]
+           "project_dir_of", "projects_dir", "resolve_session_id", "session_ids", "shown", "subagents_dir"]
 
 PROJECTS = "projects"
 SUBAGENTS = "subagents"
@@ -62,6 +62,12 @@ def is_utf8(name: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
+
+
+def shown(path: str) -> str:
+    """A path whose name is not UTF-8 as a log line, an error or JSON can hold it: its bytes that
+    are not UTF-8 escaped (``\\xe9``). A lone surrogate breaks whatever encodes it strictly."""
+    return path if is_utf8(path) else os.fsencode(path).decode("utf-8", "backslashreplace")
 
 
 def main_transcripts(roots: Sequence[str], session_id: str) -> Iterator[tuple[str, str]]:

@@ -18,7 +18,7 @@ import orjson
 
 from ccotel.commands.doctor.wording import why
 from ccotel.read.discover import classify, within_root
-from ccotel.read.layout import is_utf8, projects_dir
+from ccotel.read.layout import is_utf8, projects_dir, shown
 from ccotel.read.tree import walk
 from ccotel.records import FileKind
 
@@ -92,13 +92,13 @@ def scan_root(root: str) -> RootScan:
         denied.append(Denied(str(exc.filename), True, why(exc)))
 
     for dirpath, dirnames, filenames in walk(projects, walk_error):
-        not_utf8 += [_shown(os.path.join(dirpath, d)) for d in dirnames if not is_utf8(d)]
+        not_utf8 += [shown(os.path.join(dirpath, d)) for d in dirnames if not is_utf8(d)]
         dirnames[:] = sorted(filter(is_utf8, dirnames))  # discover does not enter them either
         for name in sorted(filenames):
             path = os.path.join(dirpath, name)
             if not is_utf8(name):
                 if name.endswith(".jsonl"):
-                    not_utf8.append(_shown(path))
+                    not_utf8.append(shown(path))
                 continue
             tf = classify(root, path) if name.endswith(".jsonl") else None
             if tf is None:
@@ -120,11 +120,6 @@ def scan_root(root: str) -> RootScan:
     return RootScan(root, RootState.OK, sessions=counts[FileKind.MAIN],
                     subagents=counts[FileKind.SUBAGENT] + counts[FileKind.FLAT_AGENT], denied=tuple(denied),
                     outside=tuple(outside), samples=tuple(samples), unparsed=unparsed, not_utf8=tuple(not_utf8))
-
-
-def _shown(path: str) -> str:
-    """A path whose name is not UTF-8 as it can be printed and put in JSON: its bytes, escaped."""
-    return os.fsencode(path).decode("utf-8", "backslashreplace")
 
 
 def read_tail(path: str, size: int = TAIL_BYTES, max_size: int = MAX_TAIL_BYTES,
