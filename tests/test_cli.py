@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
 import signal
@@ -253,3 +254,39 @@ def test_a_worker_count_from_0_to_64_is_taken(value: str, want: int) -> None:
     from ccotel.commands.options import worker_count
 
     assert worker_count(value) == want
+
+
+@pytest.mark.parametrize("argv,option", [
+    (["sessions", "--limit", "-1"], "--limit"),
+    (["sessions", "--width", "39"], "--width"),
+    (["trace", "abcdef12", "--width", "5"], "--width"),
+    (["top", "--once", "--width", "0"], "--width"),
+    (["backfill", "--max-attribute-length", "0"], "--max-attribute-length"),
+    (["backfill", "--max-attribute-length", "-1"], "--max-attribute-length"),
+    (["run", "--max-label-values", "-1"], "--max-label-values"),
+    (["relay", "--max-label-values", "0"], "--max-label-values"),
+])
+def test_a_count_or_width_out_of_range_is_exit_2_before_any_work(tmp_path: Path, argv: list[str], option: str) -> None:
+    """Taken before: a negative --limit listed every session, --width under 30 ended trace in an
+    IndexError, --max-attribute-length -1 cut every captured text by one character, and a label cap
+    under 1 folded every value into "other"."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "CCOTEL_"))}
+    env["XDG_STATE_HOME"] = str(tmp_path / "xdg")
+    done = subprocess.run([sys.executable, "-m", "ccotel", *argv, "--root", str(tmp_path / "none")],
+                          env=env, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert done.returncode == 2, done.stderr
+    assert f"argument {option}" in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "xdg").exists()
+
+
+def test_a_terminal_narrower_than_the_least_width_gets_the_least_width(monkeypatch) -> None:
+    from ccotel.commands.terminal import MIN_WIDTH, stdout_console
+
+    class Narrow(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    monkeypatch.setenv("COLUMNS", "12")
+    assert stdout_console(file=Narrow()).width == MIN_WIDTH
+    monkeypatch.setenv("COLUMNS", "50")
+    assert stdout_console(file=Narrow()).width == 50

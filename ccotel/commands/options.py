@@ -10,11 +10,13 @@ import time
 
 TYPE_CHECKING = False  # typing is not loaded for a report's start: mypy reads this block, Python does not
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from ccotel.spans.pricing import Price
 
 __all__ = ["BACKFILL_PARALLEL_MIN_MB", "REPORT_PARALLEL_MIN_MB", "SIDECAR_PARALLEL_MIN_MB", "SIDECAR_WORKERS",
            "add_common", "add_durable", "add_reading", "add_tracing", "megabytes", "parse_since", "price_file",
-           "worker_count"]
+           "whole_number", "worker_count"]
 
 
 def parse_since(value: str, now: float | None = None) -> int:
@@ -28,7 +30,7 @@ def parse_since(value: str, now: float | None = None) -> int:
     try:
         dt = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"--since: not a date or duration: {value!r}") from None
+        raise argparse.ArgumentTypeError(f"not a date or duration: {value!r}") from None
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=timezone.utc)
     return int(dt.timestamp() * 1e9)
@@ -64,16 +66,25 @@ REPORT_PARALLEL_MIN_MB = 64.0
 MAX_WORKERS = 64
 
 
-def worker_count(value: str) -> int:
-    """``--workers N``: a whole number from 0 (read in this process, as 1 does outside ccotel run)
-    to 64; anything else is a usage error before any work."""
-    try:
-        n = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--workers: not a whole number: {value!r}") from None
-    if not 0 <= n <= MAX_WORKERS:
-        raise argparse.ArgumentTypeError(f"--workers: {n} is not from 0 to {MAX_WORKERS}")
-    return n
+def whole_number(least: int, most: int | None = None) -> Callable[[str], int]:
+    """An argparse type: a whole number from ``least`` (to ``most``); anything else is a usage
+    error before any work (a negative count was taken, and meant nothing or something odd)."""
+
+    def parse(value: str) -> int:
+        try:
+            n = int(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a whole number: {value!r}") from None
+        if n < least or (most is not None and n > most):
+            raise argparse.ArgumentTypeError(f"{n} is not from {least} to {most}" if most is not None
+                                             else f"{n} is less than {least}")
+        return n
+
+    return parse
+
+
+# ``--workers N``: from 0 (read in this process, as 1 does outside ccotel run) to MAX_WORKERS
+worker_count = whole_number(0, MAX_WORKERS)
 
 
 def megabytes(value: str) -> float:
@@ -81,9 +92,9 @@ def megabytes(value: str) -> float:
     try:
         mb = float(value)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"--parallel-min-mb: not a number: {value!r}") from None
+        raise argparse.ArgumentTypeError(f"not a number: {value!r}") from None
     if not 0 <= mb < 1e12:  # NaN fails this too
-        raise argparse.ArgumentTypeError(f"--parallel-min-mb: {value} is not a size in MB from 0 up")
+        raise argparse.ArgumentTypeError(f"{value} is not a size in MB from 0 up")
     return mb
 
 
@@ -118,7 +129,8 @@ def add_tracing(sp: argparse.ArgumentParser) -> None:
                     help="where spans go; otlp uses the standard OTEL_EXPORTER_OTLP_* variables")
     sp.add_argument("--capture-content", action="store_true",
                     help="export prompt and tool input/output text (truncated, redacted); off by default")
-    sp.add_argument("--max-attribute-length", type=int, default=4096)
+    sp.add_argument("--max-attribute-length", type=whole_number(1), default=4096, metavar="N",
+                    help="captured content longer than this many characters is cut (default %(default)s)")
     sp.add_argument("--redact", action="append", default=[], metavar="REGEX",
                     help="extra pattern to redact from captured content (repeatable)")
     sp.add_argument("--stall-timeout", type=float, default=180.0,
@@ -129,7 +141,7 @@ def add_label_cap(sp: argparse.ArgumentParser) -> None:
     """The cap on label values from transcripts and streams (metrics/counters.py, LabelCap)."""
     from ccotel.metrics.counters import DEFAULT_MAX_LABEL_VALUES
 
-    sp.add_argument("--max-label-values", type=int, default=DEFAULT_MAX_LABEL_VALUES, metavar="N",
+    sp.add_argument("--max-label-values", type=whole_number(1), default=DEFAULT_MAX_LABEL_VALUES, metavar="N",
                     help="distinct values of a metric's label (tool, model, ...) with series of their own; "
                          "later ones are counted as \"other\"")
 

@@ -31,8 +31,9 @@ from rich.text import Text
 
 from ccotel.assemble.closing import Timeouts
 from ccotel.commands.check import CheckError, Health, check_session
+from ccotel.commands.options import whole_number
 from ccotel.commands.report.usage import session_usage
-from ccotel.commands.terminal import dollars, fit_with_path, left_cut, short_model, stdout_console
+from ccotel.commands.terminal import columns, dollars, fit_with_path, left_cut, short_model, stdout_console
 from ccotel.read.discover import SkipWarning
 from ccotel.read.layout import SessionIdError, default_roots, resolve_session_id
 from ccotel.read.regular import open_regular
@@ -365,11 +366,12 @@ def _short_id(sid: str, sorted_ids: list[str], minimum: int = 8) -> str:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """``ccotel sessions`` options beyond cli.py's common ones (--root, --since, --prices, -v)."""
-    parser.add_argument("--limit", type=int, default=20, help="at most this many sessions (default 20; 0: all)")
+    parser.add_argument("--limit", type=whole_number(0), default=20,
+                        help="at most this many sessions (default 20; 0: all)")
     parser.add_argument("--json", action="store_true", help="one JSON document, every field")
     parser.add_argument("--stall-timeout", type=float, default=180.0,
                         help="seconds a reply may be owed before the session counts as stalled")
-    parser.add_argument("--width", type=int, default=None, help="render for this many columns")
+    parser.add_argument("--width", type=columns, default=None, help="render for this many columns")
 
 
 def run(args: argparse.Namespace) -> int:

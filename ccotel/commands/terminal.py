@@ -20,10 +20,27 @@ from typing import TextIO
 
 from rich.console import Console
 
-__all__ = ["PIPE_WIDTH", "PipeConsole", "dollars", "fit_with_path", "left_cut", "output_width", "short_model",
-           "stdout_console"]
+__all__ = ["MIN_WIDTH", "PIPE_WIDTH", "PipeConsole", "columns", "dollars", "fit_with_path", "left_cut", "output_width",
+           "short_model", "stdout_console"]
 
 PIPE_WIDTH = 200  # off a terminal without COLUMNS
+# The narrowest width a table is laid out for: --width below it is refused, and a terminal (or
+# COLUMNS) narrower gets it anyway, its lines wrapped by the terminal (trace's time axis failed
+# below 30 columns).
+MIN_WIDTH = 40
+
+
+def columns(value: str) -> int:
+    """``--width N``: a whole number of columns, at least MIN_WIDTH; else a usage error."""
+    import argparse  # (only when the command line is parsed: the status line never is)
+
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {value!r}") from None
+    if n < MIN_WIDTH:
+        raise argparse.ArgumentTypeError(f"{n} is too narrow: tables need at least {MIN_WIDTH} columns")
+    return n
 
 
 class PipeConsole(Console):
@@ -52,7 +69,10 @@ def stdout_console(width: int | None = None, file: TextIO | None = None) -> Pipe
     """The console of a command's table: ``file`` (default stdout) at ``output_width``; colour only
     on a terminal and without NO_COLOR (rich checks both)."""
     out = file if file is not None else sys.stdout
-    return PipeConsole(file=out, width=output_width(out, width), highlight=False)
+    console = PipeConsole(file=out, width=output_width(out, width), highlight=False)
+    if console.width < MIN_WIDTH:
+        console.width = MIN_WIDTH
+    return console
 
 
 def dollars(usd: float) -> str:

@@ -34,7 +34,7 @@ from ccotel.commands.sessions import (
     is_error,
     options_from_args,
 )
-from ccotel.commands.terminal import dollars, short_model, stdout_console
+from ccotel.commands.terminal import columns, dollars, short_model, stdout_console
 from ccotel.records import SpanRecord
 from ccotel.spans.attributes import (
     CLAUDE_CODE_ADVISOR,
@@ -601,7 +601,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the Nth turn (1-based; negative counts from the end; default: the last)")
     parser.add_argument("--list", action="store_true", help="list the session's turns, one line each")
     parser.add_argument("--json", action="store_true", help="the span tree (or with --list the turns) as JSON")
-    parser.add_argument("--width", type=int, default=None, help="render for this many columns (default: the terminal)")
+    parser.add_argument("--width", type=columns, default=None,
+                        help="render for this many columns (default: the terminal)")
     parser.add_argument("--stall-timeout", type=float, default=180.0,
                         help="seconds a tool call may go without a result before it counts as orphaned")
 

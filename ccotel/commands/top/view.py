@@ -31,7 +31,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ccotel.commands.sessions import _ago, _compact, options_from_args
-from ccotel.commands.terminal import dollars, fit_with_path, left_cut, short_model, stdout_console
+from ccotel.commands.terminal import columns, dollars, fit_with_path, left_cut, short_model, stdout_console
 from ccotel.commands.top.rows import Sort, TopRow, Watcher, sort_rows
 from ccotel.commands.trace import _duration, render_turn, select_turn, turns_of
 
@@ -262,7 +262,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="one frame's rows as JSON, every field")
     parser.add_argument("--stall-timeout", type=float, default=180.0,
                         help="seconds a reply may be owed before the session counts as stalled")
-    parser.add_argument("--width", type=int, default=None, help="render for this many columns")
+    parser.add_argument("--width", type=columns, default=None, help="render for this many columns")
 
 
 def run(args: argparse.Namespace) -> int:
