@@ -17,24 +17,33 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without typing's import, a cost th
 if TYPE_CHECKING:
     from typing import BinaryIO
 
-__all__ = ["NotRegularFile", "open_regular", "opener"]
+__all__ = ["NotRegularFile", "check_regular", "open_nonblocking", "open_regular", "opener"]
 
 
 class NotRegularFile(OSError):
     """The path names a FIFO, socket, device or directory: not read."""
 
 
+def open_nonblocking(path: str, flags: int) -> int:
+    """``open()``'s opener for a caller that fstats the file itself and checks its mode with
+    ``check_regular`` (the tail stage: one fstat a read, not two)."""
+    return os.open(path, flags | os.O_NONBLOCK | os.O_CLOEXEC)
+
+
+def check_regular(mode: int, path: str) -> None:
+    """NotRegularFile unless ``mode`` (an fstat's st_mode) is a regular file's."""
+    if not stat.S_ISREG(mode):
+        raise NotRegularFile(errno.EINVAL, "not a regular file", path)
+
+
 def opener(path: str, flags: int) -> int:
     """``open()``'s opener: a descriptor of a regular file, opened without blocking."""
-    fd = os.open(path, flags | os.O_NONBLOCK | os.O_CLOEXEC)
+    fd = open_nonblocking(path, flags)
     try:
-        mode = os.fstat(fd).st_mode
+        check_regular(os.fstat(fd).st_mode, path)
     except OSError:
         os.close(fd)
         raise
-    if not stat.S_ISREG(mode):
-        os.close(fd)
-        raise NotRegularFile(errno.EINVAL, "not a regular file", path)
     return fd
 
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from ccotel.hashing import blake2b
 from ccotel.read.parse import is_complete_json
-from ccotel.read.regular import open_regular, opener
+from ccotel.read.regular import check_regular, open_nonblocking, open_regular
 from ccotel.records import RawLine
 
 __all__ = ["FileIdentity", "Marker", "Tailer", "ReadResult", "identity_of", "lines_with"]
@@ -153,7 +153,7 @@ class Tailer:
         1 MiB buffer per read, and a second read to see the end)."""
         res = ReadResult()
         try:
-            f = open(self.path, "rb", buffering=0, opener=opener)  # noqa: SIM115 - closed below
+            f = open(self.path, "rb", buffering=0, opener=open_nonblocking)  # noqa: SIM115 - closed below
         except FileNotFoundError:
             res.gone = True
             return res
@@ -163,6 +163,7 @@ class Tailer:
         fd = f.fileno()
         try:
             st = os.fstat(fd)
+            check_regular(st.st_mode, self.path)  # (NotRegularFile is an OSError: "unreadable")
             if only is not None and (st.st_dev, st.st_ino) != only:
                 res.other_file = True
                 return res
