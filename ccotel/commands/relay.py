@@ -46,6 +46,7 @@ from ccotel.metrics import events
 from ccotel.metrics.counters import Metrics
 from ccotel.read.layout import default_roots
 from ccotel.records import SpanRecord
+from ccotel.run.stopping import STOP_SIGNALS
 from ccotel.sources.stream.assembler import StreamAssembler
 from ccotel.sources.stream.lines import MAX_LINE_BYTES, Counter, parse_record
 from ccotel.sources.stream.prompts import TranscriptPrompts
@@ -522,7 +523,7 @@ def _forward_signals(child: subprocess.Popen[bytes] | None, stop: _Stop) -> dict
     previous: dict[int, _Handler] = {}
     if threading.current_thread() is not threading.main_thread():
         return previous  # signal handlers belong to the main thread (tests call run from others)
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in STOP_SIGNALS:
         previous[sig] = signal.signal(sig, handle)
     return previous
 

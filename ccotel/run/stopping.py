@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from ccotel.store.state import State
 
 __all__ = ["Stopper", "Interrupted", "StdoutClosed", "end_quietly", "die", "settle_state", "EXIT_ERROR", "EXIT_LOCKED",
-           "STOP_GRACE_S"]
+           "STOP_GRACE_S", "STOP_SIGNALS"]
 
 log = logging.getLogger("ccotel")
 
@@ -34,6 +34,10 @@ EXIT_LOCKED = 75  # EX_TEMPFAIL: try again once the other one stopped
 
 # After SIGINT/SIGTERM the process is gone within this long, whatever it was doing.
 STOP_GRACE_S = 1.75
+# The signals that stop ccotel as it stops itself: Ctrl-C, a service manager's stop, and the hang-up
+# of the terminal or tmux pane it runs in (which killed it mid-batch: no data lost, the batch on the
+# wire sent again after a restart).
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 class Interrupted(Exception):
@@ -110,7 +114,7 @@ class Stopper:
             wake()
 
     def install(self) -> Stopper:
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in STOP_SIGNALS:
             signal.signal(sig, self._handle)
         return self
 

@@ -399,7 +399,7 @@ def test_wrapped_command_exit_status_and_partial_lines_at_once(tmp_path: Path) -
     assert time.monotonic() - seen_at > 1.0  # the partial line was out before the child went on
 
 
-def test_sigterm_and_sigint_are_forwarded_to_the_command(tmp_path: Path) -> None:
+def test_sigterm_sigint_and_sighup_are_forwarded_to_the_command(tmp_path: Path) -> None:
     child = tmp_path / "child.py"
     child.write_text(
         "import signal, sys, time\n"
@@ -407,10 +407,11 @@ def test_sigterm_and_sigint_are_forwarded_to_the_command(tmp_path: Path) -> None
         "    sys.stdout.write(f'got {n}\\n'); sys.stdout.flush(); sys.exit(40 + n)\n"
         "signal.signal(signal.SIGTERM, bye)\n"
         "signal.signal(signal.SIGINT, bye)\n"
+        "signal.signal(signal.SIGHUP, bye)\n"
         "print('ready', flush=True)\n"
         "for _ in range(300):\n"
         "    time.sleep(0.1)\n")
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         proc = subprocess.Popen(_relay_cmd("--", sys.executable, str(child)), cwd=REPO, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE)
         assert proc.stdout is not None

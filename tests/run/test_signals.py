@@ -1,4 +1,4 @@
-"""SIGTERM / SIGINT honoured within 2 s in every phase, checkpoints left consistent.
+"""SIGTERM / SIGINT / SIGHUP honoured within 2 s in every phase, checkpoints left consistent.
 
 A real ``ccotel run`` / ``ccotel backfill`` subprocess catches up on a ~300 MB generated history
 (bench/corpus.py, with its expected span count) and is sent a signal mid-catch-up, in one
@@ -102,6 +102,7 @@ SCENARIOS = [
     ("run", False, signal.SIGTERM),
     ("run", True, signal.SIGTERM),
     ("run", True, signal.SIGINT),
+    ("run", True, signal.SIGHUP),  # the terminal or tmux pane it ran in was closed
     ("backfill", False, signal.SIGINT),
     ("backfill", True, signal.SIGTERM),
 ]
