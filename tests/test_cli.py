@@ -290,3 +290,27 @@ def test_a_terminal_narrower_than_the_least_width_gets_the_least_width(monkeypat
     assert stdout_console(file=Narrow()).width == MIN_WIDTH
     monkeypatch.setenv("COLUMNS", "50")
     assert stdout_console(file=Narrow()).width == 50
+
+
+@pytest.mark.parametrize("argv", [["trace", "-"], ["top", "--once"], ["sessions"], ["report"]])
+def test_an_ascii_only_stdout_gets_question_marks_not_an_encoding_error(tmp_path: Path, argv: list[str]) -> None:
+    """PYTHONIOENCODING=ascii (or an ASCII locale without Python's UTF-8 coercion): trace and top
+    ended in UnicodeEncodeError on their own characters (· … and the bars)."""
+    root = tmp_path / "claude"
+    sid = history(root, sessions=1)[0].stem
+    argv = [sid[:8] if a == "-" else a for a in argv]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "CCOTEL_"))}
+    env.update(PYTHONIOENCODING="ascii", XDG_STATE_HOME=str(tmp_path / "xdg"), COLUMNS="100")
+    done = subprocess.run([sys.executable, "-m", "ccotel", *argv, "--root", str(root)], env=env,
+                          capture_output=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr.decode("utf-8", "replace")[-2000:]
+    assert done.stdout.isascii() and done.stdout.strip()
+
+
+@pytest.mark.parametrize("value", ["", ",", " , ,, "])
+def test_a_claude_config_dir_of_only_commas_is_the_default_root(value: str) -> None:
+    from ccotel.read.layout import default_roots
+
+    home = os.path.expanduser("~")
+    assert default_roots({"CLAUDE_CONFIG_DIR": value}) == [os.path.join(home, ".claude")]
+    assert default_roots({"CLAUDE_CONFIG_DIR": " /a, ,/b "}) == ["/a", "/b"]

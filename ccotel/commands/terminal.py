@@ -69,10 +69,21 @@ def stdout_console(width: int | None = None, file: TextIO | None = None) -> Pipe
     """The console of a command's table: ``file`` (default stdout) at ``output_width``; colour only
     on a terminal and without NO_COLOR (rich checks both)."""
     out = file if file is not None else sys.stdout
+    _replace_unencodable(out)
     console = PipeConsole(file=out, width=output_width(out, width), highlight=False)
     if console.width < MIN_WIDTH:
         console.width = MIN_WIDTH
     return console
+
+
+def _replace_unencodable(out: TextIO) -> None:
+    """A stream that cannot encode the tables' characters (``·``, ``…``, the bars: an ASCII locale,
+    PYTHONIOENCODING=ascii) writes ``?`` for them instead of ending the command in an encoding
+    error (trace and top did)."""
+    encoding = (getattr(out, "encoding", None) or "").lower().replace("-", "").replace("_", "")
+    reconfigure = getattr(out, "reconfigure", None)
+    if encoding and not encoding.startswith("utf") and reconfigure is not None:
+        reconfigure(errors="replace")
 
 
 def dollars(usd: float) -> str:

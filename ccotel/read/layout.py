@@ -40,9 +40,9 @@ _CANDIDATES_SHOWN = 10
 def default_roots(env: dict[str, str] | None = None) -> list[str]:
     """$CLAUDE_CONFIG_DIR (comma-separated allowed, like ccusage) or ~/.claude."""
     env = dict(os.environ) if env is None else env
-    raw = env.get("CLAUDE_CONFIG_DIR", "").strip()
-    if raw:
-        return [os.path.abspath(os.path.expanduser(p.strip())) for p in raw.split(",") if p.strip()]
+    given = [p.strip() for p in env.get("CLAUDE_CONFIG_DIR", "").split(",") if p.strip()]
+    if given:  # (only commas, as empty: the default, not no root at all)
+        return [os.path.abspath(os.path.expanduser(p)) for p in given]
     return [os.path.join(os.path.expanduser("~"), ".claude")]
 
 
