@@ -179,6 +179,9 @@ def _config_error(args: argparse.Namespace) -> str | None:
     """What in the configuration would fail once the command is under way, said before any work
     (exit 2) instead of a traceback or an endless retry later. Each check is its layer's own;
     nothing is loaded for a command the check does not apply to."""
+    problem = _roots_problem(args)
+    if problem is not None:
+        return problem
     if args.command in ("run", "backfill", "report"):
         # resolve_state's order; a PostgreSQL URL needs the fleet extra (doctor reports it as a finding)
         location = args.state or args.state_dir or os.environ.get("CCOTEL_STATE")
@@ -196,6 +199,16 @@ def _config_error(args: argparse.Namespace) -> str | None:
                 except ValueError as exc:
                     return f"--claim-lease or $CCOTEL_CLAIM_LEASE: {exc}"
     return otlp_problem(args.command, os.environ, traces=getattr(args, "traces_exporter", None) == "otlp")
+
+
+def _roots_problem(args: argparse.Namespace) -> str | None:
+    """A root whose path is not UTF-8: no checkpoint, ledger row or output could hold the paths
+    under it (discover.PathNotUtf8 skips such a name below a root; the root itself is refused)."""
+    from ccotel.read.layout import default_roots, is_utf8, shown
+
+    roots = getattr(args, "root", None) or default_roots()
+    bad = [r for r in roots if not is_utf8(r)]
+    return f"--root or $CLAUDE_CONFIG_DIR: the path is not UTF-8: {shown(bad[0])}" if bad else None
 
 
 def otlp_problem(command: str, env: Mapping[str, str], traces: bool = True) -> str | None:

@@ -113,3 +113,14 @@ def test_doctor_names_them_escaped_in_text_and_json(root, tmp_path):
                                                                                    "caf\\xe9.jsonl"]
     text = _ccotel(config, tmp_path, "doctor", "--traces-exporter", "none")
     assert "Traceback" not in text.stderr and "caf\\xe9.jsonl" in text.stdout
+
+
+@pytest.mark.parametrize("argv", [("backfill", "--traces-exporter", "none"), ("report",), ("sessions",)])
+def test_a_root_that_is_not_utf8_is_a_usage_error(tmp_path, argv):
+    root = os.fsencode(tmp_path) + b"/claude-" + BAD_DIR
+    os.makedirs(root + b"/projects")
+    env = {**os.environ, "PYTHONPATH": str(REPO), "XDG_STATE_HOME": str(tmp_path / "xdg")}
+    proc = subprocess.run([sys.executable, "-m", "ccotel", *argv, "--root", os.fsdecode(root)], capture_output=True,
+                          text=True, env=env, timeout=60, cwd=tmp_path)
+    assert proc.returncode == 2 and "is not UTF-8: " in proc.stderr and "caf\\xe9" in proc.stderr, proc.stderr
+    assert not (tmp_path / "xdg").exists()  # refused before any work
