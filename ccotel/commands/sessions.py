@@ -325,20 +325,22 @@ def select_sessions(options: Options, since_ns: int | None = None, limit: int | 
     refs.sort(key=lambda r: (_last_record_ns(r), r.session_id), reverse=True)
     out: list[SessionSummary] = []
     stall_s = options.timeouts.stall_ns / 1e9
+    unlisted = 0  # sessions that cannot be listed: not among those "matched" (--limit 0 would not show them)
     for ref in refs:
         if since_ns is None and limit is not None and len(out) >= limit:
             break
         try:
             health = check_session(ref.session_id, options.roots, stall_s=stall_s, now_ns=now_ns)
         except CheckError:
-            continue  # gone (Claude Code's cleanup) since the scan
+            unlisted += 1
+            continue  # gone (Claude Code's cleanup) since the scan, or not a file that can be read
         ss = collect_spans(options, ref)
         if since_ns is not None and not any(s.start_ns >= since_ns for s in ss.spans
                                             if s.parent_span_id is None and s.name == TURN_SPAN):
             continue
         out.append(summarize(ss, health, _short_id(ref.session_id, all_ids)))
     out.sort(key=lambda s: (s.last_ns, s.session_id), reverse=True)
-    matched = len(out) if since_ns is not None else len(refs)
+    matched = len(out) if since_ns is not None else len(refs) - unlisted
     return Listing(tuple(out[:limit] if limit is not None else out), max(matched, len(out)))
 
 

@@ -50,6 +50,7 @@ def test_a_command_reads_the_session_beside_the_fifo(root, tmp_path, argv):
         assert "bad input: unreadable=1" in proc.stderr and f"{FIFO_SID}.jsonl" in proc.stderr
     elif argv[0] == "sessions":
         assert real[:8] in proc.stdout
+        assert "of 2 sessions" not in proc.stdout  # the FIFO is no session that --limit 0 would list
     else:
         assert '"totalCost"' in proc.stdout and '"totalTokens": 0' not in proc.stdout.split('"totals"')[-1]
 
