@@ -380,8 +380,9 @@ class Reader:
             events.parse_error(self.metrics, reason)
         if reason not in self._logged_errors:
             self._logged_errors.add(reason)
-            log.warning("skipped bad input (%s)%s; counted, further ones not logged", reason,
-                        f" at {where}" if where else "")
+            # "counted" where a counter says so (ccotel run's metrics; a backfill's last line sums them too)
+            log.warning("skipped bad input (%s)%s; %sfurther ones not logged", reason, f" at {where}" if where else "",
+                        "counted in ccotel_parse_errors_total, " if self.metrics is not None else "")
 
     def lag_s(self, now: int, since_ns: int) -> float:
         """Age of the oldest unread bytes written since ``since_ns`` (history waiting for a
