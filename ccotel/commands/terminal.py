@@ -32,15 +32,9 @@ MIN_WIDTH = 40
 
 def columns(value: str) -> int:
     """``--width N``: a whole number of columns, at least MIN_WIDTH; else a usage error."""
-    import argparse  # (only when the command line is parsed: the status line never is)
+    from ccotel.commands.options import whole_number  # (argparse: only when a command line is parsed)
 
-    try:
-        n = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {value!r}") from None
-    if n < MIN_WIDTH:
-        raise argparse.ArgumentTypeError(f"{n} is too narrow: tables need at least {MIN_WIDTH} columns")
-    return n
+    return whole_number(MIN_WIDTH)(value)
 
 
 class PipeConsole(Console):

@@ -274,15 +274,15 @@ def _listing(root: str, dirpath: str, cache: ScanCache | None,
     subdirs: list[str] = []
     files: list[tuple[str, bool, str]] = []  # (name, is a symlink, path: os.path.join's, made by scandir)
     for entry in entries:
-        name = entry.name
-        if not is_utf8(name):  # counted if it could be a transcript or hold some
-            if on_error is not None and (name.endswith(".jsonl") or _is_dir(entry)):
-                on_error(PathNotUtf8(entry.path))
-            continue
         try:
             is_dir = entry.is_dir()
         except OSError:
             is_dir = False
+        name = entry.name
+        if not is_utf8(name):  # counted if it could be a transcript or hold some
+            if on_error is not None and (is_dir or name.endswith(".jsonl")):
+                on_error(PathNotUtf8(entry.path))
+            continue
         # is_symlink: from the listing itself (d_type), no stat; a file not named *.jsonl is no transcript
         if is_dir:
             if not entry.is_symlink():
@@ -291,13 +291,6 @@ def _listing(root: str, dirpath: str, cache: ScanCache | None,
             files.append((name, entry.is_symlink(), entry.path))
     return _Listing(ino, mtime, listed_ns, tuple(sorted(subdirs)),
                     tuple(_transcripts(root, dirpath, files)))
-
-
-def _is_dir(entry: os.DirEntry[str]) -> bool:
-    try:
-        return entry.is_dir(follow_symlinks=False)
-    except OSError:
-        return False
 
 
 def size_of(path: str) -> int:
