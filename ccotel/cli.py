@@ -57,7 +57,9 @@ def _run_options(sp: argparse.ArgumentParser) -> None:
                     help="an orchestrator's log to count resets, aborts and watchdog kills from (repeatable)")
     sp.add_argument("--orchestrator-patterns", metavar="FILE",
                     help="JSON list of extra patterns: [{\"metric\", \"regex\", \"reason\"}]")
-    sp.add_argument("--metrics-addr", default="127.0.0.1:9477",
+    from ccotel.metrics.server import DEFAULT_METRICS_ADDR, metrics_address
+
+    sp.add_argument("--metrics-addr", default=DEFAULT_METRICS_ADDR, type=metrics_address,
                     help="host:port for Prometheus /metrics (loopback by default); 'none' to disable")
     add_label_cap(sp)
     sp.add_argument("--poll", action="store_true", help="poll instead of inotify")
@@ -244,6 +246,7 @@ def main(argv: list[str] | None = None) -> int:
 def _command(args: argparse.Namespace, argv: list[str]) -> int:
     if args.command in ("backfill", "run"):
         from ccotel.commands.run import cmd_backfill, cmd_run  # the pipeline: only for these two commands
+        from ccotel.metrics.server import MetricsPortError
         from ccotel.store.state import StateError, StateLocked
 
         stopper = Stopper().install()  # first: a stop is honoured from the start
@@ -261,6 +264,9 @@ def _command(args: argparse.Namespace, argv: list[str]) -> int:
         except StateError as exc:
             log.error("%s", exc)
             return EXIT_ERROR
+        except MetricsPortError as exc:  # before any work: as a bad option is
+            log.error("%s", exc)
+            return EXIT_USAGE
     if args.command == "report":
         from ccotel.commands.report.command import run as cmd_report
         return cmd_report(args, command_line=argv[1:] if argv[:1] == ["report"] else None)
@@ -281,7 +287,13 @@ def _command(args: argparse.Namespace, argv: list[str]) -> int:
         return cmd_doctor(args)
     if args.command == "relay":
         from ccotel.commands.relay import run as cmd_relay
-        return cmd_relay(args)
+        from ccotel.metrics.server import MetricsPortError
+
+        try:
+            return cmd_relay(args)
+        except MetricsPortError as exc:  # before any work: as a bad option is
+            log.error("%s", exc)
+            return EXIT_USAGE
     if args.command == "statusline":  # reached through cli only from main(argv) (python -m ccotel takes a shorter way)
         from ccotel.commands.statusline.line import main as cmd_statusline
         argv = [*(f"--root={r}" for r in args.root or ()), *([f"--state={args.state}"] if args.state else []),

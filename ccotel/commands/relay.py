@@ -44,6 +44,7 @@ from ccotel.commands.options import add_label_cap
 from ccotel.export.sinks import ConsoleSink, ExportQueue, make_sink
 from ccotel.metrics import events
 from ccotel.metrics.counters import Metrics
+from ccotel.metrics.server import metrics_address
 from ccotel.read.layout import default_roots
 from ccotel.records import SpanRecord
 from ccotel.run.stopping import STOP_SIGNALS
@@ -431,7 +432,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """``ccotel relay`` options (besides the common --root): where spans go, and the command."""
     parser.add_argument("--traces-exporter", choices=("otlp", "console", "none"), default="otlp",
                         help="where spans go; otlp uses the standard OTEL_EXPORTER_OTLP_* variables")
-    parser.add_argument("--metrics-addr", default="none",
+    parser.add_argument("--metrics-addr", default="none", type=metrics_address,
                         help="host:port to serve Prometheus /metrics while relaying ('none': off, the default)")
     add_label_cap(parser)
     parser.add_argument("--flush-timeout", type=float, default=5.0,
@@ -448,7 +449,11 @@ def run(args: argparse.Namespace, metrics: Metrics | None = None) -> int:
     if command and command[0] == "--":
         command = command[1:]
     metrics = metrics if metrics is not None else Metrics(max_label_values=args.max_label_values)
-    _metrics_server(args, metrics)
+    address = getattr(args, "metrics_addr", None)
+    if address is not None:
+        from ccotel.metrics.server import serve
+
+        serve(metrics, address)
     roots = tuple(getattr(args, "root", None) or default_roots())
     # stdout carries the stream: the console exporter writes its spans to stderr instead
     sink = ConsoleSink(sys.stderr) if args.traces_exporter == "console" else make_sink(args.traces_exporter)
@@ -531,16 +536,6 @@ def _forward_signals(child: subprocess.Popen[bytes] | None, stop: _Stop) -> dict
 def _restore_signals(previous: dict[int, _Handler]) -> None:
     for sig, handler in previous.items():
         signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
-
-
-def _metrics_server(args: argparse.Namespace, metrics: Metrics) -> None:
-    addr = getattr(args, "metrics_addr", "none")
-    if addr == "none":
-        return
-    from ccotel.metrics.counters import serve
-
-    host, _, port = addr.rpartition(":")
-    serve(metrics, host.strip("[]") or "127.0.0.1", int(port))
 
 
 def main(argv: list[str] | None = None) -> int:

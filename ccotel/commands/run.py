@@ -15,7 +15,7 @@ from collections import Counter
 from typing import TYPE_CHECKING
 
 from ccotel.assemble.closing import Timeouts
-from ccotel.metrics.counters import DEFAULT_MAX_LABEL_VALUES, Metrics, serve
+from ccotel.metrics.counters import DEFAULT_MAX_LABEL_VALUES, Metrics
 from ccotel.read.layout import default_roots
 from ccotel.read.shard import default_workers, end_resource_tracker
 from ccotel.run.livefirst import LiveFirst
@@ -194,16 +194,6 @@ def cmd_backfill(args: argparse.Namespace, stopper: Stopper | None = None) -> in
     return 0 if written else EXIT_ERROR
 
 
-def _metrics_server(args: argparse.Namespace, metrics: Metrics) -> None:
-    if args.metrics_addr == "none":
-        return
-    host, _, port = args.metrics_addr.rpartition(":")
-    host = host.strip("[]") or "127.0.0.1"
-    server, _thread = serve(metrics, host, int(port))
-    # the port bound (port 0: the one the system chose), and an IPv6 address in brackets, as a URL has it
-    log.info("metrics on http://%s:%d/metrics", f"[{host}]" if ":" in host else host, server.server_port)
-
-
 def cmd_run(args: argparse.Namespace, stopper: Stopper | None = None) -> int:
     stopper = stopper or Stopper()
     lock = _lock(args)  # held until the process ends, and checked while following
@@ -218,7 +208,10 @@ def cmd_run(args: argparse.Namespace, stopper: Stopper | None = None) -> int:
         saved = open_state(state_dir, args.host_id)
         metrics.restore(saved.counters())
         saved.close()
-    _metrics_server(args, metrics)
+    if args.metrics_addr is not None:
+        from ccotel.metrics.server import serve  # http.server and prometheus_client: only where metrics are served
+
+        serve(metrics, args.metrics_addr)
     from ccotel.read.watch import Watcher  # watchdog: only for following live, not for a backfill
 
     watcher = Watcher(options_of(args).roots, force_polling=args.poll)

@@ -43,15 +43,13 @@ from ccotel.spans.attributes import (
 from ccotel.spans.correction import CORRECTION_OPERATION as _CORRECTION
 
 if TYPE_CHECKING:  # prometheus_client is loaded when metrics are served: catch-up workers only count
-    from wsgiref.simple_server import WSGIServer
-
     from prometheus_client.core import HistogramMetricFamily, Metric
     from prometheus_client.registry import CollectorRegistry
 
     from ccotel.metrics.genai import GenAIMetrics
 
-__all__ = ["Metrics", "METRICS", "DURATION_BUCKETS", "DEFAULT_MAX_LABEL_VALUES", "OTHER", "serve",
-           "histogram_increments"]
+__all__ = ["Metrics", "METRICS", "DURATION_BUCKETS", "DEFAULT_MAX_LABEL_VALUES", "OTHER", "histogram_increments",
+           "registry_for"]
 
 DURATION_BUCKETS = (0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0)
 
@@ -492,13 +490,6 @@ def registry_for(metrics: Metrics) -> CollectorRegistry:
     reg = CollectorRegistry(auto_describe=False)
     reg.register(_Collector(metrics))
     return reg
-
-
-def serve(metrics: Metrics, addr: str = "127.0.0.1", port: int = 9477) -> tuple[WSGIServer, threading.Thread]:
-    """Serve /metrics on addr:port (loopback unless told otherwise). Returns (server, thread)."""
-    from prometheus_client import start_http_server
-
-    return start_http_server(port, addr=addr, registry=registry_for(metrics))
 
 
 _BUCKET_LABELS = tuple(repr(le) for le in DURATION_BUCKETS)  # the "le" label of each bucket

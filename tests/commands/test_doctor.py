@@ -4,7 +4,7 @@ Roots are temp copies of the committed real-CLI fixtures (both versions of the m
 shared/realdata; permission denied is real (chmod 000, read by an unprivileged user when the suite
 runs as root); the trace backends are real OTLP receivers on 127.0.0.1 (tests/support/otlp.py)
 or a port nobody listens on; the metrics port is served by ccotel's own metrics server
-(ccotel.metrics.serve) or another HTTP server; the state is written by a real ``ccotel backfill``;
+(ccotel.metrics.server) or another HTTP server; the state is written by a real ``ccotel backfill``;
 the lock is held by another process.
 """
 
@@ -37,7 +37,8 @@ from ccotel.commands.doctor.lock import probe_lock
 from ccotel.commands.doctor.render import render_text
 from ccotel.commands.doctor.root_scan import SAMPLE_LINES, Denied, read_tail
 from ccotel.commands.doctor.wording import user_name
-from ccotel.metrics.counters import Metrics, serve
+from ccotel.metrics.counters import Metrics
+from ccotel.metrics.server import MetricsAddress, serve
 from ccotel.read.discover import scan
 from ccotel.rules.versions import TESTED_CLAUDE_CODE_VERSIONS, VersionStanding, judge_version
 from ccotel.store.sqlite import SCHEMA_VERSION
@@ -536,13 +537,12 @@ def test_metrics_port_free(tmp_path: Path) -> None:
 
 
 def test_metrics_port_served_by_ccotel(tmp_path: Path) -> None:
-    server, thread = serve(Metrics(), "127.0.0.1", 0)
+    server = serve(Metrics(), MetricsAddress("127.0.0.1", 0))
     try:
         (f,) = metrics(tmp_path, f"127.0.0.1:{server.server_address[1]}")
     finally:
         server.shutdown()
         server.server_close()
-        thread.join(timeout=5)
     assert f.level is Level.OK and f.message == f"already served by a running ccotel {__version__}"
 
 
@@ -569,7 +569,7 @@ def test_metrics_non_loopback_bind_is_warned(tmp_path: Path) -> None:
     assert warn.level is Level.WARN and "binds 0.0.0.0" in warn.message and f"127.0.0.1:{port}" in warn.fix
     assert free.level is Level.OK
     (bad,) = metrics(tmp_path, "127.0.0.1:http")
-    assert bad.level is Level.FAIL and bad.message == "not host:port"
+    assert bad.level is Level.FAIL and bad.message.startswith("not host:port") and "'127.0.0.1:http'" in bad.message
 
 
 # -- Claude Code's own telemetry ----------------------------------------------------------------

@@ -42,6 +42,7 @@ except ModuleNotFoundError:  # plain `pytest` does not put the repo root on sys.
 
 from ccotel.cli import EXIT_LOCKED, STOP_GRACE_S, build_parser  # noqa: E402
 from ccotel.export.sinks import otlp_settings  # noqa: E402
+from ccotel.metrics.server import MetricsAddress  # noqa: E402
 from tests.support.fixtures import missing_component  # noqa: E402
 from tests.support.install_deploy_tools import hadolint_path  # noqa: E402
 from tests.support.prometheus import missing_reason, promtool  # noqa: E402
@@ -145,7 +146,7 @@ def test_unit_exec_start_is_accepted_by_ccotel_and_matches_the_sandbox(tmp_path:
     assert args.command == "run"
     assert args.root == [f"{home}/.claude"]
     assert args.state_dir == f"{home}/.local/state/ccotel"
-    assert args.metrics_addr.rpartition(":")[0] == "127.0.0.1"  # loopback, as ccotel's default
+    assert args.metrics_addr.host == "127.0.0.1"  # loopback, as ccotel's default
     # The sandbox: the state dir is the one writable path and exists before the sandbox is built;
     # the root is read-only.
     assert [p.replace("%h", str(home)) for p in unit["Service.ReadWritePaths"]] == [args.state_dir]
@@ -358,8 +359,8 @@ def test_compose_ccotel_service(resolved: dict[str, Any]) -> None:
     state_volume = [t for t, (src, mode) in mounts.items() if src == "ccotel-state" and mode == "rw"]
     assert state_volume and args.state_dir.startswith(state_volume[0] + "/")
     # Metrics inside the stack's network only: on all interfaces of the container, never published.
-    host, _, port = args.metrics_addr.rpartition(":")
-    assert host == "0.0.0.0" and port in ccotel["expose"] and not _published(ccotel)
+    assert args.metrics_addr.host == "0.0.0.0" and str(args.metrics_addr.port) in ccotel["expose"]
+    assert not _published(ccotel)
     assert ccotel["pid"] == "host" and ccotel["init"] is True
     # Traces: what ccotel itself makes of the environment names the collector's OTLP/HTTP port.
     endpoint = otlp_settings(dict(ccotel["environment"])).endpoint
@@ -478,7 +479,7 @@ def test_dockerfile_runs_ccotel_with_flags_it_accepts() -> None:
     assert commands["ENTRYPOINT"].json and commands["ENTRYPOINT"].value == ("ccotel",)
     assert commands["CMD"].json
     args = build_parser().parse_args(list(commands["CMD"].value))
-    assert args.command == "run" and args.metrics_addr == "0.0.0.0:9477"
+    assert args.command == "run" and args.metrics_addr == MetricsAddress("0.0.0.0", 9477)
 
 
 def test_the_image_installs_from_only_what_the_dockerfile_copies(tmp_path: Path) -> None:

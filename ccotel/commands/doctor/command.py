@@ -19,12 +19,11 @@ from ccotel.commands.doctor.state import check_state
 from ccotel.commands.doctor.telemetry import check_claude_code_telemetry
 from ccotel.commands.doctor.traces import check_traces
 from ccotel.commands.doctor.versions import check_format, check_versions
+from ccotel.metrics.server import DEFAULT_METRICS_ADDR
 from ccotel.read.layout import default_roots
 from ccotel.store.state import resolve_state
 
-__all__ = ["add_arguments", "config_from_args", "diagnose", "run", "DEFAULT_METRICS_ADDR"]
-
-DEFAULT_METRICS_ADDR = "127.0.0.1:9477"  # cli.py's --metrics-addr default
+__all__ = ["add_arguments", "config_from_args", "diagnose", "run"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

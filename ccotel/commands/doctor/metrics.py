@@ -4,6 +4,7 @@ already listens there (a ccotel, Claude Code's own exporter, something else), as
 
 from __future__ import annotations
 
+import argparse
 import errno
 import http.client
 import ipaddress
@@ -12,6 +13,7 @@ from collections.abc import Mapping, Sequence
 
 from ccotel.commands.doctor.config import DoctorConfig
 from ccotel.commands.doctor.finding import Finding, Level
+from ccotel.metrics.server import DEFAULT_METRICS_ADDR, metrics_address
 
 __all__ = ["check_metrics", "is_loopback", "CLAUDE_CODE_PROMETHEUS_PORT"]
 
@@ -23,14 +25,13 @@ def check_metrics(cfg: DoctorConfig, claude_code_ports: Mapping[int, Sequence[st
     if cfg.metrics_addr is None:
         return [Finding("metrics", Level.OK, "--metrics-addr none", "metrics are not served")]
     addr = cfg.metrics_addr
-    host, _, port_text = addr.rpartition(":")
-    host = host.strip("[]") or "127.0.0.1"  # as commands/run.py's _metrics_server
-    try:
-        port = int(port_text)
-        if not 0 < port < 65536:
-            raise ValueError
-    except ValueError:
-        return [Finding("metrics", Level.FAIL, addr, "not host:port", "--metrics-addr 127.0.0.1:9477")]
+    try:  # as ccotel run reads it
+        address = metrics_address(addr)
+    except argparse.ArgumentTypeError as exc:
+        return [Finding("metrics", Level.FAIL, addr, str(exc), f"--metrics-addr {DEFAULT_METRICS_ADDR}")]
+    if address is None:
+        return [Finding("metrics", Level.OK, "--metrics-addr none", "metrics are not served")]
+    host, port = address.host, address.port
     out = []
     if not is_loopback(host):
         out.append(Finding("metrics", Level.WARN, addr, f"binds {host}: anyone who can reach it reads /metrics "
@@ -39,12 +40,12 @@ def check_metrics(cfg: DoctorConfig, claude_code_ports: Mapping[int, Sequence[st
     if port in claude_code_ports:
         out.append(Finding("metrics", Level.FAIL, addr, f"Claude Code's own Prometheus exporter listens on port {port} "
                            f"too ({', '.join(claude_code_ports[port])}): whichever starts second cannot serve",
-                           "--metrics-addr 127.0.0.1:9477 (ccotel's default), or move Claude Code's with "
+                           f"--metrics-addr {DEFAULT_METRICS_ADDR} (ccotel's default), or move Claude Code's with "
                            "OTEL_EXPORTER_PROMETHEUS_PORT"))
     elif port == CLAUDE_CODE_PROMETHEUS_PORT:
         out.append(Finding("metrics", Level.WARN, addr, f"{port} is the port Claude Code's own Prometheus exporter "
                            "takes when its telemetry is turned on (OTEL_METRICS_EXPORTER=prometheus)",
-                           "--metrics-addr 127.0.0.1:9477 (ccotel's default)"))
+                           f"--metrics-addr {DEFAULT_METRICS_ADDR} (ccotel's default)"))
     out.append(_port_finding(addr, host, port, cfg.timeout_s))
     return out
 
@@ -62,7 +63,8 @@ def _port_finding(addr: str, host: str, port: int, timeout_s: float) -> Finding:
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except OSError as exc:
-        return Finding("metrics", Level.FAIL, addr, f"cannot resolve {host} ({exc})", "--metrics-addr 127.0.0.1:9477")
+        return Finding("metrics", Level.FAIL, addr, f"cannot resolve {host} ({exc})",
+                       f"--metrics-addr {DEFAULT_METRICS_ADDR}")
     family, kind, proto, _, sockaddr = infos[0]
     with socket.socket(family, kind, proto) as sock:
         # As the HTTP server ccotel starts (prometheus_client): SO_REUSEADDR, so a port in TIME_WAIT is free.
@@ -73,7 +75,7 @@ def _port_finding(addr: str, host: str, port: int, timeout_s: float) -> Finding:
             if exc.errno != errno.EADDRINUSE:
                 return Finding("metrics", Level.FAIL, addr, f"ccotel run cannot listen there ({exc.strerror or exc})",
                                "--metrics-addr with an address of this host and a port above 1023 "
-                               "(127.0.0.1:9477 is the default)")
+                               f"({DEFAULT_METRICS_ADDR} is the default)")
         else:
             return Finding("metrics", Level.OK, addr, "free: ccotel run can serve /metrics there")
     who = _who_serves(host, port, timeout_s)
@@ -81,7 +83,7 @@ def _port_finding(addr: str, host: str, port: int, timeout_s: float) -> Finding:
         return Finding("metrics", Level.OK, addr, f"already served by a running {who}", "",
                        {"in_use_by": "ccotel"})
     return Finding("metrics", Level.FAIL, addr, f"in use by {who}: ccotel run could not serve /metrics there",
-                   "stop it, or give ccotel another --metrics-addr (127.0.0.1:9477 is the default)",
+                   f"stop it, or give ccotel another --metrics-addr ({DEFAULT_METRICS_ADDR} is the default)",
                    {"in_use_by": who})
 
 

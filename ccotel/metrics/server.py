@@ -1,0 +1,152 @@
+"""Metrics stage: Prometheus /metrics over HTTP, for ccotel run and the relay.
+
+The exposition (text and OpenMetrics, gzip, ``name[]`` filters) is prometheus_client's WSGI app;
+the server around it is ccotel's. prometheus_client's own (``start_http_server``) starts a thread
+per connection and waits for a silent client without end, so every idle connection held a thread
+and its memory for as long as ccotel ran (tests/metrics/test_server.py). This one holds at most
+``MAX_CONNECTIONS`` at once, closing the oldest to make room for a new one (idle holders never lock
+a scrape out), and drops a connection that says nothing for ``IDLE_TIMEOUT_S``.
+
+``metrics_address`` is the one reading of ``--metrics-addr``; a port that cannot be bound is a
+``MetricsPortError``, said before any work.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import socket
+import sys
+import threading
+from dataclasses import dataclass
+from socketserver import ThreadingMixIn
+from typing import TYPE_CHECKING, Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
+
+if TYPE_CHECKING:
+    from ccotel.metrics.counters import Metrics
+
+__all__ = ["DEFAULT_METRICS_ADDR", "IDLE_TIMEOUT_S", "MAX_CONNECTIONS", "MetricsAddress", "MetricsPortError",
+           "MetricsServer", "metrics_address", "serve"]
+
+DEFAULT_METRICS_ADDR = "127.0.0.1:9477"  # ccotel run's: the loopback, off Claude Code's own 9464
+# A Prometheus server scrapes a target one request at a time; a few servers (HA pairs) and a
+# person with curl stay well under this.
+MAX_CONNECTIONS = 8
+# A scrape sends its request at once and ccotel answers in milliseconds; a connection silent this
+# long is not a scrape (Prometheus's default scrape timeout is 10 s too).
+IDLE_TIMEOUT_S = 10.0
+
+log = logging.getLogger("ccotel.metrics")
+
+
+@dataclass(frozen=True)
+class MetricsAddress:
+    """Where /metrics is served: a host (name or address) and a port (0: one the system picks)."""
+
+    host: str
+    port: int
+
+    def url(self, port: int | None = None) -> str:
+        """The /metrics URL, an IPv6 address in brackets; ``port``: the one bound, if 0 was asked."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port if port is None else port}/metrics"
+
+
+def metrics_address(value: str) -> MetricsAddress | None:
+    """An argparse type for ``--metrics-addr``: ``host:port`` (an IPv6 address in brackets, an empty
+    host the loopback), or ``none`` (None: not served). Anything else is a usage error."""
+    if value == "none":
+        return None
+    host, sep, port_text = value.rpartition(":")
+    host = host.strip("[]") if host.startswith("[") and host.endswith("]") else host
+    if not sep or not port_text.isascii() or not port_text.isdigit() or (":" in host and not value.startswith("[")):
+        raise argparse.ArgumentTypeError(f"not host:port (an IPv6 address in brackets) or 'none': {value!r}")
+    port = int(port_text)
+    if port > 65535:
+        raise argparse.ArgumentTypeError(f"port {port} is not from 0 to 65535: {value!r}")
+    return MetricsAddress(host or "127.0.0.1", port)
+
+
+class MetricsPortError(Exception):
+    """/metrics cannot be served at the address given (in use, not this host's, not allowed)."""
+
+
+class _Handler(WSGIRequestHandler):
+    timeout = IDLE_TIMEOUT_S  # StreamRequestHandler puts it on the connection's socket
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base class's name)
+        pass  # an access log of scrapes is not ccotel's to write
+
+
+class MetricsServer(ThreadingMixIn, WSGIServer):
+    """A thread per connection, at most ``max_connections`` of them: a new one closes the oldest."""
+
+    daemon_threads = True
+    block_on_close = False
+
+    def __init__(self, address: tuple[str, int], family: socket.AddressFamily,
+                 max_connections: int = MAX_CONNECTIONS) -> None:
+        self.address_family = family
+        self.max_connections = max_connections
+        self.evicted = 0  # connections closed to make room
+        self._held: dict[socket.socket, None] = {}  # open connections, oldest first
+        self._held_lock = threading.Lock()
+        super().__init__(address, _Handler)
+
+    def open_connections(self) -> int:
+        with self._held_lock:
+            return len(self._held)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self._held_lock:
+            while len(self._held) >= self.max_connections:
+                oldest = next(iter(self._held))
+                del self._held[oldest]
+                self.evicted += 1
+                if self.evicted == 1:
+                    log.warning("more than %d connections to /metrics at once: the oldest are closed to let new "
+                                "ones in", self.max_connections)
+                _wake(oldest)
+            self._held[request] = None
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request: Any) -> None:
+        with self._held_lock:
+            self._held.pop(request, None)
+        super().shutdown_request(request)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that went away, timed out or was closed to make room: nothing to act on, and
+        # socketserver's default prints a traceback on stderr.
+        log.debug("a /metrics connection ended in an error: %r", sys.exc_info()[1])
+
+
+def _wake(sock: socket.socket) -> None:
+    """End what the connection's thread waits for (a read or a write) at once: it then closes it."""
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass  # already gone
+
+
+def serve(metrics: Metrics, address: MetricsAddress) -> MetricsServer:
+    """Serve /metrics at ``address`` from a daemon thread, and say where; MetricsPortError if the
+    address cannot be bound."""
+    from prometheus_client import make_wsgi_app
+
+    from ccotel.metrics.counters import registry_for
+
+    where = f"{address.host}:{address.port}"
+    try:
+        infos = socket.getaddrinfo(address.host, address.port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        family, _, _, _, sockaddr = infos[0]
+        server = MetricsServer((str(sockaddr[0]), int(sockaddr[1])), family)
+    except OSError as exc:  # (socket.gaierror is one)
+        raise MetricsPortError(f"cannot serve /metrics on {where}: {exc.strerror or exc} (--metrics-addr "
+                               "HOST:PORT with an address of this host and a free port; 127.0.0.1:0 takes any "
+                               "free port, none serves no metrics)") from None
+    server.set_app(make_wsgi_app(registry_for(metrics)))
+    threading.Thread(target=server.serve_forever, name="ccotel-metrics", daemon=True).start()
+    log.info("metrics on %s", address.url(server.server_port))
+    return server
