@@ -15,7 +15,9 @@ from ccotel.commands.options import (
     add_common,
     add_durable,
     add_label_cap,
+    add_registry,
     add_tracing,
+    pattern_file,
     price_file,
 )
 from ccotel.run.stopping import (
@@ -55,7 +57,7 @@ def _run_options(sp: argparse.ArgumentParser) -> None:
     add_durable(sp, lease=True)
     sp.add_argument("--orchestrator-log", action="append", default=[], metavar="PATH[=SOURCE]",
                     help="an orchestrator's log to count resets, aborts and watchdog kills from (repeatable)")
-    sp.add_argument("--orchestrator-patterns", metavar="FILE",
+    sp.add_argument("--orchestrator-patterns", metavar="FILE", type=pattern_file,
                     help="JSON list of extra patterns: [{\"metric\", \"regex\", \"reason\"}]")
     from ccotel.metrics.server import DEFAULT_METRICS_ADDR, metrics_address
 
@@ -64,9 +66,7 @@ def _run_options(sp: argparse.ArgumentParser) -> None:
     add_label_cap(sp)
     sp.add_argument("--poll", action="store_true", help="poll instead of inotify")
     sp.add_argument("--no-status", action="store_true", help="no live status line")
-    from ccotel.sources.registry import follower as registry
-
-    registry.add_arguments(sp)
+    add_registry(sp)
 
 
 def _backfill_options(sp: argparse.ArgumentParser) -> None:

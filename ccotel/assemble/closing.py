@@ -14,7 +14,12 @@ from ccotel.assemble.model import Owner, Session, ToolError, Turn, TurnOutcome
 from ccotel.assemble.outbox import Outbox
 from ccotel.rules import transcript as rules
 
-__all__ = ["Timeouts", "close", "flush_session", "open_owners", "release_superseded", "tick_session"]
+__all__ = ["STALL_TIMEOUT_NS", "Timeouts", "close", "flush_session", "open_owners", "release_superseded",
+           "tick_session"]
+
+
+# --stall-timeout's default: a tool call or a reply owed this long is stalled
+STALL_TIMEOUT_NS = 180_000_000_000
 
 
 @dataclass(frozen=True)
@@ -23,8 +28,8 @@ class Timeouts:
     quiet_ns: int = 1_000_000_000
     # A turn with no open tool call and no final stop_reason (older versions never write one).
     idle_ns: int = 60_000_000_000
-    # A tool call with no result for this long is orphaned (--stall-timeout, 180 s by default).
-    stall_ns: int = 180_000_000_000
+    # A tool call with no result for this long is orphaned (--stall-timeout).
+    stall_ns: int = STALL_TIMEOUT_NS
 
 
 def open_owners(sess: Session) -> list[Owner]:

@@ -22,7 +22,8 @@ from dataclasses import asdict, dataclass, field
 import orjson
 
 from ccotel.assemble.assembler import Assembler
-from ccotel.assemble.closing import Timeouts
+from ccotel.assemble.closing import STALL_TIMEOUT_NS, Timeouts
+from ccotel.commands.options import add_stall_timeout
 from ccotel.read import evidence
 from ccotel.read.discover import classify, within_root
 from ccotel.read.layout import SessionIdError, UnknownSession, default_roots, resolve_session_id
@@ -157,7 +158,7 @@ def _worktree_paths(raw: bytes) -> list[tuple[str, str]]:
     return out
 
 
-def check_session(arg: str, roots: tuple[str, ...], stall_s: float = 180.0, now_ns: int | None = None,
+def check_session(arg: str, roots: tuple[str, ...], stall_s: float = STALL_TIMEOUT_NS / 1e9, now_ns: int | None = None,
                   probes: Sequence[float] = PROBES_S, sleep: Callable[[float], None] = time.sleep,
                   clock: Callable[[], float] = time.monotonic) -> Health:
     started = clock()
@@ -317,7 +318,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("session", help="a session id, a unique prefix of one (at least 8 characters), or the path "
                         "of its transcript (under a root)")
     parser.add_argument("--json", action="store_true", help="print the health and findings as JSON")
-    parser.add_argument("--stall-timeout", type=float, default=180.0)
+    add_stall_timeout(parser, "seconds a tool call or a reply may be owed before the session counts as stalled")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -12,11 +12,13 @@ TYPE_CHECKING = False  # typing is not loaded for a report's start: mypy reads t
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from ccotel.sources.orchestrator import Pattern
     from ccotel.spans.pricing import Price
 
 __all__ = ["BACKFILL_PARALLEL_MIN_MB", "REPORT_PARALLEL_MIN_MB", "SIDECAR_PARALLEL_MIN_MB", "SIDECAR_WORKERS",
-           "add_common", "add_durable", "add_reading", "add_tracing", "megabytes", "parse_since", "price_file",
-           "whole_number", "worker_count"]
+           "MAX_WAIT_S", "add_common", "add_durable", "add_reading", "add_registry", "add_stall_timeout",
+           "add_tracing", "finite", "megabytes", "parse_since", "pattern_file", "price_file", "regex", "whole_number",
+           "worker_count"]
 
 
 def parse_since(value: str, now: float | None = None) -> int:
@@ -83,6 +85,60 @@ def whole_number(least: int, most: int | None = None) -> Callable[[str], int]:
     return parse
 
 
+def finite(least: float, most: float, unit: str, above: bool = False) -> Callable[[str], float]:
+    """An argparse type: a number of ``unit`` from ``least`` (more than it, with ``above``) to
+    ``most``. NaN, an infinity or a word is a usage error before any work: each ended a command
+    in a traceback where its seconds became nanoseconds."""
+
+    def parse(value: str) -> float:
+        try:
+            n = float(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number of {unit}: {value!r}") from None
+        if not ((least < n) if above else (least <= n)) or not n <= most:  # NaN fails both
+            raise argparse.ArgumentTypeError(f"{value} {unit} is not {'more than' if above else 'from'} {least:g}"
+                                             f"{' and at most' if above else ' to'} {most:g}")
+        return n
+
+    return parse
+
+
+# A wait longer than a year is not one a person means, and its nanoseconds stay an int64.
+MAX_WAIT_S = 365 * 86400.0
+
+
+def add_stall_timeout(sp: argparse.ArgumentParser, meaning: str) -> None:
+    """``--stall-timeout SECONDS`` (``meaning``: what it decides in this command)."""
+    from ccotel.assemble.closing import STALL_TIMEOUT_NS  # the rule's module: not loaded for a report's start
+
+    sp.add_argument("--stall-timeout", type=finite(0, MAX_WAIT_S, "seconds", above=True),
+                    default=STALL_TIMEOUT_NS / 1e9, metavar="SECONDS",
+                    help=f"{meaning} (default %(default)g)")
+
+
+def regex(value: str) -> str:
+    """An argparse type: a regular expression that compiles (``--redact``); else a usage error
+    before any work, not a traceback once content is first captured."""
+    import re as re_  # (this module's re is for --since)
+
+    try:
+        re_.compile(value)
+    except re_.error as exc:
+        raise argparse.ArgumentTypeError(f"not a regular expression ({exc}): {value!r}") from None
+    return value
+
+
+def pattern_file(path: str) -> tuple[Pattern, ...]:
+    """``--orchestrator-patterns FILE`` read and checked while the arguments are parsed, as
+    ``price_file``: a file that is missing or wrong is a usage error before any work."""
+    from ccotel.sources.orchestrator import PatternFileError, load_patterns
+
+    try:
+        return load_patterns(path)
+    except PatternFileError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 # ``--workers N``: from 0 (read in this process, as 1 does outside ccotel run) to MAX_WORKERS
 worker_count = whole_number(0, MAX_WORKERS)
 
@@ -131,10 +187,20 @@ def add_tracing(sp: argparse.ArgumentParser) -> None:
                     help="export prompt and tool input/output text (truncated, redacted); off by default")
     sp.add_argument("--max-attribute-length", type=whole_number(1), default=4096, metavar="N",
                     help="captured content longer than this many characters is cut (default %(default)s)")
-    sp.add_argument("--redact", action="append", default=[], metavar="REGEX",
+    sp.add_argument("--redact", action="append", default=[], metavar="REGEX", type=regex,
                     help="extra pattern to redact from captured content (repeatable)")
-    sp.add_argument("--stall-timeout", type=float, default=180.0,
-                    help="seconds a tool call may go without a result before it counts as orphaned")
+    add_stall_timeout(sp, "seconds a tool call may go without a result before it counts as orphaned")
+
+
+def add_registry(sp: argparse.ArgumentParser) -> None:
+    """``ccotel run``'s agent registry options (sources/registry)."""
+    sp.add_argument("--registry", action="append", default=[], metavar="DIR",
+                    help="an orchestrator's agent registry to follow (.active-pids.json and "
+                         "agent-responses/<agentId>.md): agent spans, agents by outcome, killed agents "
+                         "(repeatable)")
+    sp.add_argument("--registry-kill-grace", type=finite(0, 3600, "seconds"), default=5.0, metavar="SECONDS",
+                    help="how long an agent's process must be gone while its Status still says "
+                         "in-progress before it counts as killed")
 
 
 def add_label_cap(sp: argparse.ArgumentParser) -> None:

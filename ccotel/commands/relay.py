@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from types import FrameType
 
 from ccotel import logs
-from ccotel.commands.options import add_label_cap
+from ccotel.commands.options import add_label_cap, finite
 from ccotel.export.sinks import ConsoleSink, ExportQueue, make_sink
 from ccotel.metrics import events
 from ccotel.metrics.counters import Metrics
@@ -435,7 +435,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--metrics-addr", default="none", type=metrics_address,
                         help="host:port to serve Prometheus /metrics while relaying ('none': off, the default)")
     add_label_cap(parser)
-    parser.add_argument("--flush-timeout", type=float, default=5.0,
+    parser.add_argument("--flush-timeout", type=finite(0, 86400, "seconds"), default=5.0,
                         help="seconds to wait at the end for the trace backend to take the spans")
     # not "command": cli.py's subparsers keep the subcommand's name there
     parser.add_argument("relay_command", nargs=argparse.REMAINDER, metavar="-- COMMAND ...",

@@ -24,7 +24,7 @@ from ccotel.run.runner import Interrupted, describe, fill_ledger, follow, read_h
 from ccotel.run.status import StatusLine
 from ccotel.run.stopping import EXIT_ERROR, Stopper, settle_state
 from ccotel.sources.hooks.spool import spool_dir
-from ccotel.sources.orchestrator import DEFAULT_PATTERNS, load_patterns, parse_log_arg
+from ccotel.sources.orchestrator import DEFAULT_PATTERNS, parse_log_arg
 from ccotel.spans.build import Conventions
 from ccotel.spans.content import DEFAULT_REDACTIONS, ContentPolicy
 from ccotel.spans.pricing import DEFAULT_PRICING, Pricing
@@ -46,10 +46,8 @@ def options_of(args: argparse.Namespace) -> Options:
     if getattr(args, "capture_content", False):
         content = ContentPolicy(max_length=args.max_attribute_length,
                                 patterns=DEFAULT_REDACTIONS + tuple(args.redact))
-    stall = int(getattr(args, "stall_timeout", 180.0) * 1e9)
-    patterns = DEFAULT_PATTERNS
-    if getattr(args, "orchestrator_patterns", None):
-        patterns = patterns + load_patterns(args.orchestrator_patterns)
+    stall = int(args.stall_timeout * 1e9)
+    patterns = DEFAULT_PATTERNS + (getattr(args, "orchestrator_patterns", None) or ())  # read while parsing
     return Options(
         orchestrator_logs=tuple(parse_log_arg(v) for v in getattr(args, "orchestrator_log", [])),
         orchestrator_patterns=patterns,

@@ -31,7 +31,7 @@ from rich.text import Text
 
 from ccotel.assemble.closing import Timeouts
 from ccotel.commands.check import CheckError, Health, check_session
-from ccotel.commands.options import whole_number
+from ccotel.commands.options import add_stall_timeout, whole_number
 from ccotel.commands.report.usage import session_usage
 from ccotel.commands.terminal import columns, dollars, fit_with_path, left_cut, short_model, stdout_console
 from ccotel.read.discover import SkipWarning
@@ -192,7 +192,7 @@ def options_from_args(args: argparse.Namespace) -> Options:
     prices = getattr(args, "prices", None)
     return Options(
         roots=tuple(getattr(args, "root", None) or default_roots()),
-        timeouts=Timeouts(stall_ns=int(getattr(args, "stall_timeout", 180.0) * 1e9)),
+        timeouts=Timeouts(stall_ns=int(args.stall_timeout * 1e9)),
         conventions=Conventions.from_env(),
         pricing=Pricing(prices) if prices else DEFAULT_PRICING,
     )
@@ -371,8 +371,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--limit", type=whole_number(0), default=20,
                         help="at most this many sessions (default 20; 0: all)")
     parser.add_argument("--json", action="store_true", help="one JSON document, every field")
-    parser.add_argument("--stall-timeout", type=float, default=180.0,
-                        help="seconds a reply may be owed before the session counts as stalled")
+    add_stall_timeout(parser, "seconds a reply may be owed before the session counts as stalled")
     parser.add_argument("--width", type=columns, default=None, help="render for this many columns")
 
 

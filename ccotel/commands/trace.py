@@ -22,6 +22,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from ccotel.commands.options import add_stall_timeout
 from ccotel.commands.sessions import (
     TURN_SPAN,
     SessionError,
@@ -603,8 +604,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="the span tree (or with --list the turns) as JSON")
     parser.add_argument("--width", type=columns, default=None,
                         help="render for this many columns (default: the terminal)")
-    parser.add_argument("--stall-timeout", type=float, default=180.0,
-                        help="seconds a tool call may go without a result before it counts as orphaned")
+    add_stall_timeout(parser, "seconds a tool call may go without a result before it counts as orphaned")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -18,9 +18,10 @@ from dataclasses import dataclass
 import orjson
 
 from ccotel.metrics.counters import Metrics
+from ccotel.read.regular import open_regular
 from ccotel.read.tail import Tailer
 
-__all__ = ["Pattern", "DEFAULT_PATTERNS", "OrchestratorLog", "load_patterns", "parse_log_arg"]
+__all__ = ["Pattern", "PatternFileError", "DEFAULT_PATTERNS", "OrchestratorLog", "load_patterns", "parse_log_arg"]
 
 
 @dataclass(frozen=True)
@@ -38,16 +39,46 @@ DEFAULT_PATTERNS: tuple[Pattern, ...] = (
 _METRICS_WITH_REASON = {"ccotel_session_resets", "ccotel_aborts"}
 
 
+class PatternFileError(ValueError):
+    """An ``--orchestrator-patterns`` file that cannot be read or is not a list of patterns."""
+
+
+_PATTERN_FILE_MAX = 1 << 20  # a list of a few patterns; more is not one
+_PATTERN_METRICS = ("ccotel_session_resets", "ccotel_aborts", "ccotel_watchdog_kills")
+
+
 def load_patterns(path: str) -> tuple[Pattern, ...]:
-    with open(path, "rb") as f:
-        doc = orjson.loads(f.read())
-    out = []
-    for item in doc:
-        metric = item["metric"]
-        if metric not in ("ccotel_session_resets", "ccotel_aborts", "ccotel_watchdog_kills"):
-            raise ValueError(f"{path}: unknown metric {metric!r}")
-        out.append(Pattern(metric, re.compile(item["regex"]), item.get("reason")))
-    return tuple(out)
+    """The patterns of an ``--orchestrator-patterns`` file: a JSON list of {"metric", "regex",
+    "reason"?}. PatternFileError says what is wrong with it, naming the file and the item."""
+    try:
+        with open_regular(path) as f:
+            data = f.read(_PATTERN_FILE_MAX + 1)
+        if len(data) > _PATTERN_FILE_MAX:
+            raise PatternFileError(f"{path}: larger than {_PATTERN_FILE_MAX >> 20} MiB: not a list of patterns")
+        doc = orjson.loads(data)
+    except OSError as exc:
+        raise PatternFileError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+    except orjson.JSONDecodeError as exc:
+        raise PatternFileError(f"{path}: not JSON ({exc})") from None
+    if not isinstance(doc, list):
+        raise PatternFileError(f'{path}: not a JSON list of {{"metric", "regex", "reason"?}}')
+    return tuple(_pattern(path, i, item) for i, item in enumerate(doc))
+
+
+def _pattern(path: str, i: int, item: object) -> Pattern:
+    where = f"{path}: item {i}"
+    if not isinstance(item, dict) or not isinstance(item.get("metric"), str) or not isinstance(item.get("regex"), str):
+        raise PatternFileError(f'{where}: not {{"metric": "...", "regex": "..."}}')
+    metric, reason = item["metric"], item.get("reason")
+    if metric not in _PATTERN_METRICS:
+        raise PatternFileError(f"{where}: unknown metric {metric!r} (one of {', '.join(_PATTERN_METRICS)})")
+    if reason is not None and not isinstance(reason, str):
+        raise PatternFileError(f"{where}: its reason is not a string")
+    try:
+        regex = re.compile(item["regex"])
+    except re.error as exc:
+        raise PatternFileError(f"{where}: not a regular expression ({exc})") from None
+    return Pattern(metric, regex, reason)
 
 
 def parse_log_arg(value: str) -> tuple[str, str]:

@@ -19,6 +19,7 @@ from ccotel.commands.doctor.state import check_state
 from ccotel.commands.doctor.telemetry import check_claude_code_telemetry
 from ccotel.commands.doctor.traces import check_traces
 from ccotel.commands.doctor.versions import check_format, check_versions
+from ccotel.commands.options import finite
 from ccotel.metrics.server import DEFAULT_METRICS_ADDR
 from ccotel.read.layout import default_roots
 from ccotel.store.state import resolve_state
@@ -33,7 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the --metrics-addr ccotel run is (or will be) given; 'none' if disabled")
     parser.add_argument("--traces-exporter", choices=("otlp", "console", "none"), default="otlp",
                         help="the --traces-exporter ccotel run is given; otlp checks the OTEL_EXPORTER_OTLP_* backend")
-    parser.add_argument("--timeout", type=float, default=3.0, metavar="S",
+    parser.add_argument("--timeout", type=finite(0, 600, "seconds", above=True), default=3.0, metavar="S",
                         help="seconds to wait for the trace backend and the metrics port (default 3)")
 
 

@@ -30,6 +30,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from ccotel.commands.options import MAX_WAIT_S, add_stall_timeout, finite
 from ccotel.commands.sessions import _ago, _compact, options_from_args
 from ccotel.commands.terminal import columns, dollars, fit_with_path, left_cut, short_model, stdout_console
 from ccotel.commands.top.rows import Sort, TopRow, Watcher, sort_rows
@@ -238,30 +239,20 @@ def _live(watcher: Watcher, console: Console, sort: Sort, interval: float, roots
 # -- command line ----------------------------------------------------------------------------------
 
 
-def _positive(value: str) -> float:
-    try:
-        n = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a number") from None
-    if not n > 0:
-        raise argparse.ArgumentTypeError(f"{value} must be more than 0")
-    return n
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """``ccotel top`` options beyond cli.py's (--root, --prices, -v)."""
-    parser.add_argument("--active", type=_positive, default=10.0, metavar="MINUTES",
+    minutes = finite(0, MAX_WAIT_S / 60, "minutes", above=True)
+    parser.add_argument("--active", type=minutes, default=10.0, metavar="MINUTES",
                         help="a session is running if a transcript of it was written this recently, or its "
                              "process runs (default 10)")
-    parser.add_argument("--window", type=_positive, default=5.0, metavar="MINUTES",
+    parser.add_argument("--window", type=minutes, default=5.0, metavar="MINUTES",
                         help="tokens and $ per minute over the calls that ended this recently (default 5)")
-    parser.add_argument("--interval", type=_positive, default=2.0, metavar="SECONDS",
-                        help="seconds between refreshes (default 2)")
+    parser.add_argument("--interval", type=finite(0.1, 3600, "seconds"), default=2.0, metavar="SECONDS",
+                        help="seconds between refreshes, from 0.1 to 3600 (default 2)")
     parser.add_argument("--sort", choices=sorted(_SORT_NAMES), default="cost-rate", help="first order (s cycles)")
     parser.add_argument("--once", action="store_true", help="print one frame and exit (so does a pipe)")
     parser.add_argument("--json", action="store_true", help="one frame's rows as JSON, every field")
-    parser.add_argument("--stall-timeout", type=float, default=180.0,
-                        help="seconds a reply may be owed before the session counts as stalled")
+    add_stall_timeout(parser, "seconds a reply may be owed before the session counts as stalled")
     parser.add_argument("--width", type=columns, default=None, help="render for this many columns")
 
 

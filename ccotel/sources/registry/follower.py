@@ -6,7 +6,6 @@ options for it. What the registry is: the package's docstring.
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 import threading
@@ -31,7 +30,7 @@ from ccotel.sources.registry.liveness import check_processes, outcome_of
 from ccotel.sources.registry.telemetry import BAD_INPUT, Counter, count, span
 from ccotel.store.state import anchor_of
 
-__all__ = ["Registry", "add_arguments"]
+__all__ = ["Registry"]
 
 log = logging.getLogger("ccotel.registry")
 
@@ -303,14 +302,3 @@ class Registry:
         log.debug("registry %s: %s", self.directory, reason)
         if self.metrics is not None:
             self.metrics.inc(BAD_INPUT, reason)
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """``ccotel run``'s registry options."""
-    parser.add_argument("--registry", action="append", default=[], metavar="DIR",
-                        help="an orchestrator's agent registry to follow (.active-pids.json and "
-                             "agent-responses/<agentId>.md): agent spans, agents by outcome, killed agents "
-                             "(repeatable)")
-    parser.add_argument("--registry-kill-grace", type=float, default=5.0, metavar="SECONDS",
-                        help="how long an agent's process must be gone while its Status still says "
-                             "in-progress before it counts as killed")
