@@ -61,8 +61,9 @@ def _run_options(sp: argparse.ArgumentParser) -> None:
                     help="JSON list of extra patterns: [{\"metric\", \"regex\", \"reason\"}]")
     from ccotel.metrics.server import DEFAULT_METRICS_ADDR, metrics_address
 
-    sp.add_argument("--metrics-addr", default=DEFAULT_METRICS_ADDR, type=metrics_address,
-                    help="host:port for Prometheus /metrics (loopback by default); 'none' to disable")
+    sp.add_argument("--metrics-addr", default=DEFAULT_METRICS_ADDR, type=metrics_address, metavar="HOST:PORT",
+                    help=f"where to serve Prometheus /metrics (default {DEFAULT_METRICS_ADDR}: the loopback; "
+                         "port 0: any free one); 'none' to disable")
     add_label_cap(sp)
     sp.add_argument("--poll", action="store_true", help="poll instead of inotify")
     sp.add_argument("--no-status", action="store_true", help="no live status line")

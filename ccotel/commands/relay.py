@@ -432,7 +432,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """``ccotel relay`` options (besides the common --root): where spans go, and the command."""
     parser.add_argument("--traces-exporter", choices=("otlp", "console", "none"), default="otlp",
                         help="where spans go; otlp uses the standard OTEL_EXPORTER_OTLP_* variables")
-    parser.add_argument("--metrics-addr", default="none", type=metrics_address,
+    parser.add_argument("--metrics-addr", default="none", type=metrics_address, metavar="HOST:PORT",
                         help="host:port to serve Prometheus /metrics while relaying ('none': off, the default)")
     add_label_cap(parser)
     parser.add_argument("--flush-timeout", type=finite(0, 86400, "seconds"), default=5.0,

@@ -30,7 +30,7 @@ __all__ = ["add_arguments", "config_from_args", "diagnose", "run"]
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Doctor's own options (--root and --state-dir come from cli.py's common options)."""
     parser.add_argument("--json", action="store_true", help="findings as JSON, for machines")
-    parser.add_argument("--metrics-addr", default=DEFAULT_METRICS_ADDR,
+    parser.add_argument("--metrics-addr", default=DEFAULT_METRICS_ADDR, metavar="HOST:PORT",
                         help="the --metrics-addr ccotel run is (or will be) given; 'none' if disabled")
     parser.add_argument("--traces-exporter", choices=("otlp", "console", "none"), default="otlp",
                         help="the --traces-exporter ccotel run is given; otlp checks the OTEL_EXPORTER_OTLP_* backend")
