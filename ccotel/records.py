@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AdvisorCall",
+    "BadInput",
     "Block",
     "Entry",
     "FileKind",
@@ -28,6 +29,32 @@ __all__ = [
     "Usage",
     "fast_constructor",
 ]
+
+
+class BadInput(str, Enum):
+    """Why input was skipped and counted: the ``reason`` of ccotel_parse_errors_total, every name in
+    this one place (docs/generate.py lists them from here). A member behaves as its string does:
+    the same str, format and hash, so it is the same label value, Counter key and log word."""
+
+    INVALID_UTF8 = "invalid_utf8"
+    MALFORMED_JSON = "malformed_json"
+    NOT_AN_OBJECT = "not_an_object"
+    NUL_BYTES = "nul_bytes"
+    LINE_TOO_LONG = "line_too_long"
+    BAD_FIELD = "bad_field"
+    BAD_TIMESTAMP = "bad_timestamp"
+    UNREADABLE = "unreadable"  # a file
+    UNREADABLE_DIR = "unreadable_dir"
+    PATH_NOT_UTF8 = "path_not_utf8"
+    PATH_OUTSIDE_ROOT = "path_outside_root"
+    BAD_META_JSON = "bad_meta_json"
+    HOOK_MALFORMED_JSON = "hook_malformed_json"  # the hook spool's lines
+    HOOK_NOT_AN_OBJECT = "hook_not_an_object"
+    HOOK_BAD_FIELD = "hook_bad_field"
+
+    __str__ = str.__str__
+    __format__ = str.__format__  # type: ignore[assignment]  # (typeshed's Enum.__format__ takes the same str)
+    __hash__ = str.__hash__
 
 
 class FileKind(str, Enum):

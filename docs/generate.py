@@ -73,12 +73,6 @@ DETAILS: dict[str, str] = {
         "64 characters, at most 200 series.",
     "ccotel_lines_read_total": "Each line once, across restarts.",
     "ccotel_bytes_read_total": "Each byte once, across restarts.",
-    "ccotel_parse_errors_total":
-        "`reason`: `malformed_json`, `invalid_utf8`, `nul_bytes`, `line_too_long`, `bad_field`, `bad_timestamp`, "
-        "`not_an_object`, `unreadable` (a file), `unreadable_dir` (a directory under a root; once per directory), "
-        "`path_not_utf8` (a directory or transcript whose name is not UTF-8; once each), "
-        "`path_outside_root`, `bad_meta_json`; the hook spool's: `hook_malformed_json`, `hook_not_an_object`, "
-        "`hook_bad_field`. A bad line is one error, of the first reason found in it.",
     "ccotel_checkpoint_errors_total":
         "Held and retried, nothing lost. The disk's reasons (`disk_full`, `read_only`, `io_error`) whichever "
         "file hit them first: the usage ledger is written before the checkpoints, which wait for its rows, so on "
@@ -213,6 +207,28 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
+# What a reason of ccotel_parse_errors_total says beyond its name (records.BadInput).
+BAD_INPUT_NOTES = {
+    "unreadable": "a file",
+    "unreadable_dir": "a directory under a root; once per directory",
+    "path_not_utf8": "a directory or transcript whose name is not UTF-8; once each",
+    "path_outside_root": "a transcript or agent meta under a root that resolves outside it",
+    "hook_malformed_json": "a line of the hook spool",
+    "hook_not_an_object": "a line of the hook spool",
+    "hook_bad_field": "a line of the hook spool",
+}
+
+
+def bad_input_reasons() -> str:
+    """ccotel_parse_errors_total's detail: every records.BadInput, with its note."""
+    from ccotel.records import BadInput
+
+    unknown = set(BAD_INPUT_NOTES) - {r.value for r in BadInput}
+    assert not unknown, f"notes for reasons BadInput does not have: {unknown}"
+    reasons = ", ".join(f"`{r}`" + (f" ({BAD_INPUT_NOTES[r]})" if r in BAD_INPUT_NOTES else "") for r in BadInput)
+    return f"`reason`: {reasons}. A bad line is one error, of the first reason found in it."
+
+
 def render() -> str:
     from ccotel.metrics.server import IDLE_TIMEOUT_S, MAX_CONNECTIONS, MetricsAddress
 
@@ -243,7 +259,8 @@ def render() -> str:
     ]
     for f in fams:
         labels = ", ".join(f"`{label}`" for label in f.labels)
-        lines.append(f"| `{f.name}` | {f.kind} | {labels} | {_cell(f.help)} | {_cell(DETAILS.get(f.name, ''))} |")
+        detail = bad_input_reasons() if f.name == "ccotel_parse_errors_total" else DETAILS.get(f.name, "")
+        lines.append(f"| `{f.name}` | {f.kind} | {labels} | {_cell(f.help)} | {_cell(detail)} |")
     lines += [
         "",
         f"{len(fams)} families. `ccotel relay --metrics-addr host:port` serves the same endpoint for a relay "

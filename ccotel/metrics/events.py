@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from ccotel.metrics.counters import Metrics
+from ccotel.records import BadInput
 
 __all__ = [
     "abort",
@@ -40,7 +41,7 @@ def read(metrics: Metrics, lines: int, nbytes: int) -> None:
     metrics.inc("ccotel_bytes_read", value=nbytes)
 
 
-def parse_error(metrics: Metrics, reason: str) -> None:
+def parse_error(metrics: Metrics, reason: BadInput) -> None:
     """A line or file that could not be read, by the reason parse and tail name."""
     metrics.inc("ccotel_parse_errors", reason)
 

@@ -15,7 +15,6 @@ import logging
 import os
 import stat
 import time
-from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeAlias
@@ -23,7 +22,7 @@ from typing import TYPE_CHECKING, TypeAlias
 from ccotel.read.layout import AGENT_PREFIX, SUBAGENTS, agent_meta, is_utf8, projects_dir, shown
 from ccotel.read.parse_time import parse_timestamp
 from ccotel.read.regular import open_regular
-from ccotel.records import FileKind, TranscriptFile
+from ccotel.records import BadInput, FileKind, TranscriptFile
 
 if TYPE_CHECKING:  # types only: tail.py loads the parser, shard.py multiprocessing (a cached report needs neither)
     from ccotel.read.shard import Group
@@ -31,7 +30,7 @@ if TYPE_CHECKING:  # types only: tail.py loads the parser, shard.py multiprocess
 
 __all__ = ["classify", "scan", "ScanCache", "within_root", "find", "unread_bytes", "session_groups",
            "group_files", "PathNotUtf8", "SkipWarning",
-           "time_span", "Checkpoint", "size_of", "mtime_ns", "readable_under", "outside_root", "PATH_OUTSIDE_ROOT"]
+           "time_span", "Checkpoint", "size_of", "mtime_ns", "readable_under"]
 
 log = logging.getLogger("ccotel.read")
 
@@ -53,7 +52,7 @@ class PathNotUtf8(OSError):
     counted (``path_not_utf8``) where unreadable directories are. Claude Code names its files from
     ids and a cwd made ASCII: such a name was put there by something else."""
 
-    reason = "path_not_utf8"
+    reason = BadInput.PATH_NOT_UTF8
 
     def __init__(self, path: str) -> None:
         super().__init__(errno.EILSEQ, "its name is not UTF-8", shown(path))
@@ -77,21 +76,19 @@ class SkipWarning:
         log.warning("skipped %s (%s): what it holds is not in this output", where, exc.strerror or exc)
 
 
-PATH_OUTSIDE_ROOT = "path_outside_root"  # the reason a file under a root that leads out of it is not read
 _said_outside: set[str] = set()
-outside_root: Counter[str] = Counter()  # PATH_OUTSIDE_ROOT -> files not read, in this process
 
 
 def readable_under(root: str, path: str) -> bool:
     """May ``path`` (a file ccotel reads under ``root``: history.jsonl, sessions/<pid>.json,
     settings.json) be read? Not when it resolves outside the root (a symlink to elsewhere):
-    then it is counted and said once, and the caller reads nothing of it."""
+    then it is said once (in the log: these are the detectors' and doctor's side files, not
+    transcripts, which the reader counts), and the caller reads nothing of it."""
     if within_root(root, path):
         return True
-    outside_root[PATH_OUTSIDE_ROOT] += 1
     if path not in _said_outside and len(_said_outside) < 1024:  # said once per path, bounded
         _said_outside.add(path)
-        log.warning("%s: %s resolves outside the root %s: not read", PATH_OUTSIDE_ROOT, path, root)
+        log.warning("%s: %s resolves outside the root %s: not read", BadInput.PATH_OUTSIDE_ROOT, path, root)
     return False
 
 

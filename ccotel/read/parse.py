@@ -19,21 +19,10 @@ import orjson
 
 from ccotel.read.parse_fast import _repaired_entry, fast_entry
 from ccotel.read.parse_full import to_entry
-from ccotel.records import Entry
+from ccotel.records import BadInput, Entry
 
-__all__ = ["ParseResult", "is_complete_json", "parse_line", "ERROR_REASONS"]
+__all__ = ["ParseResult", "is_complete_json", "parse_line"]
 
-
-# Every reason a line or a field can be rejected for; the metric label set is this tuple.
-ERROR_REASONS = (
-    "invalid_utf8",
-    "malformed_json",
-    "not_an_object",
-    "line_too_long",
-    "bad_field",
-    "bad_timestamp",
-    "nul_bytes",
-)
 
 _decoder = json.JSONDecoder()
 
@@ -41,7 +30,7 @@ _decoder = json.JSONDecoder()
 @dataclass
 class ParseResult:
     entries: list[Entry] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
+    errors: list[BadInput] = field(default_factory=list)
 
 
 def parse_line(data: bytes, offset: int, capture_content: bool = False, fast: bool = True) -> ParseResult:
@@ -67,17 +56,17 @@ def _parse_line(data: bytes, offset: int, capture_content: bool, fast: bool) -> 
     except orjson.JSONDecodeError:
         entry = _repaired_entry(data, offset, capture_content)
         if entry is not None:
-            result.errors.append("invalid_utf8")
+            result.errors.append(BadInput.INVALID_UTF8)
             result.entries.append(entry)
             return result
         try:
             objs = _decode_glued(data, result)
         except (RecursionError, ValueError):  # nesting deeper than any decoder goes, 4,300-digit ints
-            result.errors.append("malformed_json")
+            result.errors.append(BadInput.MALFORMED_JSON)
             return result
     for obj in objs:
         if not isinstance(obj, dict):
-            result.errors.append("not_an_object")
+            result.errors.append(BadInput.NOT_AN_OBJECT)
             continue
         entry = to_entry(obj, offset, capture_content, result.errors)
         if entry is not None:
@@ -93,10 +82,10 @@ def _decode_glued(data: bytes, result: ParseResult) -> list[Any]:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
-        result.errors.append("invalid_utf8")
+        result.errors.append(BadInput.INVALID_UTF8)
         text = data.decode("utf-8", "replace")
     if "\x00" in text:
-        result.errors.append("nul_bytes")
+        result.errors.append(BadInput.NUL_BYTES)
         text = text.replace("\x00", "")
     objs: list[Any] = []
     pos, n = 0, len(text)
@@ -105,7 +94,7 @@ def _decode_glued(data: bytes, result: ParseResult) -> list[Any]:
             obj, pos = _decoder.raw_decode(text, pos)
         except json.JSONDecodeError:
             # One counted error per broken stretch, then resynchronise on a glued object.
-            result.errors.append("malformed_json")
+            result.errors.append(BadInput.MALFORMED_JSON)
             nxt, tail = _resync(text, pos)
             if tail is not None:
                 objs.extend(tail)

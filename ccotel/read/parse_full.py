@@ -1,7 +1,7 @@
 """Parse stage: the whole decode of one transcript object (a dict) -> an Entry, and its errors.
 
 This is the checked path: every field is read for what it is, and whatever is not what Claude
-Code writes becomes a named error reason (parse.ERROR_REASONS) while the rest of the line is still
+Code writes becomes a named error reason (records.BadInput) while the rest of the line is still
 read. It is the reference the fast path (parse_fast.py) is held equal to, and the fast path takes
 its readings of the parts both share (usage, tool inputs, system and progress lines) from here.
 """
@@ -12,7 +12,7 @@ from typing import Any
 
 from ccotel.hashing import blake2b
 from ccotel.read.parse_time import _MAX_INT64, parse_timestamp
-from ccotel.records import AdvisorCall, Block, Entry, Usage
+from ccotel.records import AdvisorCall, BadInput, Block, Entry, Usage
 from ccotel.records import fast_constructor as _fast_constructor
 from ccotel.rules import transcript as rules
 
@@ -32,18 +32,18 @@ def text_key(text: str) -> str:
     return blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
 
 
-def _str(obj: dict[str, Any], key: str, errors: list[str]) -> str | None:
+def _str(obj: dict[str, Any], key: str, errors: list[BadInput]) -> str | None:
     v = obj.get(key)
     if v is None or isinstance(v, str):
         return v
-    errors.append("bad_field")
+    errors.append(BadInput.BAD_FIELD)
     return None
 
 
-def _str_value(v: Any, errors: list[str]) -> str | None:
+def _str_value(v: Any, errors: list[BadInput]) -> str | None:
     if v is None or isinstance(v, str):
         return v
-    errors.append("bad_field")
+    errors.append(BadInput.BAD_FIELD)
     return None
 
 
@@ -58,24 +58,24 @@ def _int(v: Any) -> int | None:
     return None
 
 
-def _bool(obj: dict[str, Any], key: str, errors: list[str]) -> bool:
+def _bool(obj: dict[str, Any], key: str, errors: list[BadInput]) -> bool:
     v = obj.get(key)
     if v is None or v is False:
         return False
     if v is True:
         return True
-    errors.append("bad_field")
+    errors.append(BadInput.BAD_FIELD)
     return False
 
 
 _NO_USAGE: tuple[Usage | None, tuple[AdvisorCall, ...]] = (None, ())
 
 
-def _usage(v: Any, errors: list[str]) -> tuple[Usage | None, tuple[AdvisorCall, ...]]:
+def _usage(v: Any, errors: list[BadInput]) -> tuple[Usage | None, tuple[AdvisorCall, ...]]:
     if v is None:
         return _NO_USAGE
     if not isinstance(v, dict):
-        errors.append("bad_field")
+        errors.append(BadInput.BAD_FIELD)
         return _NO_USAGE
     get = v.get
     vals: list[Any] = [get("input_tokens"), get("output_tokens"), get("cache_read_input_tokens"),
@@ -94,7 +94,7 @@ def _usage(v: Any, errors: list[str]) -> tuple[Usage | None, tuple[AdvisorCall, 
         c5 = _usage_count(cc.get("ephemeral_5m_input_tokens"), errors)
         c1 = _usage_count(cc.get("ephemeral_1h_input_tokens"), errors)
     elif cc is not None:
-        errors.append("bad_field")
+        errors.append(BadInput.BAD_FIELD)
     details = get("output_tokens_details")
     thinking = _int(details.get("thinking_tokens")) if type(details) is dict else None
     iterations = get("iterations")
@@ -103,11 +103,11 @@ def _usage(v: Any, errors: list[str]) -> tuple[Usage | None, tuple[AdvisorCall, 
                          [i for i in iters if i is not None])
 
 
-def _usage_count(raw: Any, errors: list[str]) -> int:
+def _usage_count(raw: Any, errors: list[BadInput]) -> int:
     """A count of a call's usage: absent or null is 0; anything else that is not a count is 0 and an error."""
     n = _int(raw) if raw is not None else 0
     if n is None:
-        errors.append("bad_field")
+        errors.append(BadInput.BAD_FIELD)
         return 0
     return n
 
@@ -115,16 +115,16 @@ def _usage_count(raw: Any, errors: list[str]) -> int:
 _Iteration = tuple[str | None, str | None, int, int, int, int, int, int]
 
 
-def _iteration(v: Any, errors: list[str]) -> _Iteration | None:
+def _iteration(v: Any, errors: list[BadInput]) -> _Iteration | None:
     """One ``usage.iterations`` entry: (type, model, input, output, cache read, cache creation, 5m, 1h)."""
     if not isinstance(v, dict):
-        errors.append("bad_field")
+        errors.append(BadInput.BAD_FIELD)
         return None
     counts = []
     for key in ("input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"):
         n = _int(v.get(key, 0))
         if n is None:
-            errors.append("bad_field")
+            errors.append(BadInput.BAD_FIELD)
             return None
         counts.append(n)
     cc = v.get("cache_creation")
@@ -164,30 +164,30 @@ def _keep_text(text: str | None, capture: bool) -> str | None:
     return text[:_CLASSIFY_PREFIX]
 
 
-def _blocks(content: Any, capture: bool, errors: list[str]) -> tuple[Block, ...]:
+def _blocks(content: Any, capture: bool, errors: list[BadInput]) -> tuple[Block, ...]:
     if not isinstance(content, list):
-        errors.append("bad_field")
+        errors.append(BadInput.BAD_FIELD)
         return ()
     out: list[Block] = []
     for b in content:
         if not isinstance(b, dict):
-            errors.append("bad_field")
+            errors.append(BadInput.BAD_FIELD)
             continue
         btype = b.get("type")
         if not isinstance(btype, str):
-            errors.append("bad_field")
+            errors.append(BadInput.BAD_FIELD)
             continue
         if btype == "tool_use":
             tid, name = b.get("id"), b.get("name")
             if not isinstance(tid, str) or not isinstance(name, str):
-                errors.append("bad_field")
+                errors.append(BadInput.BAD_FIELD)
                 continue
             out.append(_new_block({"type": "tool_use", "id": tid, "name": name,
                                    "input": _tool_input(name, b.get("input"), capture)}))
         elif btype == "tool_result":
             tid = b.get("tool_use_id")
             if not isinstance(tid, str):
-                errors.append("bad_field")
+                errors.append(BadInput.BAD_FIELD)
                 continue
             text = _text_of(b.get("content"))
             out.append(_new_block({"type": "tool_result", "id": tid, "is_error": _bool(b, "is_error", errors),
@@ -229,19 +229,19 @@ def _tool_use_result(v: Any) -> dict[str, Any] | None:
     return keep
 
 
-def to_entry(obj: dict[str, Any], offset: int, capture: bool, errors: list[str]) -> Entry | None:
+def to_entry(obj: dict[str, Any], offset: int, capture: bool, errors: list[BadInput]) -> Entry | None:
     get = obj.get
     etype = get("type")
     if not isinstance(etype, str):
         if etype is not None or not _counts_a_call(get("message")):
-            errors.append("bad_field")
+            errors.append(BadInput.BAD_FIELD)
             return None
         etype = "assistant"  # no type, but a call to count: read as the assistant line it is
     no_type = etype is not get("type")
     ts_raw = get("timestamp")
     ts = parse_timestamp(ts_raw)
     if ts is None and ts_raw is not None:
-        errors.append("bad_timestamp")
+        errors.append(BadInput.BAD_TIMESTAMP)
     strs: tuple[str | None, ...] = (get("uuid"), get("parentUuid"), get("logicalParentUuid"), get("sessionId"),
                                     get("agentId"), get("version"), get("cwd"), get("gitBranch"), get("entrypoint"),
                                     get("subtype"))
@@ -292,7 +292,7 @@ def _counts_a_call(msg: Any) -> bool:
         rules.counts_a_call(msg["id"], isinstance(msg.get("usage"), dict))
 
 
-def _cost_state(obj: dict[str, Any], kw: dict[str, Any], errors: list[str]) -> None:
+def _cost_state(obj: dict[str, Any], kw: dict[str, Any], errors: list[BadInput]) -> None:
     """Claude Code's own running cost per model of one process (cumulative, keyed by startTime)."""
     start = obj.get("startTime")
     if isinstance(start, (int, str)) and not isinstance(start, bool):
@@ -306,7 +306,7 @@ def _cost_state(obj: dict[str, Any], kw: dict[str, Any], errors: list[str]) -> N
         if isinstance(cost, (int, float)) and not isinstance(cost, bool) and 0 <= cost < 1e9:
             costs.append((str(model)[:128], float(cost)))
         else:
-            errors.append("bad_field")
+            errors.append(BadInput.BAD_FIELD)
     kw["reported_costs"] = tuple(costs)
 
 
@@ -318,7 +318,7 @@ def _line_fields(kw: dict[str, Any], made_by: Any, request_ref: Any, requested_m
             kw[key] = v
 
 
-def _assistant(obj: dict[str, Any], kw: dict[str, Any], capture: bool, errors: list[str]) -> None:
+def _assistant(obj: dict[str, Any], kw: dict[str, Any], capture: bool, errors: list[BadInput]) -> None:
     kw["request_id"] = _str(obj, "requestId", errors)
     kw["is_api_error"] = _bool(obj, "isApiErrorMessage", errors)
     _line_fields(kw, obj.get("madeBy"), obj.get("requestRef"), obj.get("requestedModel"), obj.get("effort"))
@@ -326,7 +326,7 @@ def _assistant(obj: dict[str, Any], kw: dict[str, Any], capture: bool, errors: l
     if msg is None:
         return
     if not isinstance(msg, dict):
-        errors.append("bad_field")
+        errors.append(BadInput.BAD_FIELD)
         return
     get = msg.get
     strs = (get("id"), get("model"), get("stop_reason"))
@@ -354,7 +354,7 @@ def _error_text(blocks: tuple[Block, ...]) -> str | None:
     return (text or "")[:200] or None
 
 
-def _user(obj: dict[str, Any], kw: dict[str, Any], capture: bool, errors: list[str]) -> None:
+def _user(obj: dict[str, Any], kw: dict[str, Any], capture: bool, errors: list[BadInput]) -> None:
     msg = obj.get("message")
     if isinstance(msg, dict):
         content = msg.get("content")
@@ -371,7 +371,7 @@ def _user(obj: dict[str, Any], kw: dict[str, Any], capture: bool, errors: list[s
                           + blocks[1:])
             kw["blocks"] = blocks
     elif msg is not None:
-        errors.append("bad_field")
+        errors.append(BadInput.BAD_FIELD)
     tur = obj.get("toolUseResult")
     if isinstance(tur, str):
         kw["tool_use_result_error"] = tur[:200]
@@ -380,7 +380,7 @@ def _user(obj: dict[str, Any], kw: dict[str, Any], capture: bool, errors: list[s
     kw["source_tool_assistant_uuid"] = _str(obj, "sourceToolAssistantUUID", errors)
 
 
-def _progress(obj: dict[str, Any], kw: dict[str, Any], errors: list[str]) -> None:
+def _progress(obj: dict[str, Any], kw: dict[str, Any], errors: list[BadInput]) -> None:
     data = obj.get("data")
     if isinstance(data, dict):
         kw["progress_type"] = data.get("type") if isinstance(data.get("type"), str) else None
@@ -388,7 +388,7 @@ def _progress(obj: dict[str, Any], kw: dict[str, Any], errors: list[str]) -> Non
     kw["parent_tool_use_id"] = _str(obj, "parentToolUseID", errors)
 
 
-def _system(obj: dict[str, Any], kw: dict[str, Any], errors: list[str]) -> None:
+def _system(obj: dict[str, Any], kw: dict[str, Any], errors: list[BadInput]) -> None:
     meta = obj.get("compactMetadata")
     if isinstance(meta, dict):
         kw["compact_trigger"] = meta.get("trigger") if isinstance(meta.get("trigger"), str) else None

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from ccotel.hashing import blake2b
 from ccotel.read.parse import is_complete_json
 from ccotel.read.regular import check_regular, open_nonblocking, open_regular
-from ccotel.records import RawLine
+from ccotel.records import BadInput, RawLine
 
 __all__ = ["FileIdentity", "Marker", "Tailer", "ReadResult", "identity_of", "lines_with"]
 
@@ -108,7 +108,7 @@ def _identity(fd: int, st: os.stat_result) -> FileIdentity | None:
 @dataclass
 class ReadResult:
     lines: list[RawLine] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
+    errors: list[BadInput] = field(default_factory=list)
     error_ends: list[int] = field(default_factory=list)  # per error: where its line ends (-1: the file)
     reset: bool = False  # the file was truncated or replaced and is read again from 0
     size: int = 0  # the file's size when read (at least what was read): more than the offset = a partial line
@@ -117,7 +117,7 @@ class ReadResult:
     gone: bool = False
     other_file: bool = False  # not the file read(only=...) names: nothing read
 
-    def error(self, reason: str, end: int = -1) -> None:
+    def error(self, reason: BadInput, end: int = -1) -> None:
         self.errors.append(reason)
         self.error_ends.append(end)
 
@@ -158,7 +158,7 @@ class Tailer:
             res.gone = True
             return res
         except OSError:
-            res.error("unreadable")
+            res.error(BadInput.UNREADABLE)
             return res
         fd = f.fileno()
         try:
@@ -178,7 +178,7 @@ class Tailer:
             res.size = max(res.size, end)
             self._mark(fd, res)
         except OSError:
-            res.error("unreadable")
+            res.error(BadInput.UNREADABLE)
         finally:
             f.close()
         return res
@@ -280,7 +280,7 @@ class Tailer:
                 nl = chunk.find(b"\n", i)
                 if nl >= 0 and not buf and not long_line:  # the common case: a whole line in this chunk
                     if nl - i > self.max_line_bytes:
-                        res.error("line_too_long", start + nl - i + 1)
+                        res.error(BadInput.LINE_TOO_LONG, start + nl - i + 1)
                     elif nl > i:
                         res.lines.append(RawLine(start, start + nl - i + 1, chunk[i:nl]))
                     start += nl - i + 1
@@ -316,7 +316,7 @@ class Tailer:
               end: int | None = None) -> None:
         end = start + size + 1 if end is None else end
         if size > self.max_line_bytes:
-            res.error("line_too_long", end)
+            res.error(BadInput.LINE_TOO_LONG, end)
             return
         if size == 0:
             return

@@ -36,7 +36,7 @@ from ccotel.metrics.counters import DEFAULT_MAX_LABEL_VALUES, Metrics
 from ccotel.read.discover import Checkpoint, PathNotUtf8, ScanCache, find, scan, session_groups, unread_bytes
 from ccotel.read.shard import Group
 from ccotel.read.tree import walk
-from ccotel.records import FileKind, SpanRecord, TranscriptFile
+from ccotel.records import BadInput, FileKind, SpanRecord, TranscriptFile
 from ccotel.rules import transcript as rules
 from ccotel.run.cyclic_gc import fewer_collections
 from ccotel.run.delivery import Delivery
@@ -548,7 +548,7 @@ class Pipeline:
         where = str(getattr(exc, "filename", None) or exc)
         if where not in self._unreadable_dirs:
             self._unreadable_dirs.add(where)
-            self.reader.error(exc.reason if isinstance(exc, PathNotUtf8) else "unreadable_dir", where)
+            self.reader.error(exc.reason if isinstance(exc, PathNotUtf8) else BadInput.UNREADABLE_DIR, where)
 
     def gauges(self) -> dict[str, float]:
         """Read by the metrics server's thread while the pipeline thread reads files: each value

@@ -28,7 +28,7 @@ from ccotel.read.parse import parse_line
 from ccotel.read.parse_fast import fast_entry
 from ccotel.read.regular import open_regular
 from ccotel.read.tail import ReadResult, Tailer, lines_with
-from ccotel.records import Entry, TranscriptFile
+from ccotel.records import BadInput, Entry, TranscriptFile
 from ccotel.rules import transcript as rules
 from ccotel.sources.orchestrator import OrchestratorLog, Pattern
 
@@ -55,7 +55,7 @@ class ReadStats:
     spans: int = 0
     skipped_before_since: int = 0
     resent_skipped: int = 0
-    errors: Counter[str] = field(default_factory=Counter)
+    errors: Counter[str] = field(default_factory=Counter)  # bad input by reason (BadInput), and ledger_write
     file_resets: int = 0
 
 
@@ -108,7 +108,7 @@ class Reader:
         self.complete = False
         self.dirty: set[str] = set()  # files read since the last checkpoint
         self._partial: set[str] = set()  # files whose last line is unterminated
-        self._logged_errors: set[str] = set()
+        self._logged_errors: set[BadInput] = set()
         self._cost_seen: dict[tuple[str, str], dict[str, float]] = {}  # (session, process) -> model -> USD
 
     # -- files -------------------------------------------------------------------
@@ -121,7 +121,7 @@ class Reader:
                     return root, tf
         if not any(within_root(r, path) for r in self.roots) and \
                 any(path.startswith(projects_dir(r)) for r in self.roots):
-            self.error("path_outside_root")  # a symlink under the root that leads out of it
+            self.error(BadInput.PATH_OUTSIDE_ROOT)  # a symlink under the root that leads out of it
         return None
 
     def track(self, root: str, tf: TranscriptFile) -> FileState:
@@ -176,7 +176,7 @@ class Reader:
         if state.meta_loaded or tf.meta_path is None or tf.session_id is None or tf.agent_id is None:
             return
         if not within_root(state.root, tf.meta_path):
-            self.error("path_outside_root")
+            self.error(BadInput.PATH_OUTSIDE_ROOT)
             return
         try:
             with open_regular(tf.meta_path, buffering=0) as f:
@@ -187,7 +187,7 @@ class Reader:
         except FileNotFoundError:
             return  # written later, or not by this version; the watcher reports it
         except (OSError, orjson.JSONDecodeError):
-            self.error("bad_meta_json")
+            self.error(BadInput.BAD_META_JSON)
             return
         state.meta_loaded = True
         state.meta_mtime_ns = st.st_mtime_ns
@@ -222,7 +222,7 @@ class Reader:
                 break
         if only is None and live:  # (history is read once: nothing to trust it for)
             self._trust(state)
-        if "unreadable" in res.errors:
+        if BadInput.UNREADABLE in res.errors:
             return
         state.mtime_ns = res.mtime_ns or state.mtime_ns
         state.partial_since_ns = now if res.size > state.tailer.offset else None
@@ -236,7 +236,7 @@ class Reader:
         """The path, every symlink resolved, is under the file's root (else counted, not read)."""
         if within_root(state.root, state.tf.path):
             return True
-        self.error("path_outside_root")
+        self.error(BadInput.PATH_OUTSIDE_ROOT)
         return False
 
     @staticmethod
@@ -273,7 +273,7 @@ class Reader:
                     self.error(err, state.tf.path)
             else:
                 self.error(err, f"{state.tf.path}@{end}", count=end > state.read_to)
-        if "unreadable" in res.errors:
+        if BadInput.UNREADABLE in res.errors:
             return False
         state.unreadable = False
         if res.lines:
@@ -374,7 +374,7 @@ class Reader:
             if delta > 0:
                 events.reported_cost(self.metrics, model, delta)
 
-    def error(self, reason: str, where: str | None = None, count: bool = True) -> None:
+    def error(self, reason: BadInput, where: str | None = None, count: bool = True) -> None:
         self.stats.errors[reason] += 1
         if count and self.metrics is not None:
             events.parse_error(self.metrics, reason)

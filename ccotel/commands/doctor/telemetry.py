@@ -18,8 +18,9 @@ from ccotel.commands.doctor.metrics import CLAUDE_CODE_PROMETHEUS_PORT, is_loopb
 from ccotel.commands.doctor.traces import endpoint_address, supported_protocol
 from ccotel.commands.doctor.wording import why
 from ccotel.export.sinks import OtlpSettings, otlp_settings
-from ccotel.read.discover import PATH_OUTSIDE_ROOT, within_root
+from ccotel.read.discover import within_root
 from ccotel.read.regular import open_regular
+from ccotel.records import BadInput
 
 __all__ = ["check_claude_code_telemetry", "TELEMETRY_KEYS"]
 
@@ -77,7 +78,8 @@ def _settings_env(path: str, root: str | None = None) -> tuple[list[_EnvSource],
     """The telemetry keys of a settings file's ``env``; a root's own file only if it resolves
     inside the root (a symlink out of it is not read, as ccotel reads nothing outside its roots)."""
     if root is not None and not within_root(root, path):
-        return [], [Finding("telemetry", Level.WARN, path, f"{PATH_OUTSIDE_ROOT}: resolves outside the root {root}, "
+        return [], [Finding("telemetry", Level.WARN, path,
+                            f"{BadInput.PATH_OUTSIDE_ROOT}: resolves outside the root {root}, "
                             "so it is not read: Claude Code's telemetry settings there are not known to doctor",
                             "make it a file inside the root")]
     try:

@@ -29,7 +29,7 @@ import orjson
 from ccotel.metrics.counters import Metrics, histogram_increments
 from ccotel.read.discover import Checkpoint
 from ccotel.read.tail import Tailer
-from ccotel.records import SpanRecord
+from ccotel.records import BadInput, SpanRecord
 from ccotel.sources.hooks.spool import PREFIX
 from ccotel.spans.attributes import (
     CLAUDE_CODE_SESSION_END_REASON,
@@ -69,17 +69,17 @@ class HookEvent:
         return value if isinstance(value, str) and value else None
 
 
-def parse_line(data: bytes) -> HookEvent | str:
+def parse_line(data: bytes) -> HookEvent | BadInput:
     """A spool line, or why it is not one (a reason for ccotel_parse_errors)."""
     try:
         doc = orjson.loads(data)
     except orjson.JSONDecodeError:
-        return "hook_malformed_json"
+        return BadInput.HOOK_MALFORMED_JSON
     if not isinstance(doc, dict):
-        return "hook_not_an_object"
+        return BadInput.HOOK_NOT_AN_OBJECT
     t, event, sid = doc.get("t"), doc.get("event"), doc.get("session_id")
     if not isinstance(t, int) or isinstance(t, bool) or not isinstance(event, str) or not isinstance(sid, str):
-        return "hook_bad_field"
+        return BadInput.HOOK_BAD_FIELD
     return HookEvent(t, event, sid, doc)
 
 
@@ -151,7 +151,7 @@ class HookSpool:
             res = f.tailer.read(accept_unterminated=False)
             for line in res.lines:
                 found = parse_line(line.data)
-                if isinstance(found, str):
+                if isinstance(found, BadInput):
                     self._bad(found)
                     continue
                 self._take(found)
@@ -289,7 +289,7 @@ class HookSpool:
         if self.metrics is not None:
             self.metrics.inc(name, *labels)
 
-    def _bad(self, reason: str) -> None:
+    def _bad(self, reason: BadInput) -> None:
         log.debug("hook spool %s: %s", self.directory, reason)
         self._inc("ccotel_parse_errors", reason)
 
