@@ -212,7 +212,8 @@ BAD_INPUT_NOTES = {
     "unreadable": "a file",
     "unreadable_dir": "a directory under a root; once per directory",
     "path_not_utf8": "a directory or transcript whose name is not UTF-8; once each",
-    "path_outside_root": "a transcript or agent meta under a root that resolves outside it",
+    "path_outside_root": "a transcript, an agent's meta, or a file ccotel run's detectors read (history.jsonl, "
+                         "sessions/<pid>.json, settings.json) under a root that resolves outside it; once each",
     "hook_malformed_json": "a line of the hook spool",
     "hook_not_an_object": "a line of the hook spool",
     "hook_bad_field": "a line of the hook spool",

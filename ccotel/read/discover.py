@@ -30,7 +30,7 @@ if TYPE_CHECKING:  # types only: tail.py loads the parser, shard.py multiprocess
 
 __all__ = ["classify", "scan", "ScanCache", "within_root", "find", "unread_bytes", "session_groups",
            "group_files", "PathNotUtf8", "SkipWarning",
-           "time_span", "Checkpoint", "size_of", "mtime_ns", "readable_under"]
+           "time_span", "Checkpoint", "size_of", "mtime_ns", "readable_under", "OutsideRoot"]
 
 log = logging.getLogger("ccotel.read")
 
@@ -76,19 +76,34 @@ class SkipWarning:
         log.warning("skipped %s (%s): what it holds is not in this output", where, exc.strerror or exc)
 
 
-_said_outside: set[str] = set()
+class OutsideRoot:
+    """The side files under a root (history.jsonl, sessions/<pid>.json, settings.json) found to
+    resolve outside it: not read; each said once in the log and, given ``count``, counted once
+    (ccotel run counts them in ccotel_parse_errors_total, as it counts transcripts and metas that
+    do). Whoever reads such files again and again keeps one: a new one says a file again."""
+
+    _MOST = 1024  # paths remembered (a tree of links out of the root)
+
+    def __init__(self, count: Callable[[BadInput], None] | None = None) -> None:
+        self._seen: set[str] = set()
+        self._count = count
+
+    def __call__(self, root: str, path: str) -> None:
+        if path in self._seen or len(self._seen) >= self._MOST:
+            return
+        self._seen.add(path)
+        log.warning("%s: %s resolves outside the root %s: not read", BadInput.PATH_OUTSIDE_ROOT, path, root)
+        if self._count is not None:
+            self._count(BadInput.PATH_OUTSIDE_ROOT)
 
 
-def readable_under(root: str, path: str) -> bool:
-    """May ``path`` (a file ccotel reads under ``root``: history.jsonl, sessions/<pid>.json,
-    settings.json) be read? Not when it resolves outside the root (a symlink to elsewhere):
-    then it is said once (in the log: these are the detectors' and doctor's side files, not
-    transcripts, which the reader counts), and the caller reads nothing of it."""
+def readable_under(root: str, path: str, outside: OutsideRoot | None = None) -> bool:
+    """May ``path`` (a side file ccotel reads under ``root``) be read? Not when it resolves
+    outside the root (a symlink to elsewhere): ``outside`` (else a new OutsideRoot) is told, and
+    the caller reads nothing of it."""
     if within_root(root, path):
         return True
-    if path not in _said_outside and len(_said_outside) < 1024:  # said once per path, bounded
-        _said_outside.add(path)
-        log.warning("%s: %s resolves outside the root %s: not read", BadInput.PATH_OUTSIDE_ROOT, path, root)
+    (outside if outside is not None else OutsideRoot())(root, path)
     return False
 
 

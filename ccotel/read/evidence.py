@@ -21,7 +21,7 @@ from typing import BinaryIO
 
 import orjson
 
-from ccotel.read.discover import readable_under
+from ccotel.read.discover import OutsideRoot, readable_under
 from ccotel.read.layout import main_transcripts, projects_dir
 from ccotel.read.regular import open_regular
 from ccotel.read.tree import walk
@@ -50,8 +50,8 @@ class Evidence:
             self.last_seen_s = when_s
 
 
-def _load(root: str, path: str) -> object:
-    if not readable_under(root, path):  # a symlink out of the root: not read (counted, said)
+def _load(root: str, path: str, outside: OutsideRoot | None) -> object:
+    if not readable_under(root, path, outside):  # a symlink out of the root: not read
         return None
     try:
         with open_regular(path) as f:
@@ -60,9 +60,9 @@ def _load(root: str, path: str) -> object:
         return None
 
 
-def retention_of(root: str) -> int:
+def retention_of(root: str, outside: OutsideRoot | None = None) -> int:
     """cleanupPeriodDays of ``<root>/settings.json`` (Claude Code's default 30)."""
-    doc = _load(root, os.path.join(root, "settings.json"))
+    doc = _load(root, os.path.join(root, "settings.json"), outside)
     return rules.retention_days(doc if isinstance(doc, dict) else None)
 
 
@@ -80,9 +80,10 @@ _HISTORY_LINE_MAX = 4 << 20
 class HistoryIndex:
     """``history.jsonl`` read incrementally (it only grows): session id -> newest prompt time (s)."""
 
-    def __init__(self, path: str, root: str | None = None) -> None:
+    def __init__(self, path: str, root: str | None = None, outside: OutsideRoot | None = None) -> None:
         self.path = path
         self.root = root if root is not None else os.path.dirname(path)  # the root it must resolve inside
+        self.outside = outside if outside is not None else OutsideRoot()  # one: the file is read again and again
         self.offset = 0
         self.last: dict[str, float] = {}
 
@@ -90,7 +91,7 @@ class HistoryIndex:
         """The index with the whole lines written since the last call. Read a piece at a time: the
         file is never swept and holds every pasted text, so a first read of it whole held its size
         (and its lines again) in memory; a line longer than _HISTORY_LINE_MAX is passed over."""
-        if not readable_under(self.root, self.path):  # checked at each read: the link may come later
+        if not readable_under(self.root, self.path, self.outside):  # checked at each read: the link may come later
             return self.last
         try:
             with open_regular(self.path) as f:
@@ -134,9 +135,11 @@ class HistoryIndex:
             self.last[sid] = max(self.last.get(sid, 0.0), when)
 
 
-def known_sessions(roots: tuple[str, ...], histories: dict[str, HistoryIndex] | None = None) -> dict[str, Evidence]:
+def known_sessions(roots: tuple[str, ...], histories: dict[str, HistoryIndex] | None = None,
+                   outside: OutsideRoot | None = None) -> dict[str, Evidence]:
     """Every session id the roots know of from sessions files, history.jsonl and transcript remnants,
-    with its evidence. ``histories`` (root -> index) keeps history.jsonl offsets between calls."""
+    with its evidence. ``histories`` (root -> index) keeps history.jsonl offsets between calls;
+    ``outside`` is told of a side file that leads out of its root."""
     found: dict[str, Evidence] = {}
 
     def ev(sid: str) -> Evidence:
@@ -146,7 +149,7 @@ def known_sessions(roots: tuple[str, ...], histories: dict[str, HistoryIndex] | 
         sessions = os.path.join(root, "sessions")
         for name in _listdir(sessions):
             path = os.path.join(sessions, name)
-            doc = _load(root, path) if name.endswith(".json") else None
+            doc = _load(root, path, outside) if name.endswith(".json") else None
             if not isinstance(doc, dict) or not isinstance(doc.get("pid"), int):
                 continue
             if isinstance(sid := doc.get("sessionId"), str):
@@ -157,7 +160,7 @@ def known_sessions(roots: tuple[str, ...], histories: dict[str, HistoryIndex] | 
                 e.pids.append((doc["pid"], str(start) if start is not None else None))
                 e.cwd = doc.get("cwd") if isinstance(doc.get("cwd"), str) else e.cwd
         hist_path = os.path.join(root, "history.jsonl")
-        index = (histories or {}).get(root) or HistoryIndex(hist_path, root)
+        index = (histories or {}).get(root) or HistoryIndex(hist_path, root, outside)
         if histories is not None:
             histories[root] = index
         for sid, when in index.update().items():

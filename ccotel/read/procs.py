@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from ccotel.read.discover import readable_under
+from ccotel.read.discover import OutsideRoot, readable_under
 from ccotel.read.regular import open_regular
 
 __all__ = ["PROC_LOCKS", "Proc", "any_alive", "below", "cmdline", "flock_holders", "peak_rss_kb", "pid_alive",
@@ -26,8 +26,9 @@ Proc = tuple[int, "str | None"]  # (pid, procStart)
 PROC_LOCKS = "/proc/locks"  # the kernel's table of file locks and their holders
 
 
-def session_files(roots: tuple[str, ...]) -> list[tuple[str, dict[str, Any]]]:
-    """(root, document) of every ``<root>/sessions/<pid>.json`` that names a pid and a session."""
+def session_files(roots: tuple[str, ...], outside: OutsideRoot | None = None) -> list[tuple[str, dict[str, Any]]]:
+    """(root, document) of every ``<root>/sessions/<pid>.json`` that names a pid and a session;
+    ``outside`` is told of one that leads out of its root."""
     out = []
     for root in roots:
         d = os.path.join(root, "sessions")
@@ -37,7 +38,7 @@ def session_files(roots: tuple[str, ...]) -> list[tuple[str, dict[str, Any]]]:
             continue
         for name in sorted(names):
             path = os.path.join(d, name)
-            if not name.endswith(".json") or not readable_under(root, path):  # a symlink out of the root: not read
+            if not name.endswith(".json") or not readable_under(root, path, outside):  # a link out of the root
                 continue
             try:
                 with open_regular(path) as f:
@@ -49,12 +50,12 @@ def session_files(roots: tuple[str, ...]) -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
-def read_session_pids(roots: tuple[str, ...]) -> dict[str, tuple[Proc, ...]]:
+def read_session_pids(roots: tuple[str, ...], outside: OutsideRoot | None = None) -> dict[str, tuple[Proc, ...]]:
     """sessionId -> every (pid, procStart) of <root>/sessions/<pid>.json naming it. Claude Code keeps
     one per live process; 2.1.3xx no longer deletes a killed process's file when the session is
     resumed, so a session can have a stale file beside its live one."""
     out: dict[str, list[Proc]] = {}
-    for _root, doc in session_files(roots):
+    for _root, doc in session_files(roots, outside):
         start = doc.get("procStart")
         out.setdefault(doc["sessionId"], []).append((doc["pid"], str(start) if start is not None else None))
     return {sid: tuple(procs) for sid, procs in out.items()}

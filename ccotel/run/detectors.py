@@ -26,8 +26,9 @@ from ccotel.assemble.assembler import Assembler
 from ccotel.metrics import events
 from ccotel.metrics.counters import Metrics
 from ccotel.read import evidence
+from ccotel.read.discover import OutsideRoot
 from ccotel.read.procs import Proc, any_alive, read_session_pids
-from ccotel.records import FileKind
+from ccotel.records import BadInput, FileKind
 from ccotel.rules import transcript as rules
 from ccotel.run.reader import FileState
 from ccotel.store.state import PERMANENT, State, anchor_of
@@ -58,6 +59,8 @@ class Detectors:
         self._mtimes: dict[str, float] = {}  # main transcript -> mtime when last read (the sweep goes by it)
         self._gone: list[tuple[str, str, float | None]] = []  # deleted main transcripts: (session, path, mtime)
         self._histories: dict[str, evidence.HistoryIndex] = {}
+        # side files linked out of the root: counted as the reader counts transcripts that are
+        self._outside = OutsideRoot(self._count_bad_input)
         self._scanned_ns: int | None = None
         self._first_catch_up = False  # this process did the very first catch-up: what it read was history
 
@@ -162,14 +165,14 @@ class Detectors:
         now = self.clock()
         if now - self._pids_read_ns > 1_000_000_000:
             self._pids_read_ns = now
-            self._pids = read_session_pids(self.roots)
+            self._pids = read_session_pids(self.roots, self._outside)
         found = self._pids.get(session_id)
         if found is None:
             return None
         if any_alive(found):
             return True
         # Dead per a cached read: a resumed run may have replaced the file since. Act on a fresh one.
-        self._pids = read_session_pids(self.roots)
+        self._pids = read_session_pids(self.roots, self._outside)
         self._pids_read_ns = now
         found = self._pids.get(session_id)
         return None if found is None else any_alive(found)
@@ -198,7 +201,7 @@ class Detectors:
             self._judge_known(now, files)
 
     def _retention(self) -> int:
-        return min((evidence.retention_of(r) for r in self.roots), default=rules.RETENTION_DAYS)
+        return min((evidence.retention_of(r, self._outside) for r in self.roots), default=rules.RETENTION_DAYS)
 
     def _judge_gone(self, now: int, files: dict[str, FileState]) -> None:
         """Followed main transcripts that were deleted: swept, relocated or lost (once each)."""
@@ -224,7 +227,7 @@ class Detectors:
         evidence is older than the stall timeout (a live or fresh session may still write one).
         ``count=False``: marked only (history of the very first start)."""
         followed = {st.tf.session_id for st in files.values() if st.tf.kind is FileKind.MAIN}
-        for sid, ev in evidence.known_sessions(self.roots, self._histories).items():
+        for sid, ev in evidence.known_sessions(self.roots, self._histories, self._outside).items():
             if sid in followed or f"absent:{sid}" in self.marks:
                 continue
             if ev.last_seen_s is not None and now - ev.last_seen_s * 1e9 < self.stall_ns:
@@ -242,6 +245,10 @@ class Detectors:
         if reason is rules.Absence.MISSING:
             self._count(events.missing_transcript, "session")
         self._count(events.session_reset, reason.value, "transcript")
+
+    def _count_bad_input(self, reason: BadInput) -> None:
+        if self.metrics is not None:
+            events.parse_error(self.metrics, reason)
 
     def _count(self, event: Callable[..., None], *labels: str) -> None:
         if self.metrics is not None and self.counting():

@@ -75,3 +75,25 @@ def test_doctor_does_not_read_settings_outside_the_root(tmp_path: Path) -> None:
     outside = [f for f in findings if "path_outside_root" in f.message]
     assert [f.level for f in outside] == [Level.WARN] and outside[0].subject == str(root / "settings.json")
     assert not any("OTEL_TRACES_EXPORTER=otlp" in f.message for f in findings)
+
+
+def test_ccotel_run_counts_each_linked_side_file_once(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """ccotel run's detectors read these files again every few seconds: each linked out of the root
+    is counted once in ccotel_parse_errors_total{reason="path_outside_root"} and said once. Before,
+    they were said only (a process-wide counter that nothing exposed)."""
+    from ccotel.assemble.assembler import Assembler
+    from ccotel.metrics.counters import Metrics
+    from ccotel.run.detectors import Detectors
+
+    root, _elsewhere = _root_linking_out(tmp_path)
+    metrics = Metrics()
+    now = [10**18]
+    detectors = Detectors((str(root),), Assembler(), lambda: now[0], metrics, None, 180 * 10**9)
+    caplog.set_level(logging.WARNING)
+    for _ in range(3):  # three polls, more than a second apart (the pids are read again)
+        now[0] += 2 * 10**9
+        assert detectors.alive(SID) is None
+        assert detectors._retention() == 30
+        detectors._judge_known(now[0], {})
+    assert metrics.value("ccotel_parse_errors", "path_outside_root") == 3
+    assert caplog.text.count("resolves outside the root") == 3

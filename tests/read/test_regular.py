@@ -95,7 +95,7 @@ def test_the_readers_of_a_path_under_a_root_return(root: Path):
     assert _returns(fifos, lambda: list(tail.lines_with(str(main), b"x", 1 << 20))) == []
     assert _returns(fifos, discover.time_span, str(main)) == (0, 0)
     assert _returns(fifos, shard.head_keys, str(main)) == [("unknown", "")]
-    assert _returns(fifos, evidence._load, str(root), str(meta)) is None
+    assert _returns(fifos, evidence._load, str(root), str(meta), None) is None
     assert _returns(fifos, procs.session_files, (str(root),)) == []
     assert _returns(fifos, statusline_session._read_file, str(main), None, {}, {}) is None
     ref = sessions.SessionRef(SID, main.parent.name, (str(main),), (), 0)

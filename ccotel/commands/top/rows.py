@@ -34,6 +34,7 @@ from ccotel.commands.sessions import (
     session_refs,
     summarize,
 )
+from ccotel.read.discover import OutsideRoot
 from ccotel.read.layout import session_ids
 from ccotel.read.procs import any_alive, read_session_pids
 from ccotel.records import SpanRecord
@@ -179,11 +180,12 @@ def row_of(ss: SessionSpans, summary: SessionSummary, health: Health, now_ns: in
     )
 
 
-def active_refs(roots: tuple[str, ...], now_ns: int, active_ns: int) -> list[SessionRef]:
+def active_refs(roots: tuple[str, ...], now_ns: int, active_ns: int,
+                outside: OutsideRoot | None = None) -> list[SessionRef]:
     """Sessions running now: a transcript written within ``active_ns``, or a live Claude Code process."""
     recent = {r.session_id: r for r in session_refs(roots, since_ns=now_ns - active_ns)
               if r.last_write_ns >= now_ns - active_ns}
-    live = {sid for sid, procs in read_session_pids(roots).items() if sid not in recent and any_alive(procs)}
+    live = {sid for sid, procs in read_session_pids(roots, outside).items() if sid not in recent and any_alive(procs)}
     if live:
         recent.update({r.session_id: r for r in session_refs(roots) if r.session_id in live})
     return list(recent.values())
@@ -228,15 +230,16 @@ class Watcher:
         self.active_ns = active_ns
         self.window_ns = window_ns
         self._cache: dict[str, _Cached] = {}
+        self._outside = OutsideRoot()  # a frame every few seconds: a file linked out of the root said once
 
     def rows(self, now_ns: int | None = None) -> list[TopRow]:
         now = now_ns if now_ns is not None else time.time_ns()
-        refs = active_refs(self.options.roots, now, self.active_ns)
+        refs = active_refs(self.options.roots, now, self.active_ns, self._outside)
         ids = sorted(r.session_id for r in refs)
         # short ids unique among every session under the roots, as `ccotel trace` resolves them
         every = sorted(set(session_ids(self.options.roots)) | set(ids))
         stall_ns = self.options.timeouts.stall_ns
-        processes = _process_states(self.options.roots)
+        processes = _process_states(self.options.roots, self._outside)
         out = []
         for ref in refs:
             entry = self._read(ref, now, processes.get(ref.session_id, "unknown"))
@@ -282,6 +285,6 @@ class Watcher:
         return entry
 
 
-def _process_states(roots: tuple[str, ...]) -> dict[str, str]:
+def _process_states(roots: tuple[str, ...], outside: OutsideRoot) -> dict[str, str]:
     """session id -> running or gone, for the sessions with a process file (check's words)."""
-    return {sid: "running" if any_alive(procs) else "gone" for sid, procs in read_session_pids(roots).items()}
+    return {sid: "running" if any_alive(procs) else "gone" for sid, procs in read_session_pids(roots, outside).items()}

@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 
+from ccotel.read.discover import OutsideRoot
 from ccotel.read.regular import open_regular
 from ccotel.records import SpanRecord
 from ccotel.sources.registry.agents import Agent, Outcome, agent_times, settled, waits_for_entry
@@ -62,6 +63,7 @@ class Registry:
         # A registry never seen before: what was over before now is history (traced, not counted).
         self._watch_start_ns: int | None = clock() if self.first_sighting else None
         self._first_check_ns: int | None = None
+        self._outside = OutsideRoot()  # sessions/<pid>.json linked out of a root: said once (the pipeline counts them)
         self.entries: dict[str, AgentEntry] = {}
         self.agents: dict[str, Agent] = {}
         self._pids_sig: tuple[int, int, int] | None = None
@@ -91,7 +93,7 @@ class Registry:
             self._checked_ns = now
             if self._first_check_ns is None:
                 self._first_check_ns = now
-            check_processes(self.agents.values(), self.roots, now)
+            check_processes(self.agents.values(), self.roots, now, self._outside)
         return self._judge(now)
 
     def take_commit(self) -> tuple[list[tuple[str, int]], list[str]]:

@@ -8,13 +8,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from ccotel.read.discover import OutsideRoot
 from ccotel.read.procs import below, pid_alive, proc_start, session_files, start_wall_ns
 from ccotel.sources.registry.agents import SPAWN_SLACK_NS, Agent, Outcome, SessionLink, settled
 
 __all__ = ["check_processes", "outcome_of"]
 
 
-def check_processes(agents: Iterable[Agent], roots: tuple[str, ...], now: int) -> None:
+def check_processes(agents: Iterable[Agent], roots: tuple[str, ...], now: int, outside: OutsideRoot) -> None:
     """Processes of agents at work: still running, the same process? Their sessions, while
     the sessions files are there (a clean exit removes them)."""
     files: list[tuple[str, dict[str, Any]]] | None = None
@@ -27,12 +28,12 @@ def check_processes(agents: Iterable[Agent], roots: tuple[str, ...], now: int) -
         if _same_process(agent, entry.pid, front.started_ns):
             agent.gone_since_ns = None
             if agent.session is None or agent.session.how != "process":
-                files = session_files(roots) if files is None else files
+                files = session_files(roots, outside) if files is None else files
                 agent.session = _live_session(entry.pid, files) or agent.session
         elif agent.gone_since_ns is None:
             agent.gone_since_ns = now
             if agent.session is None:
-                files = session_files(roots) if files is None else files
+                files = session_files(roots, outside) if files is None else files
                 agent.session = _left_behind(agent, entry.pid, files, now)
 
 
