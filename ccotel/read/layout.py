@@ -125,18 +125,27 @@ def match_session_id(arg: str, ids: Iterable[str]) -> str:
     if arg in found:
         return arg  # a whole id is never ambiguous, even when it is also a prefix of another
     if not found:
-        raise UnknownSession(f"unknown session {arg}")
+        raise UnknownSession(f"unknown session {_given(arg, quote=False)}")
     if len(found) > 1:
         more = ", ..." if len(found) > _CANDIDATES_SHOWN else ""
-        raise AmbiguousSession(f"ambiguous: {arg} matches {', '.join(found[:_CANDIDATES_SHOWN])}{more}")
+        raise AmbiguousSession(f"ambiguous: {_given(arg, quote=False)} matches "
+                               f"{', '.join(found[:_CANDIDATES_SHOWN])}{more}")
     return found[0]
+
+
+def _given(arg: str, quote: bool = True) -> str:
+    """The argument as a message shows it: cut past 40 characters (a message is a line of a
+    terminal, whatever was pasted), quoted when it may not be an id at all."""
+    if len(arg) <= 40:
+        return repr(arg) if quote else arg
+    return f"{arg[:40]!r}... ({len(arg):,} characters)" if quote else f"{arg[:40]}... ({len(arg):,} characters)"
 
 
 def _refuse_malformed(arg: str) -> None:
     import re
 
     if not re.match(SESSION_ID, arg):
-        raise SessionIdError(f"{arg!r} is not a session id (give the id, or at least its first {_MIN_PREFIX} "
+        raise SessionIdError(f"{_given(arg)} is not a session id (give the id, or at least its first {_MIN_PREFIX} "
                              "characters)")
 
 

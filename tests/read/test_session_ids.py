@@ -50,6 +50,17 @@ def test_unknown_names_the_id(tmp_path: Path) -> None:
         resolve_session_id("a1d982a6", [str(tmp_path / "nothing")])
 
 
+def test_a_long_argument_is_cut_in_the_message(tmp_path: Path) -> None:
+    """A paste of 5,000 characters was echoed whole: the message is one terminal line."""
+    root = config_dir(tmp_path, A)
+    for arg, error in (("x" * 5000, SessionIdError), ("a" * 64, UnknownSession)):
+        with pytest.raises(error) as refused:
+            resolve_session_id(arg, [root])
+        message = str(refused.value)
+        assert f"({len(arg):,} characters)" in message and len(message) < 150 + len(root), message
+        assert not isinstance(refused.value, UnknownSession) or error is UnknownSession
+
+
 def test_ambiguous_names_the_candidates_and_a_whole_id_is_never_ambiguous(tmp_path: Path) -> None:
     root = config_dir(tmp_path, A, B, C)
     with pytest.raises(AmbiguousSession) as amb:
