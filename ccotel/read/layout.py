@@ -136,9 +136,8 @@ def match_session_id(arg: str, ids: Iterable[str]) -> str:
 def _given(arg: str, quote: bool = True) -> str:
     """The argument as a message shows it: cut past 40 characters (a message is a line of a
     terminal, whatever was pasted), quoted when it may not be an id at all."""
-    if len(arg) <= 40:
-        return repr(arg) if quote else arg
-    return f"{arg[:40]!r}... ({len(arg):,} characters)" if quote else f"{arg[:40]}... ({len(arg):,} characters)"
+    head = repr(arg[:40]) if quote else arg[:40]
+    return head if len(arg) <= 40 else f"{head}... ({len(arg):,} characters)"
 
 
 def _refuse_malformed(arg: str) -> None:

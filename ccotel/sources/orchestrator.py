@@ -44,7 +44,7 @@ class PatternFileError(ValueError):
 
 
 _PATTERN_FILE_MAX = 1 << 20  # a list of a few patterns; more is not one
-_PATTERN_METRICS = ("ccotel_session_resets", "ccotel_aborts", "ccotel_watchdog_kills")
+_PATTERN_METRICS = tuple(dict.fromkeys(p.metric for p in DEFAULT_PATTERNS))  # the metrics a pattern may count
 
 
 def load_patterns(path: str) -> tuple[Pattern, ...]:
