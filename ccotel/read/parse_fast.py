@@ -206,20 +206,26 @@ def fast_entry(data: bytes | bytearray, offset: int, capture: bool = False) -> E
 
 _fast_entry = fast_entry  # the name tests/read/test_parse_fastpath.py knows
 _UTF8_PIECE = 256 << 10
+# _check_utf8's piece: its str (4 bytes a character at most) stays under a catch-up worker's mmap
+# threshold (run/memory.py), so it comes from the heap, not from a mapping faulted in page by page.
+_CHECK_PIECE = 32 << 10
+_utf_8_decode = codecs.utf_8_decode
 
 
 def _check_utf8(data: bytes | bytearray) -> None:
     """Raise UnicodeDecodeError unless ``data`` is UTF-8. A long line is decoded a piece at a
     time: a 4 MB line of tool output with one CJK character is a str of 8 MB decoded whole,
-    held for nothing."""
-    if len(data) <= _UTF8_PIECE:
+    held for nothing. A piece that ends inside a character is decoded up to it; the next piece
+    starts there."""
+    size = len(data)
+    if size <= _CHECK_PIECE:
         data.decode("utf-8")
         return
-    decoder = codecs.getincrementaldecoder("utf-8")()
     view = memoryview(data)
-    for start in range(0, len(data), _UTF8_PIECE):
-        decoder.decode(view[start:start + _UTF8_PIECE])
-    decoder.decode(b"", True)
+    start = 0
+    while start < size:
+        end = start + _CHECK_PIECE
+        start += _utf_8_decode(view[start:end], "strict", end >= size)[1]
 
 
 def _repaired_entry(data: bytes, offset: int, capture: bool) -> Entry | None:

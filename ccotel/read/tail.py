@@ -19,7 +19,7 @@ the start, as a replaced file is. While following, the bytes themselves are held
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from ccotel.hashing import blake2b
@@ -29,7 +29,11 @@ from ccotel.records import BadInput, RawLine
 
 __all__ = ["FileIdentity", "Marker", "Tailer", "ReadResult", "identity_of", "lines_with"]
 
-_CHUNK = 1 << 20
+# A tailer's read: under a catch-up worker's mmap threshold (run/memory.py), so the chunk comes
+# from the heap and is reused, not mapped, faulted in and unmapped at every read.
+_CHUNK = 1 << 17
+# lines_with's read (a report scans a file once, through a buffered reader of its own).
+_SCAN_CHUNK = 1 << 20
 # A read asks this much past the size the fstat gave: a short read then shows the end of the file.
 _SLACK = 1 << 12
 _FINGERPRINT_BYTES = 256
@@ -258,7 +262,8 @@ class Tailer:
         less must not make a partial line look like the last one)."""
         pos = self.offset  # where the next read starts
         start = self.offset  # where the current, unfinished line begins
-        buf = bytearray()  # its bytes while it is short
+        pieces: list[memoryview] = []  # its bytes while it is short, joined once it ends (one copy)
+        held = 0  # their length
         length = 0  # its length once it is long (then only measured)
         long_line = False
         budget = max_bytes
@@ -278,7 +283,7 @@ class Tailer:
             i = 0
             while True:
                 nl = chunk.find(b"\n", i)
-                if nl >= 0 and not buf and not long_line:  # the common case: a whole line in this chunk
+                if nl >= 0 and not held and not long_line:  # the common case: a whole line in this chunk
                     if nl - i > self.max_line_bytes:
                         res.error(BadInput.LINE_TOO_LONG, start + nl - i + 1)
                     elif nl > i:
@@ -290,29 +295,30 @@ class Tailer:
                 piece_end = len(chunk) if nl < 0 else nl
                 if long_line:
                     length += piece_end - i
-                else:
-                    buf += memoryview(chunk)[i:piece_end]
-                    if len(buf) > _IN_MEMORY:
-                        long_line, length, buf = True, len(buf), bytearray()
+                elif piece_end > i:
+                    pieces.append(memoryview(chunk)[i:piece_end])
+                    held += piece_end - i
+                    if held > _IN_MEMORY:
+                        long_line, length, pieces, held = True, held, [], 0
                 if nl < 0:
                     break
-                size_ = length if long_line else len(buf)
-                self._line(fd, res, start, size_, None if long_line else buf)
+                size_ = length if long_line else held
+                self._line(fd, res, start, size_, None if long_line else pieces)
                 start += size_ + 1
                 self.offset = start
-                buf, length, long_line = bytearray(), 0, False
+                pieces, held, length, long_line = [], 0, 0, False
                 i = nl + 1
             if len(chunk) < want and pos >= size and start == pos:
                 break  # a short read past the fstat's size, every byte in whole lines: the end
-        line_len = length if long_line else len(buf)
+        line_len = length if long_line else held
         if line_len and take_tail:
-            data = None if long_line else bytes(buf)
+            data = None if long_line else b"".join(pieces)
             if force_tail or (data is not None and is_complete_json(data)):
-                self._line(fd, res, start, line_len, buf if data is not None else None, end=start + line_len)
+                self._line(fd, res, start, line_len, None if data is None else [data], end=start + line_len)
                 self.offset = start + line_len
         return pos
 
-    def _line(self, fd: int, res: ReadResult, start: int, size: int, buf: bytearray | None,
+    def _line(self, fd: int, res: ReadResult, start: int, size: int, pieces: Sequence[bytes | memoryview] | None,
               end: int | None = None) -> None:
         end = start + size + 1 if end is None else end
         if size > self.max_line_bytes:
@@ -320,7 +326,7 @@ class Tailer:
             return
         if size == 0:
             return
-        data = _pread_exactly(fd, size, start) if buf is None else bytes(buf)  # None: a long line, read again
+        data = _pread_exactly(fd, size, start) if pieces is None else b"".join(pieces)  # None: a long line, read again
         res.lines.append(RawLine(start, end, data))
 
 
@@ -337,7 +343,8 @@ def _pread_exactly(fd: int, size: int, offset: int) -> bytes:
     return b"".join(parts)
 
 
-def lines_with(path: str, needle: bytes, max_line_bytes: int, chunk_size: int = _CHUNK) -> Iterator[tuple[int, bytes]]:
+def lines_with(path: str, needle: bytes, max_line_bytes: int,
+               chunk_size: int = _SCAN_CHUNK) -> Iterator[tuple[int, bytes]]:
     """(offset, line) of every line of a file that contains ``needle``, found by a byte search
     over 4 MiB chunks: the other lines cost no Python work at all. A line longer than the limit
     is skipped with bounded memory (as the tail stage does); a last line may lack its newline."""

@@ -188,16 +188,17 @@ def test_a_long_tool_result_cut_inside_a_character_stays_on_the_fast_path(char, 
 @settings(max_examples=500, deadline=None)
 @given(text=st.text(_TRICKY, max_size=60),
        junk=st.lists(st.tuples(st.integers(0, 300), st.binary(min_size=1, max_size=3)), max_size=2),
-       piece=st.integers(1, 9))
+       piece=st.integers(4, 12))
 def test_a_long_line_is_checked_for_utf8_piece_by_piece(text, junk, piece):
     """_check_utf8 in pieces (sequences cut at a piece's end, bad bytes anywhere, a sequence cut
-    at the end of the line) rejects exactly what one decode rejects."""
+    at the end of the line) rejects exactly what one decode rejects. (A piece holds at least 4
+    bytes, a whole character: the real one is 32 KiB.)"""
     data = bytearray(text.encode())
     for at, raw in junk:
         data[at % (len(data) + 1):at % (len(data) + 1)] = raw
     data = bytes(data)
-    saved = parse_fast._UTF8_PIECE
-    parse_fast._UTF8_PIECE = piece
+    saved = parse_fast._CHECK_PIECE
+    parse_fast._CHECK_PIECE = piece
     try:
         try:
             data.decode("utf-8")
@@ -210,7 +211,7 @@ def test_a_long_line_is_checked_for_utf8_piece_by_piece(text, junk, piece):
         except UnicodeDecodeError:
             pieces = False
     finally:
-        parse_fast._UTF8_PIECE = saved
+        parse_fast._CHECK_PIECE = saved
     assert pieces == whole, data
 
 

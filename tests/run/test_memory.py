@@ -74,3 +74,38 @@ def test_without_glibc_every_call_does_nothing(monkeypatch):
     heap = Heap()
     assert not heap.available
     assert heap.trim() is False and heap.map_large_blocks() is False
+
+
+@glibc_only
+def test_a_worker_reads_long_lines_without_mapping_a_block_for_each(tmp_path):
+    # A catch-up worker maps every block from MMAP_THRESHOLD up, and faults in each page of it.
+    # Reading (the tail stage's chunks, a line that crosses them) and the UTF-8 check of a
+    # non-ASCII line (its str) stay under it: read again slice by slice as the reader does, 8 MiB
+    # of 150 KB lines fault in fewer pages than the 2,048 they span. (With 1 MiB chunks, a line
+    # crossing them copied twice and a whole line's str decoded at once: ~3,400.)
+    path = tmp_path / "long.jsonl"
+    line = b'{"type":"user","text":"' + "é".encode() * 40 + b"x" * 150_000 + b'"}\n'
+    path.write_bytes(line * (8 * 2**20 // len(line)))
+    out = _run(f"""
+        import resource
+        from ccotel.read.parse_fast import _check_utf8
+        from ccotel.read.tail import Tailer
+        from ccotel.run.reader import _READ_SLICE
+        assert Heap().map_large_blocks()
+
+        def read():
+            t, n = Tailer({str(path)!r}), 0
+            while True:
+                res = t.read(max_bytes=_READ_SLICE)
+                for raw in res.lines:
+                    _check_utf8(raw.data)
+                n += len(res.lines)
+                if not res.more:
+                    return n
+
+        assert read() > 50
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        read()
+        print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+    """)
+    assert int(out) < 2048
