@@ -152,6 +152,10 @@ METRICS: dict[str, Spec] = {
     "ccotel_hook_events": Spec("counter", "Hook events read from the spool, by event and kind (a Notification's "
                                "type, a PreCompact's trigger, a SessionStart's source, a SessionEnd's reason).",
                                ("event", "kind")),
+    # the /metrics server (metrics/server.py)
+    "ccotel_metrics_connections_evicted": Spec("counter", "Connections to /metrics closed to let a new one in: "
+                                               "more than 8 were open at once (idle holders never lock a scrape "
+                                               "out)."),
     # the cap on label values (LabelCap): what it folded
     "ccotel_label_values_folded": Spec("counter", "Increments whose label value was folded into \"other\" because "
                                        "that label of that metric had --max-label-values distinct values already "

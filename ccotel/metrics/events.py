@@ -125,3 +125,11 @@ def ledger_write_failed(metrics: Metrics, reason: str = "ledger") -> None:
     """A usage-ledger write that failed: its rows are kept and written again; tracing and counting go on.
     ``reason``: the disk's (disk_full, read_only, io_error) when it is the disk's, else ``ledger``."""
     metrics.inc("ccotel_checkpoint_errors", reason, channel="own")
+
+
+# -- the /metrics server --------------------------------------------------------------------------
+
+
+def metrics_connection_evicted(metrics: Metrics) -> None:
+    """A connection to /metrics closed to make room for a new one (ccotel's own: saved whenever it changed)."""
+    metrics.inc("ccotel_metrics_connections_evicted", channel="own")

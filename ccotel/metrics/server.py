@@ -18,6 +18,7 @@ import logging
 import socket
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from socketserver import ThreadingMixIn
 from typing import TYPE_CHECKING, Any
@@ -86,10 +87,11 @@ class MetricsServer(ThreadingMixIn, WSGIServer):
     block_on_close = False
 
     def __init__(self, address: tuple[str, int], family: socket.AddressFamily,
-                 max_connections: int = MAX_CONNECTIONS) -> None:
+                 max_connections: int = MAX_CONNECTIONS, on_evict: Callable[[], None] | None = None) -> None:
         self.address_family = family
         self.max_connections = max_connections
         self.evicted = 0  # connections closed to make room
+        self._on_evict = on_evict  # counts each (ccotel_metrics_connections_evicted_total)
         self._held: dict[socket.socket, None] = {}  # open connections, oldest first
         self._held_lock = threading.Lock()
         super().__init__(address, _Handler)
@@ -104,6 +106,8 @@ class MetricsServer(ThreadingMixIn, WSGIServer):
                 oldest = next(iter(self._held))
                 del self._held[oldest]
                 self.evicted += 1
+                if self._on_evict is not None:
+                    self._on_evict()
                 if self.evicted == 1:
                     log.warning("more than %d connections to /metrics at once: the oldest are closed to let new "
                                 "ones in", self.max_connections)
@@ -135,13 +139,15 @@ def serve(metrics: Metrics, address: MetricsAddress) -> MetricsServer:
     address cannot be bound."""
     from prometheus_client import make_wsgi_app
 
+    from ccotel.metrics import events
     from ccotel.metrics.counters import registry_for
 
     where = f"{address.host}:{address.port}"
     try:
         infos = socket.getaddrinfo(address.host, address.port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
         family, _, _, _, sockaddr = infos[0]
-        server = MetricsServer((str(sockaddr[0]), int(sockaddr[1])), family)
+        server = MetricsServer((str(sockaddr[0]), int(sockaddr[1])), family,
+                               on_evict=lambda: events.metrics_connection_evicted(metrics))
     except OSError as exc:  # (socket.gaierror is one)
         raise MetricsPortError(f"cannot serve /metrics on {where}: {exc.strerror or exc} (--metrics-addr "
                                "HOST:PORT with an address of this host and a free port; 127.0.0.1:0 takes any "

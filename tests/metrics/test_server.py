@@ -67,6 +67,8 @@ def test_idle_connections_hold_a_bounded_number_of_threads_and_a_scrape_still_an
         assert _until(lambda: threading.active_count() - before <= MAX_CONNECTIONS)
         text = _scrape(served)  # closes the oldest idle holder to get in
         assert "ccotel_build_info" in text
+        # each eviction is counted (the scrape's own included, once it lands: scraped again)
+        assert _until(lambda: f"ccotel_metrics_connections_evicted_total {float(served.evicted)}" in _scrape(served))
         # the holders closed to make room were told so: their connection ends
         held[0].settimeout(5)
         assert held[0].recv(1024) == b""
