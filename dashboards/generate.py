@@ -601,9 +601,9 @@ def health() -> dict[str, Any]:
                    Target(events("ccotel_label_values_folded_total", ["metric", "label"], "1h"),
                           "{{metric}} {{label}}")),
         timeseries("Connections to /metrics closed to let a new one in (last hour)",
-                   "More than 8 connections to /metrics were open at once: the oldest were closed so a scrape "
-                   "never waits behind idle ones. A steady count means something holds connections open (a "
-                   "scanner, a client that never sends its request).",
+                   "More connections to /metrics were open at once than ccotel holds (docs/metrics.md): the "
+                   "oldest were closed so a scrape never waits behind idle ones. A steady count means something "
+                   "holds connections open (a scanner, a client that never sends its request).",
                    Target(events("ccotel_metrics_connections_evicted_total", ["instance"], "1h"), "{{instance}}")),
         row("Export"),
         timeseries("Export queue", "Spans waiting for the trace backend (at most 20,000; then ccotel lets "

@@ -154,8 +154,8 @@ METRICS: dict[str, Spec] = {
                                ("event", "kind")),
     # the /metrics server (metrics/server.py)
     "ccotel_metrics_connections_evicted": Spec("counter", "Connections to /metrics closed to let a new one in: "
-                                               "more than 8 were open at once (idle holders never lock a scrape "
-                                               "out)."),
+                                               "the server holds a few at once (docs/metrics.md), the oldest "
+                                               "closed first, so idle holders never lock a scrape out."),
     # the cap on label values (LabelCap): what it folded
     "ccotel_label_values_folded": Spec("counter", "Increments whose label value was folded into \"other\" because "
                                        "that label of that metric had --max-label-values distinct values already "
