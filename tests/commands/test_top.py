@@ -148,6 +148,25 @@ def test_synthetic_appends_move_the_row(tmp_path: Path) -> None:
     assert after.tokens > during.tokens and after.cost_usd > during.cost_usd
 
 
+def test_a_frame_reads_each_process_file_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A frame's running sessions and their process states come from one read of sessions/<pid>.json
+    (it was read twice a frame, every few seconds)."""
+    from ccotel.read import procs
+
+    st = Staged("s01_bash_tool", tmp_path, ago_s=20 * 60)  # older than --active: running by its process only
+    st.process(os.getpid())
+    opened: list[str] = []
+    real = procs.open_regular
+    monkeypatch.setattr(procs, "open_regular", lambda path, *a, **k: opened.append(str(path)) or real(path, *a, **k))
+    watcher = Watcher(Options(roots=(str(st.root),)), active_ns=10 * MINUTE, window_ns=5 * MINUTE)
+    [row] = watcher.rows()  # the session's first read checks its health too (check_session reads the file)
+    assert row.process == "running" and opened
+    opened.clear()
+    [row] = watcher.rows()  # the next frame: the session unchanged, its read kept
+    assert row.process == "running"
+    assert opened == [str(st.root / "sessions" / f"{os.getpid()}.json")]
+
+
 def _s03_before_the_agents_results(tmp_path: Path) -> Staged:
     """s03 staged with a live process, its main transcript cut at the first tool result."""
     st = Staged("s03_parallel_subagents", tmp_path)

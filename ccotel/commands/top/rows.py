@@ -20,7 +20,7 @@ from __future__ import annotations
 import enum
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ccotel.commands.check import CheckError, Health, check_session
@@ -36,7 +36,7 @@ from ccotel.commands.sessions import (
 )
 from ccotel.read.discover import OutsideRoot
 from ccotel.read.layout import session_ids
-from ccotel.read.procs import any_alive, read_session_pids
+from ccotel.read.procs import Proc, any_alive, read_session_pids
 from ccotel.records import SpanRecord
 from ccotel.run.pipeline import Options
 from ccotel.spans.attributes import (
@@ -181,11 +181,12 @@ def row_of(ss: SessionSpans, summary: SessionSummary, health: Health, now_ns: in
 
 
 def active_refs(roots: tuple[str, ...], now_ns: int, active_ns: int,
-                outside: OutsideRoot | None = None) -> list[SessionRef]:
-    """Sessions running now: a transcript written within ``active_ns``, or a live Claude Code process."""
+                pids: Mapping[str, tuple[Proc, ...]]) -> list[SessionRef]:
+    """Sessions running now: a transcript written within ``active_ns``, or a live Claude Code process
+    (``pids``: read_session_pids of the roots)."""
     recent = {r.session_id: r for r in session_refs(roots, since_ns=now_ns - active_ns)
               if r.last_write_ns >= now_ns - active_ns}
-    live = {sid for sid, procs in read_session_pids(roots, outside).items() if sid not in recent and any_alive(procs)}
+    live = {sid for sid, procs in pids.items() if sid not in recent and any_alive(procs)}
     if live:
         recent.update({r.session_id: r for r in session_refs(roots) if r.session_id in live})
     return list(recent.values())
@@ -234,12 +235,13 @@ class Watcher:
 
     def rows(self, now_ns: int | None = None) -> list[TopRow]:
         now = now_ns if now_ns is not None else time.time_ns()
-        refs = active_refs(self.options.roots, now, self.active_ns, self._outside)
+        pids = read_session_pids(self.options.roots, self._outside)  # once a frame: its sessions and their states
+        refs = active_refs(self.options.roots, now, self.active_ns, pids)
         ids = sorted(r.session_id for r in refs)
         # short ids unique among every session under the roots, as `ccotel trace` resolves them
         every = sorted(set(session_ids(self.options.roots)) | set(ids))
         stall_ns = self.options.timeouts.stall_ns
-        processes = _process_states(self.options.roots, self._outside)
+        processes = _process_states(pids)
         out = []
         for ref in refs:
             entry = self._read(ref, now, processes.get(ref.session_id, "unknown"))
@@ -285,6 +287,6 @@ class Watcher:
         return entry
 
 
-def _process_states(roots: tuple[str, ...], outside: OutsideRoot) -> dict[str, str]:
+def _process_states(pids: Mapping[str, tuple[Proc, ...]]) -> dict[str, str]:
     """session id -> running or gone, for the sessions with a process file (check's words)."""
-    return {sid: "running" if any_alive(procs) else "gone" for sid, procs in read_session_pids(roots, outside).items()}
+    return {sid: "running" if any_alive(procs) else "gone" for sid, procs in pids.items()}
