@@ -205,10 +205,10 @@ def fast_entry(data: bytes | bytearray, offset: int, capture: bool = False) -> E
 
 
 _fast_entry = fast_entry  # the name tests/read/test_parse_fastpath.py knows
-_UTF8_PIECE = 256 << 10
-# _check_utf8's piece: its str (4 bytes a character at most) stays under a catch-up worker's mmap
-# threshold (run/memory.py), so it comes from the heap, not from a mapping faulted in page by page.
-_CHECK_PIECE = 32 << 10
+# A long line is decoded this many bytes at a time (_check_utf8, _replace_invalid_utf8): a piece's
+# str (4 bytes a character at most) stays under a catch-up worker's mmap threshold (run/memory.py),
+# so it comes from the heap, not from a mapping faulted in page by page. At least 4: a character.
+_UTF8_PIECE = 32 << 10
 _utf_8_decode = codecs.utf_8_decode
 
 
@@ -218,13 +218,13 @@ def _check_utf8(data: bytes | bytearray) -> None:
     held for nothing. A piece that ends inside a character is decoded up to it; the next piece
     starts there."""
     size = len(data)
-    if size <= _CHECK_PIECE:
+    if size <= _UTF8_PIECE:
         data.decode("utf-8")
         return
     view = memoryview(data)
     start = 0
     while start < size:
-        end = start + _CHECK_PIECE
+        end = start + _UTF8_PIECE
         start += _utf_8_decode(view[start:end], "strict", end >= size)[1]
 
 

@@ -197,8 +197,8 @@ def test_a_long_line_is_checked_for_utf8_piece_by_piece(text, junk, piece):
     for at, raw in junk:
         data[at % (len(data) + 1):at % (len(data) + 1)] = raw
     data = bytes(data)
-    saved = parse_fast._CHECK_PIECE
-    parse_fast._CHECK_PIECE = piece
+    saved = parse_fast._UTF8_PIECE
+    parse_fast._UTF8_PIECE = piece
     try:
         try:
             data.decode("utf-8")
@@ -211,7 +211,7 @@ def test_a_long_line_is_checked_for_utf8_piece_by_piece(text, junk, piece):
         except UnicodeDecodeError:
             pieces = False
     finally:
-        parse_fast._CHECK_PIECE = saved
+        parse_fast._UTF8_PIECE = saved
     assert pieces == whole, data
 
 
