@@ -58,10 +58,12 @@ POLL_GAP_S = 0.02
 # before), polls are BUSY_POLL_GAP_S apart: the same lines in fewer, larger batches cost less CPU
 # (each poll has fixed costs: a read per file, an export request; and work done in 20 ms bursts
 # runs on cold caches: the same parse and assemble calls took more CPU than in a backfill). An
-# append then waits up to 80 ms, only while such a stream lasts. A rate, not lines per poll: a
-# wider gap gathers more lines per poll, which must not keep it wide once the stream slows.
+# append then waits up to 200 ms, only while such a stream lasts (dozens of sessions writing at
+# once: a trace backend shows a span 0.2 s later; bench/NOTES.md has what the wider gap saved).
+# A rate, not lines per poll: a wider gap gathers more lines per poll, which must not keep it wide
+# once the stream slows.
 BUSY_LINES_PER_S = 800
-BUSY_POLL_GAP_S = 0.08
+BUSY_POLL_GAP_S = 0.2
 
 
 def poll_gap(lines: int, since_s: float) -> float:

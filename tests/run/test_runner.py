@@ -94,6 +94,6 @@ def test_polls_are_spaced_wider_only_while_a_heavy_stream_lasts() -> None:
     assert slower > fast and poll_gap(slower, BUSY_POLL_GAP_S) == POLL_GAP_S
     assert poll_gap(10 * fast, 1000.0) == POLL_GAP_S  # the first poll after a quiet time
     assert poll_gap(fast, 0.0) == BUSY_POLL_GAP_S  # polls closer than the gap: the gap counts
-    assert BUSY_POLL_GAP_S <= 0.1  # a heavy stream's lines still reach the backend within ~0.1 s
+    assert BUSY_POLL_GAP_S <= 0.25  # a heavy stream's lines still reach the backend within ~0.25 s
     watcher = Watcher(())
     watcher.space_batches(0.5)  # not started: no inotify reader to tell, nothing fails
