@@ -243,10 +243,13 @@ class LabelCap:
         """``incs`` with the values past the limit folded, and an increment of the folded counter
         for each increment folded (so it goes to the same channel: checkpointed with them)."""
         out: list[tuple[Key, float]] = []
-        for k, v in incs:
-            if k in self._admitted or k[0] not in _CAPPED:
-                out.append((k, v))
+        admitted = self._admitted
+        for inc in incs:
+            k = inc[0]
+            if k in admitted or k[0] not in _CAPPED:
+                out.append(inc)  # the usual case: the pair as given
                 continue
+            v = inc[1]
             metric, labels, counted = _CAPPED[k[0]]
             folded: list[str] = []
             values = list(k)
