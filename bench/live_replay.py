@@ -5,7 +5,7 @@
 
 The same ~10,000 lines of 50 sessions as the row, written to an empty root in the order Claude Code
 wrote them at the row's 1,000 lines/s, polled as ``ccotel run`` polls (runner.poll_gap: 20 ms
-apart, 80 ms while lines come at 800/s or more, as these do), a tick at most every 100 ms
+apart, 200 ms while lines come at 800/s or more, as these do), a tick at most every 100 ms
 as ``runner.follow`` does; then a backfill of the same files. Spans go nowhere
 (``--traces-exporter none``): only the pipeline thread's CPU is measured (``time.thread_time``),
 without the HTTP requests, the inotify thread or the machine's other processes. bench.run's row
