@@ -41,6 +41,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import threading
 import time
@@ -62,6 +63,22 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 # -- processes -----------------------------------------------------------------------
+
+
+def interpreter() -> dict[str, Any]:
+    """The Python every measured process runs (this one's): its build moves every ratio. A build
+    without profile-guided optimisation, with libpython as a shared library (pyenv's default), runs
+    the same backfill in more instructions than a distribution's build (bench/NOTES.md,
+    twenty-second session)."""
+    maps = Path("/proc/self/maps")
+    shared = "libpython" in maps.read_text() if maps.exists() else None
+    configure = str(sysconfig.get_config_var("CONFIG_ARGS") or "")
+    flags = [f for f in ("--enable-optimizations", "--with-lto") if f in configure]
+    where = {True: "libpython shared", False: "libpython in the executable", None: "libpython: unknown"}[shared]
+    return {"executable": sys.executable, "version": platform.python_version(), "libpython_shared": shared,
+            "configure_flags": flags,
+            "summary": f"{sys.executable} (Python {platform.python_version()}, {where}, "
+                       f"configure: {' '.join(flags) or 'no --enable-optimizations or --with-lto'})"}
 
 
 def _env(endpoint: str | None = None, src: Path | None = None) -> dict[str, str]:
@@ -1144,12 +1161,14 @@ def main(argv: list[str] | None = None) -> int:
     t_all = time.perf_counter()
     _log(f"ccotel bench: main corpus {size / 1e6:,.0f} MB, workdir {work}, {os.cpu_count()} CPUs, "
          f"load {os.getloadavg()[0]:.2f}")
+    _log(f"interpreter: {interpreter()['summary']}")
     compile_bytecode(args.no_compile)
     main_root = work / f"main-{size}-s{args.seed}"
     exp = ensure_corpus(main_root, size=size, seed=args.seed, session_mean=4_000_000 if size >= 200e6 else 1_000_000)
     res = Results()
     res.details["machine"] = {"cpus": os.cpu_count(), "python": platform.python_version(),
-                              "platform": platform.platform(), "load_start": os.getloadavg()}
+                              "platform": platform.platform(), "load_start": os.getloadavg(),
+                              "interpreter": interpreter()}
     res.details["corpus"] = {k: v for k, v in exp.items() if k != "sessions"}
     # The other corpora: (tag, label, root, expected). Smaller main: 200 MB; the 2.1.330 shape (many
     # small subagent files, ~40 KB api-request-shape lines, attachments, cost-state) at both sizes.
