@@ -59,7 +59,7 @@ def _run_options(sp: argparse.ArgumentParser) -> None:
                     help="an orchestrator's log to count resets, aborts and watchdog kills from (repeatable)")
     sp.add_argument("--orchestrator-patterns", metavar="FILE", type=pattern_file,
                     help="JSON list of extra patterns: [{\"metric\", \"regex\", \"reason\"}]")
-    from ccotel.metrics.server import DEFAULT_METRICS_ADDR, metrics_address
+    from ccotel.metrics.address import DEFAULT_METRICS_ADDR, metrics_address
 
     sp.add_argument("--metrics-addr", default=DEFAULT_METRICS_ADDR, type=metrics_address, metavar="HOST:PORT",
                     help=f"where to serve Prometheus /metrics (default {DEFAULT_METRICS_ADDR}: the loopback; "
@@ -247,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
 def _command(args: argparse.Namespace, argv: list[str]) -> int:
     if args.command in ("backfill", "run"):
         from ccotel.commands.run import cmd_backfill, cmd_run  # the pipeline: only for these two commands
-        from ccotel.metrics.server import MetricsPortError
+        from ccotel.metrics.address import MetricsPortError
         from ccotel.store.state import StateError, StateLocked
 
         stopper = Stopper().install()  # first: a stop is honoured from the start
@@ -288,7 +288,7 @@ def _command(args: argparse.Namespace, argv: list[str]) -> int:
         return cmd_doctor(args)
     if args.command == "relay":
         from ccotel.commands.relay import run as cmd_relay
-        from ccotel.metrics.server import MetricsPortError
+        from ccotel.metrics.address import MetricsPortError
 
         try:
             return cmd_relay(args)

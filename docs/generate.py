@@ -231,7 +231,8 @@ def bad_input_reasons() -> str:
 
 
 def render() -> str:
-    from ccotel.metrics.server import DEFAULT_METRICS_ADDR, IDLE_TIMEOUT_S, MAX_CONNECTIONS, metrics_address
+    from ccotel.metrics.address import DEFAULT_METRICS_ADDR, metrics_address
+    from ccotel.metrics.server import IDLE_TIMEOUT_S, MAX_CONNECTIONS
 
     default = metrics_address(DEFAULT_METRICS_ADDR)
     assert default is not None

@@ -43,8 +43,8 @@ from ccotel import logs
 from ccotel.commands.options import add_label_cap, finite
 from ccotel.export.sinks import ConsoleSink, ExportQueue, make_sink
 from ccotel.metrics import events
+from ccotel.metrics.address import metrics_address
 from ccotel.metrics.counters import Metrics
-from ccotel.metrics.server import metrics_address
 from ccotel.read.layout import default_roots
 from ccotel.records import SpanRecord
 from ccotel.run.stopping import STOP_SIGNALS

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from ccotel.assemble.closing import Timeouts
 from ccotel.metrics.counters import DEFAULT_MAX_LABEL_VALUES, Metrics
 from ccotel.read.layout import default_roots
-from ccotel.read.shard import default_workers, end_resource_tracker
+from ccotel.read.shard import default_workers, end_resource_tracker, worth_processes
 from ccotel.run.livefirst import LiveFirst
 from ccotel.run.pipeline import Options
 from ccotel.run.runner import Interrupted, describe, fill_ledger, follow, read_history, wait_for_backend, wire
@@ -126,9 +126,11 @@ def _catch_up_in_parallel(args: argparse.Namespace, progress: _Progress, close_a
     location = _state_dir(args)
     if location is None:
         return None  # without checkpoints the pipeline would read it all again
+    workers = default_workers() if args.workers is None else args.workers  # run's parser gives SIDECAR_WORKERS
+    if not worth_processes(workers, live=live is not None, exporter=args.traces_exporter):
+        return None
     from ccotel.run.catchup import catch_up_in_parallel  # multiprocessing and ctypes: only when needed
 
-    workers = default_workers() if args.workers is None else args.workers  # run's parser gives SIDECAR_WORKERS
     done = catch_up_in_parallel(options_of(args), location, args.traces_exporter,
                                 workers, min_bytes=int(args.parallel_min_mb * 1e6), progress=progress,
                                 close_all=close_all, metrics=metrics, stopper=stopper, live=live, host=args.host_id)

@@ -7,30 +7,28 @@ and its memory for as long as ccotel ran (tests/metrics/test_server.py). This on
 ``MAX_CONNECTIONS`` at once, closing the oldest to make room for a new one (idle holders never lock
 a scrape out), and drops a connection that says nothing for ``IDLE_TIMEOUT_S``.
 
-``metrics_address`` is the one reading of ``--metrics-addr``; a port that cannot be bound is a
-``MetricsPortError``, said before any work.
+``--metrics-addr`` is read in address.py; a port that cannot be bound is a ``MetricsPortError``
+(address.py), said before any work.
 """
 
 from __future__ import annotations
 
-import argparse
 import logging
 import socket
 import sys
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from socketserver import ThreadingMixIn
 from typing import TYPE_CHECKING, Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
+from ccotel.metrics.address import MetricsAddress, MetricsPortError
+
 if TYPE_CHECKING:
     from ccotel.metrics.counters import Metrics
 
-__all__ = ["DEFAULT_METRICS_ADDR", "IDLE_TIMEOUT_S", "MAX_CONNECTIONS", "MetricsAddress", "MetricsPortError",
-           "MetricsServer", "metrics_address", "serve"]
+__all__ = ["IDLE_TIMEOUT_S", "MAX_CONNECTIONS", "MetricsServer", "serve"]
 
-DEFAULT_METRICS_ADDR = "127.0.0.1:9477"  # ccotel run's: the loopback, off Claude Code's own 9464
 # A Prometheus server scrapes a target one request at a time; a few servers (HA pairs) and a
 # person with curl stay well under this.
 MAX_CONNECTIONS = 8
@@ -39,38 +37,6 @@ MAX_CONNECTIONS = 8
 IDLE_TIMEOUT_S = 10.0
 
 log = logging.getLogger("ccotel.metrics")
-
-
-@dataclass(frozen=True)
-class MetricsAddress:
-    """Where /metrics is served: a host (name or address) and a port (0: one the system picks)."""
-
-    host: str
-    port: int
-
-    def url(self, port: int | None = None) -> str:
-        """The /metrics URL, an IPv6 address in brackets; ``port``: the one bound, if 0 was asked."""
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port if port is None else port}/metrics"
-
-
-def metrics_address(value: str) -> MetricsAddress | None:
-    """An argparse type for ``--metrics-addr``: ``host:port`` (an IPv6 address in brackets, an empty
-    host the loopback), or ``none`` (None: not served). Anything else is a usage error."""
-    if value == "none":
-        return None
-    host, sep, port_text = value.rpartition(":")
-    host = host.strip("[]") if host.startswith("[") and host.endswith("]") else host
-    if not sep or not port_text.isascii() or not port_text.isdigit() or (":" in host and not value.startswith("[")):
-        raise argparse.ArgumentTypeError(f"not host:port (an IPv6 address in brackets) or 'none': {value!r}")
-    port = int(port_text)
-    if port > 65535:
-        raise argparse.ArgumentTypeError(f"port {port} is not from 0 to 65535: {value!r}")
-    return MetricsAddress(host or "127.0.0.1", port)
-
-
-class MetricsPortError(Exception):
-    """/metrics cannot be served at the address given (in use, not this host's, not allowed)."""
 
 
 class _Handler(WSGIRequestHandler):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -27,7 +28,7 @@ if TYPE_CHECKING:  # multiprocessing is loaded when processes are started: a bac
     from multiprocessing.context import ForkContext, SpawnContext
     from multiprocessing.process import BaseProcess
 
-__all__ = ["Group", "plan_shards", "balance", "default_workers", "end_resource_tracker", "head_keys",
+__all__ = ["Group", "plan_shards", "balance", "default_workers", "end_resource_tracker", "worth_processes", "head_keys",
            "process_context", "run_jobs"]
 
 Group = list[tuple[str, TranscriptFile]]  # (root, file), main file first
@@ -117,13 +118,23 @@ def end_resource_tracker() -> None:
     """Stop multiprocessing's resource tracker, if this process started one. A spawned worker (or
     a spawn context's lock) starts it: a Python process of its own, several MB, that would live as
     long as ccotel run, tracking nothing once the workers are gone and their shared counter freed.
-    Were anything tracked again later, multiprocessing would start it again."""
-    from multiprocessing import resource_tracker
-
+    Were anything tracked again later, multiprocessing would start it again. A process that never
+    loaded the tracker never started one: it is not imported for nothing (a backfill in one process)."""
+    resource_tracker = sys.modules.get("multiprocessing.resource_tracker")
+    if resource_tracker is None:
+        return
     tracker = getattr(resource_tracker, "_resource_tracker", None)
     stop = getattr(tracker, "_stop", None)  # private, in 3.10 to 3.13: nothing to stop without it
     if stop is not None:
         stop()
+
+
+def worth_processes(workers: int, *, live: bool, exporter: str) -> bool:
+    """Whether a catch-up in ``workers`` processes is worth starting them (run/catchup.py). Beside
+    ccotel run (``live``) even one worker is: the caller follows the live sessions meanwhile;
+    without it one worker would only do what the caller does itself. Never for the console
+    exporter: several processes would interleave its output."""
+    return workers >= (1 if live else 2) and exporter != "console"
 
 
 def default_workers() -> int:

@@ -38,7 +38,7 @@ from ccotel.logs import configure_worker
 from ccotel.metrics.counters import Metrics
 from ccotel.read.discover import Checkpoint
 from ccotel.read.procs import peak_rss_kb
-from ccotel.read.shard import Group, balance, plan_shards, process_context
+from ccotel.read.shard import Group, balance, plan_shards, process_context, worth_processes
 from ccotel.run.memory import Heap
 from ccotel.run.pipeline import Options, discover, session_groups, unread_bytes
 from ccotel.run.prices import AskCaller, PriceDesk
@@ -106,10 +106,7 @@ def catch_up_in_parallel(options: Options, state_dir: str, exporter: str, worker
     workers are done it takes over what they wrote (checkpoints, acknowledged ids, counters). ``host``: this
     host's id in a PostgreSQL state; the workers write as that host (each a writer of its own,
     postgres.py) under the lock and lease the caller holds: they take neither."""
-    # beside ccotel run (live) even one worker is worth its start: the caller follows the live
-    # sessions meanwhile; without it one worker would only do what the caller does itself
-    least = 1 if live is not None else 2
-    if workers < least or exporter == "console":  # console: several processes would interleave the output
+    if not worth_processes(workers, live=live is not None, exporter=exporter):
         return None
     t0 = time.monotonic()
     state = open_state(state_dir, host, verify=False)  # the caller opened (and checked) it first
@@ -126,7 +123,7 @@ def catch_up_in_parallel(options: Options, state_dir: str, exporter: str, worker
     shards = plan_shards(groups, weights)
     first = live.live_shards(groups, shards, weights) if live is not None else []
     bins = balance([m for m in shards if m not in first], weights, workers)
-    if len(bins) < least:
+    if not worth_processes(len(bins), live=live is not None, exporter=exporter):
         return None
     mine = [groups[i] for members in first for i in sorted(members)]
     sizes = live.pipeline.delivery.started_sizes if live is not None else None

@@ -37,8 +37,9 @@ from ccotel.commands.doctor.lock import probe_lock
 from ccotel.commands.doctor.render import render_text
 from ccotel.commands.doctor.root_scan import SAMPLE_LINES, Denied, read_tail
 from ccotel.commands.doctor.wording import user_name
+from ccotel.metrics.address import MetricsAddress
 from ccotel.metrics.counters import Metrics
-from ccotel.metrics.server import MetricsAddress, serve
+from ccotel.metrics.server import serve
 from ccotel.read.discover import scan
 from ccotel.rules.versions import TESTED_CLAUDE_CODE_VERSIONS, VersionStanding, judge_version
 from ccotel.store.sqlite import SCHEMA_VERSION

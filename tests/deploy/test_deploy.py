@@ -42,7 +42,7 @@ except ModuleNotFoundError:  # plain `pytest` does not put the repo root on sys.
 
 from ccotel.cli import EXIT_LOCKED, STOP_GRACE_S, build_parser  # noqa: E402
 from ccotel.export.sinks import otlp_settings  # noqa: E402
-from ccotel.metrics.server import MetricsAddress  # noqa: E402
+from ccotel.metrics.address import MetricsAddress  # noqa: E402
 from tests.support.fixtures import missing_component  # noqa: E402
 from tests.support.install_deploy_tools import hadolint_path  # noqa: E402
 from tests.support.prometheus import missing_reason, promtool  # noqa: E402

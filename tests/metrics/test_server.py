@@ -22,8 +22,9 @@ import pytest
 
 from ccotel.cli import EXIT_USAGE
 from ccotel.metrics import server as metrics_server
+from ccotel.metrics.address import MetricsAddress, metrics_address
 from ccotel.metrics.counters import Metrics
-from ccotel.metrics.server import MAX_CONNECTIONS, MetricsAddress, MetricsServer, metrics_address, serve
+from ccotel.metrics.server import MAX_CONNECTIONS, MetricsServer, serve
 
 REPO = Path(__file__).resolve().parents[2]
 

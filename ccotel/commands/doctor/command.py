@@ -20,7 +20,7 @@ from ccotel.commands.doctor.telemetry import check_claude_code_telemetry
 from ccotel.commands.doctor.traces import check_traces
 from ccotel.commands.doctor.versions import check_format, check_versions
 from ccotel.commands.options import finite
-from ccotel.metrics.server import DEFAULT_METRICS_ADDR
+from ccotel.metrics.address import DEFAULT_METRICS_ADDR
 from ccotel.read.layout import default_roots
 from ccotel.store.state import resolve_state
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 
 from ccotel.commands.doctor.config import DoctorConfig
 from ccotel.commands.doctor.finding import Finding, Level
-from ccotel.metrics.server import DEFAULT_METRICS_ADDR, metrics_address
+from ccotel.metrics.address import DEFAULT_METRICS_ADDR, metrics_address
 
 __all__ = ["check_metrics", "is_loopback", "CLAUDE_CODE_PROMETHEUS_PORT"]
 
