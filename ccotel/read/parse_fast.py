@@ -168,7 +168,9 @@ class _JLine(msgspec.Struct):
     effort: Any = None
     id: Any = None  # api-request lines
     message: _JMessage | None = None
-    toolUseResult: msgspec.Raw = msgspec.Raw(b"null")
+    # decoded with the line: a string is a failed tool's error, an object the fields kept; anything
+    # else is ignored, as the checked path does
+    toolUseResult: _JToolUseResult | str | list[msgspec.Raw] | int | float | bool | None = None
     # small objects to_entry reads loosely: decoded by orjson, exactly as the checked path does
     data: msgspec.Raw = msgspec.Raw(b"null")
     compactMetadata: msgspec.Raw = msgspec.Raw(b"null")
@@ -177,7 +179,6 @@ class _JLine(msgspec.Struct):
 
 
 _line_decoder = msgspec.json.Decoder(_JLine)
-_tool_use_result_decoder = msgspec.json.Decoder(_JToolUseResult)
 _str_decoder = msgspec.json.Decoder(str)
 _content_decoder = msgspec.json.Decoder(str | list[_JText] | None)
 # A character of a JSON string takes at most 12 bytes (an escaped surrogate pair), so the first
@@ -310,12 +311,11 @@ def _entry_of(o: _JLine, offset: int, capture: bool) -> Entry:
                     blocks = (_new_block({"type": "text", "id": text_key(first.text), "text": blocks[0].text}),) \
                         + blocks[1:]
                 kw["blocks"] = blocks
-        raw = o.toolUseResult
-        head = memoryview(raw)[:1].tobytes()
-        if head == b'"':
-            kw["tool_use_result_error"] = _str_decoder.decode(raw)[:200]
-        elif head == b"{":
-            kw["tool_use_result"] = _fast_tool_use_result(_tool_use_result_decoder.decode(raw))
+        tur = o.toolUseResult
+        if type(tur) is str:
+            kw["tool_use_result_error"] = tur[:200]
+        elif type(tur) is _JToolUseResult:
+            kw["tool_use_result"] = _fast_tool_use_result(tur)
         kw["source_tool_assistant_uuid"] = o.sourceToolAssistantUUID
     elif etype == "system":  # small objects: the checked path's reading, on orjson's values
         _system({"compactMetadata": orjson.loads(memoryview(o.compactMetadata)),
