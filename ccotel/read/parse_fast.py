@@ -9,7 +9,8 @@ path (parse_full.py), which stays the reference: the tests hold both equal on ev
 and on mutated ones. The fast path never reports an error; anything to_entry would complain
 about makes it step aside. One known difference, in the fast path's favour: an integer of more
 than 4,300 digits in a field ccotel ignores is skipped, where Python's json (the checked path's
-last resort after orjson) refuses the whole line.
+last resort after orjson) refuses the whole line. toolUseResult itself is not such a field: it is
+decoded with the line, so a number there beyond msgspec's range takes the checked path.
 
 A line whose one fault is invalid UTF-8 is repaired here too, over its bytes (_repaired_entry).
 """

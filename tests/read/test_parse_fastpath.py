@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from ccotel.read import parse, parse_fast, parse_full
 from ccotel.read.parse import parse_line
+from ccotel.records import BadInput
 
 REALDATA = Path(__file__).resolve().parents[3] / "shared" / "realdata"
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -115,6 +116,33 @@ def test_mutated_real_lines_equal(lines):
         for _ in range(5):
             took += assert_same(mutate(line, rng))
     assert took > 0  # odd lines mostly step aside, but not all of them
+
+
+def _user_line(tool_use_result: bytes, extra: bytes = b"") -> bytes:
+    return (b'{"type":"user","uuid":"u","sessionId":"s","timestamp":"2025-06-01T12:34:56.789Z",'
+            b'"message":{"role":"user","content":"hi"}' + extra + b',"toolUseResult":' + tool_use_result + b"}")
+
+
+def test_a_huge_integer_in_an_ignored_field_stays_on_the_fast_path():
+    """parse_fast's one known difference: such an integer is skipped where Python's json (the
+    checked path's last resort) refuses the whole line."""
+    huge = b"1" * 5000
+    for line in (_user_line(b"null", b',"unknownField":' + huge),
+                 _user_line(b'{"agentId":"a1","stdout":' + huge + b"}")):
+        entry = parse_fast._fast_entry(line, 11)
+        assert entry is not None and entry.uuid == "u"
+        assert parse_line(line, 11, fast=False).errors == [BadInput.MALFORMED_JSON]
+    assert parse_fast._fast_entry(_user_line(b'{"agentId":"a1","stdout":' + huge + b"}"), 11).tool_use_result \
+        == {"agentId": "a1"}
+
+
+@pytest.mark.parametrize("value", [b"1" * 5000, b"1e999", b"-1e400"])
+def test_a_number_as_tool_use_result_out_of_range_steps_aside(value):
+    """toolUseResult is decoded with its line (a number is read, then ignored): one out of range
+    takes the checked path, whose answer stands."""
+    line = _user_line(value)
+    assert parse_fast._fast_entry(line, 11) is None
+    assert_same(line)
 
 
 json_values = st.recursive(
