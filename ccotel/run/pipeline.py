@@ -224,7 +224,7 @@ class Pipeline:
                 self.detectors.catch_up_done(self.delivery.history_in_flight(), self.files)
             self.process_acks()
             if final:
-                self.usage.caught_up()
+                self.usage.caught_up(aside=between is not None)  # ccotel run: live sessions wait for nothing
         finally:
             # Done or stopped (a signal): acknowledgements kept back since the last commit are
             # committed now, ledger rows first, and from here on as they come; the offsets of

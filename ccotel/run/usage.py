@@ -55,6 +55,8 @@ class UsageRecorder:
         self.hold(spans)
         if self.ledger is None or not (self.holding or self.ledger.pending):
             return True
+        if self.ledger.busy:  # the totals are being made again: the rows wait, and the checkpoints for them
+            return False
         rows, self._held = self._held, ([], [], [], [])
         try:
             self.ledger.record_rows(rows)
@@ -72,12 +74,18 @@ class UsageRecorder:
             return False
         return True
 
-    def caught_up(self) -> None:
-        """The history is read and its rows written: a ledger marked as filling holds it all now."""
+    def caught_up(self, aside: bool = False) -> None:
+        """The history is read and its rows written: a ledger marked as filling holds it all now.
+        ``aside``: ccotel run follows live sessions; the totals are made again in a thread
+        (Ledger.end_filling_aside), and the rows written meanwhile wait for it (``record``)."""
         if self.ledger is None or self.ledger.pending:
             return
         try:
-            if self.ledger.still_filling():  # (not coverage(): it counts the calls)
+            if not self.ledger.still_filling():  # (not coverage(): it counts the calls)
+                return
+            if aside:
+                self.ledger.end_filling_aside()
+            else:
                 self.ledger.filling(None)
         except (sqlite3.Error, LedgerError) as exc:  # the mark stays: reports read every transcript (never wrong)
             log.debug("usage ledger still marked as filling: %s", exc)

@@ -24,8 +24,10 @@ report buckets calls by it, from the ledger and from transcripts alike.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sqlite3
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -48,6 +50,8 @@ if TYPE_CHECKING:  # the write side's imports (rules, records: slow to import) a
 __all__ = ["LEDGER_FILE", "SCHEMA_VERSION", "CallRow", "Ledger", "LedgerError", "LedgerCorrupt", "LedgerWriteError",
            "FILLING_CATCH_UP", "FILLING_REBUILD", "ToolRow", "TurnRow", "AgentRow", "UPSERT_CALL_SET", "SLOT_NS",
            "nano_usd"]
+
+log = logging.getLogger("ccotel.ledger")
 
 LEDGER_FILE = "ledger.db"
 # Why a ledger holds only part of the history on disk (meta ``filling``; reports then read every
@@ -165,6 +169,8 @@ class Coverage(NamedTuple):
 
 class Ledger:
     """``ledger.db``: ``record(spans)`` as the pipeline builds them, read back by ``ccotel report``."""
+
+    _ending: threading.Thread | None = None  # end_filling_aside's thread
 
     def __init__(self, path: str, roots: Sequence[str] = (), clock: Any = time.time_ns, verify: bool = False) -> None:
         """Open (or create) the ledger at ``path`` (``:memory:`` for a throwaway one). ``roots``:
@@ -303,11 +309,40 @@ class Ledger:
                 self.db.execute(FILL_TOOL_TOTALS)
             self._set_meta("filling", why or "")
 
+    def end_filling_aside(self) -> None:
+        """``filling(None)`` on a connection of its own, in a thread: the end of ccotel run's first
+        catch-up. Making the totals again reads every call (seconds at several GB) while ccotel run
+        follows the live sessions; sqlite3 lets go of the GIL while the statement runs. Until it is
+        done (``busy``) the caller writes nothing here (its rows wait, and the checkpoints for them);
+        ``close`` waits for it. A failure leaves the mark: reports read every transcript, never wrong."""
+        if self.path == ":memory:":  # another connection would be another ledger
+            self.filling(None)
+            return
+        self._ending = threading.Thread(target=self._end_filling, name="ccotel-ledger-totals", daemon=True)
+        self._ending.start()
+
+    @property
+    def busy(self) -> bool:
+        """``end_filling_aside`` is still making the totals: write nothing yet."""
+        return self._ending is not None and self._ending.is_alive()
+
+    def _end_filling(self) -> None:
+        try:
+            apart = Ledger(self.path)
+            try:
+                apart.filling(None)
+            finally:
+                apart.close()
+        except (sqlite3.Error, LedgerError) as exc:
+            log.debug("usage ledger still marked as filling: %s", exc)
+
     def still_filling(self) -> str | None:
         """Why the ledger holds only part of the history on disk yet (``filling``), or None."""
         return self._meta("filling") or None
 
     def close(self) -> None:
+        if self._ending is not None:
+            self._ending.join()
         self.db.close()
 
     # -- reading -------------------------------------------------------------------

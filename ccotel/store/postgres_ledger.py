@@ -75,6 +75,10 @@ class PgLedger(Ledger):
         """The mark alone: PostgreSQL's ledger keeps no totals."""
         self._set_meta("filling", why or "")
 
+    def end_filling_aside(self) -> None:
+        """The mark alone, here: there are no totals to make again."""
+        self.filling(None)
+
     def close(self) -> None:
         deadline = time.monotonic() + 5.0
         while self._backlog and time.monotonic() < deadline:
