@@ -25,6 +25,7 @@ import ctypes
 import dataclasses
 import logging
 import os
+import pickle
 import resource
 import signal
 import sys
@@ -85,6 +86,9 @@ WORKER_TRIM_EVERY_BYTES = 32 << 20
 # process's memory grows with what it has read (heap pages pinned by what it keeps), so a history of
 # any size is read in the memory of this much per worker.
 WORKER_JOB_BYTES = 256 << 20
+
+# While a worker that has sent its result exits, ccotel run follows the live sessions this often.
+JOIN_POLL_S = 0.02
 
 # A stopped worker is gone within this long (its own watchdog); the caller kills it a little later.
 WORKER_STOP_GRACE_S = 1.2
@@ -152,14 +156,17 @@ def catch_up_in_parallel(options: Options, state_dir: str, exporter: str, worker
     # are spawned (this process has threads already), else from the loop waiting for them
     desk = PriceDesk(options.pricing, threaded=ctx.get_start_method() != "fork")
 
+    parcels: dict[Any, Any] = {}  # a running worker's parcel, kept until it has ended
+
     def start(job: _Job, slot: int) -> tuple[Any, Any]:
         reader, writer = ctx.Pipe(duplex=False)
         asks, answers = ctx.Pipe(duplex=True)
+        parcel = _parcel(ctx, worker_options, job.groups, job.started, job.checkpoints)
         proc = ctx.Process(target=_worker, name="ccotel-catchup", daemon=True,
-                           args=(worker_options, state_dir, exporter, job.groups, close_all,
-                                 metrics, (done, slot), writer, os.getpid(), job.started, host, job.checkpoints,
-                                 asks))
+                           args=(parcel, state_dir, exporter, close_all, metrics, (done, slot), writer, os.getpid(),
+                                 host, asks))
         proc.start()
+        parcels[proc] = parcel
         writer.close()
         asks.close()
         desk.add(answers)
@@ -183,7 +190,7 @@ def catch_up_in_parallel(options: Options, state_dir: str, exporter: str, worker
 
             live.pipeline.backfill(lambda _done, _total: stopper.check() if stopper is not None else None,
                                    groups=mine, final=False, between=between)
-        result = _collect(running, queues, start, done, total, progress, stopper, desk, live)
+        result = _collect(running, queues, start, done, total, progress, stopper, desk, live, parcels)
     except BaseException:
         _stop_workers(running, stopper)
         raise
@@ -241,6 +248,22 @@ def _parts(b: list[int], weights: list[int]) -> list[list[int]]:
     return out
 
 
+def _parcel(ctx: Any, *parts: Any) -> Any:
+    """``parts`` pickled into shared memory, for a worker to read first. Passed as the process's
+    arguments instead, they are written to its pipe by ``start``, which then waits while more than
+    the pipe holds (64 KiB) is unread: until the new process has imported ccotel and unpickled
+    them, a fifth of a second of ccotel run's thread, live sessions waiting. A part's files and
+    checkpoints are hundreds of KB."""
+    data = pickle.dumps(parts, protocol=pickle.HIGHEST_PROTOCOL)
+    parcel = ctx.RawArray("B", len(data))
+    memoryview(parcel).cast("B")[:] = data
+    return parcel
+
+
+def _unwrap(parcel: Any) -> Any:
+    return pickle.loads(memoryview(parcel).cast("B"))
+
+
 def _stop_workers(procs: list[tuple[Any, Any]], stopper: Any) -> None:
     """SIGTERM each worker still running, wait for them (until the stopper's deadline), kill the rest."""
     alive = [proc for proc, _ in procs if proc.is_alive()]
@@ -266,6 +289,7 @@ def _take_over(live: LiveFirst, metrics: bool) -> None:
     counters too, which ccotel run serves from here on)."""
     pipeline = live.pipeline
     pipeline.adopt_state()
+    live.poll(0.0)  # what was written meanwhile (the digests of a long history take a while)
     if metrics and pipeline.metrics is not None and pipeline.state is not None:
         pipeline.metrics.absorb(pipeline.state.others_counters())
 
@@ -273,10 +297,11 @@ def _take_over(live: LiveFirst, metrics: bool) -> None:
 def _collect(running: list[tuple[Any, Any]], queues: list[list[_Job]],
              start: Callable[[_Job, int], tuple[Any, Any]], done: Any, total: int,
              progress: Callable[[int, int], None] | None, stopper: Any,
-             desk: PriceDesk, live: LiveFirst | None = None) -> CatchUpResult:
+             desk: PriceDesk, live: LiveFirst | None = None, parcels: dict[Any, Any] | None = None) -> CatchUpResult:
     """Wait for the workers' results, starting the next part of a bin as its running part ends
     (``running[k]`` reads bin k's parts, ``queues[k]`` what is left of them; ``live``: following
-    the live sessions meanwhile). ``running`` is kept current: the caller stops what is in it."""
+    the live sessions meanwhile; ``parcels``: each worker's, dropped once it has ended). ``running``
+    is kept current: the caller stops what is in it."""
     result = CatchUpResult(workers=len(running), jobs=len(running) + sum(map(len, queues)))
     queues = [list(q) for q in queues]
     bins = list(range(len(running)))  # the bin each running worker reads, beside ``running``
@@ -285,8 +310,10 @@ def _collect(running: list[tuple[Any, Any]], queues: list[list[_Job]],
         proc, reader = running.pop(ended)
         b = bins.pop(ended)
         stats = _receive(reader)
-        proc.join()
+        _join(proc, live)
         reader.close()
+        if parcels is not None:
+            parcels.pop(proc, None)
         if queues[b]:
             running.append(start(queues[b].pop(0), b))
             bins.append(b)
@@ -331,6 +358,14 @@ def _wait_for_one(running: list[tuple[Any, Any]], done: Any, total: int,
             progress(min(sum(done), total), total)
 
 
+def _join(proc: Any, live: LiveFirst | None) -> None:
+    """Wait for a worker that has sent its result (or died) to exit, following the live sessions meanwhile."""
+    while live is not None and proc.is_alive():
+        live.poll(0.0)
+        proc.join(JOIN_POLL_S)
+    proc.join()
+
+
 def _receive(reader: Any) -> dict[str, Any] | None:
     try:
         return reader.recv() if reader.poll(1.0) else None
@@ -338,13 +373,16 @@ def _receive(reader: Any) -> dict[str, Any] | None:
         return None
 
 
-def _worker(options: Options, state_dir: str, exporter: str, groups: list[Group], close_all: bool,
-            count: bool, done: tuple[Any, int], writer: Any, parent_pid: int,
-            started_sizes: dict[str, int] | None = None, host: str | None = None,
-            checkpoints: dict[str, Checkpoint] | None = None, prices: Any = None) -> None:
+def _worker(parcel: Any, state_dir: str, exporter: str, close_all: bool, count: bool, done: tuple[Any, int],
+            writer: Any, parent_pid: int, host: str | None = None, prices: Any = None) -> None:
     from ccotel.run.runner import Interrupted, Stopper, die, settle_state, wire
 
     configure_worker()
+    options: Options
+    groups: list[Group]
+    started_sizes: dict[str, int] | None
+    checkpoints: dict[str, Checkpoint]
+    options, groups, started_sizes, checkpoints = _unwrap(parcel)
     if prices is not None:  # this process's own copy of the caller's Pricing
         options.pricing.lookup = AskCaller(prices)
 

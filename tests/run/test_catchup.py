@@ -318,7 +318,8 @@ def test_a_shards_parts_are_never_read_at_once(tmp_path, monkeypatch):
     log = tmp_path / "parts"
     fork_shard = {orig.stem, copy.stem}
 
-    def worker(options, state_dir, exporter, groups, close_all, count, done, writer, *rest):  # noqa: ANN001, ANN002, ANN202
+    def worker(parcel, state_dir, exporter, close_all, count, done, writer, *rest):  # noqa: ANN001, ANN002, ANN202
+        _options, groups, _started, _checkpoints = catchup._unwrap(parcel)  # noqa: SLF001
         names = {tf.session_id for g in groups for _root, tf in g}
         t0 = time.monotonic()
         time.sleep(0.5 if names & fork_shard else 0.02)  # the shard's first part is the long one
@@ -334,3 +335,51 @@ def test_a_shards_parts_are_never_read_at_once(tmp_path, monkeypatch):
     shard = sorted((t0, t1) for names, t0, t1 in parts if names)
     assert len(shard) == 2, parts
     assert shard[0][1] <= shard[1][0], "two parts of one shard were read at once"
+
+
+def test_a_workers_start_writes_less_than_a_pipe_holds(tmp_path, monkeypatch):
+    """A spawned worker's arguments are written to its pipe by ``start``, which waits while more
+    than the pipe holds is unread: until the new process has imported ccotel, ccotel run's thread
+    (and the live sessions) waiting. The part's files and checkpoints go in a shared-memory parcel
+    instead: what ``start`` writes stays small however many files a part holds."""
+    from multiprocessing.context import set_spawning_popen
+    from multiprocessing.popen_spawn_posix import Popen as SpawnPopen
+    from multiprocessing.reduction import ForkingPickler
+
+    from bench.corpus import generate
+    from ccotel.run import catchup
+
+    class Popen:  # what spawn's pickling asks of the process being started
+        DupFd = SpawnPopen.DupFd
+
+        def duplicate_for_child(self, fd: int) -> int:
+            return fd
+
+    ctx = multiprocessing.get_context("spawn")
+    written: list[int] = []
+    unwrapped: list[tuple] = []
+    parcels: list[int] = []
+
+    def start(self):  # noqa: ANN001, ANN202 - pickled as Popen._launch does, then run here
+        set_spawning_popen(Popen())
+        try:
+            written.append(len(ForkingPickler.dumps(self)))
+        finally:
+            set_spawning_popen(None)
+        unwrapped.append(catchup._unwrap(self._args[0]))  # noqa: SLF001
+        parcels.append(len(self._args[0]))
+        self._args[6].send({"files": 0, "lines": 0, "exported": 0, "errors": {}, "seconds": 0.0,
+                            "peak_rss_mb": 0.0, "ghosts": [], "unseen_agents": []})
+
+    monkeypatch.setattr(type(ctx.Process()), "start", start)
+    monkeypatch.setattr(type(ctx.Process()), "is_alive", lambda self: False)
+    monkeypatch.setattr(type(ctx.Process()), "join", lambda self, timeout=None: None)
+    monkeypatch.setattr(catchup, "process_context", lambda: ctx)
+    root = tmp_path / "claude"
+    generate(str(root), 20_000_000, seed=3, session_mean=20_000, projects=2)  # many small files
+    files = sum(1 for _ in root.rglob("*.jsonl"))
+    done = catch_up_in_parallel(Options(roots=(str(root),)), str(tmp_path / "s"), "none", 2, min_bytes=0)
+    assert done is not None and len(written) == 2
+    assert min(parcels) > 64 << 10, parcels  # as arguments, they would not fit a pipe (64 KiB)
+    assert max(written) < 8 << 10, written
+    assert sum(len([tf for g in groups for tf in g]) for _o, groups, _s, _c in unwrapped) == files
