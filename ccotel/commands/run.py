@@ -240,7 +240,7 @@ def cmd_run(args: argparse.Namespace, stopper: Stopper | None = None) -> int:
     status = follow(wired, watcher, stopper, metrics, None if args.no_status else line, lock)
     if line is not None:
         line.detach()
-    wired.close()
+    wired.close(wait_s=max(stopper.deadline(0.9) - time.monotonic(), 0.0))  # gone within the grace period
     if genai is not None:
         genai.shutdown(timeout_s=max(stopper.deadline(0.95) - time.monotonic(), 0.05))
     return status

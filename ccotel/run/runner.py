@@ -82,9 +82,10 @@ class Wired:
     state: State | None
     ledger: Ledger | None
 
-    def close(self) -> None:
+    def close(self, wait_s: float | None = None) -> None:
+        """``wait_s``: how long the ledger's totals may still take (Ledger.close)."""
         if self.ledger is not None:
-            self.ledger.close()
+            self.ledger.close(wait_s)
 
 
 def wire(options: Options, exporter: str, state_dir: str | None, metrics: Metrics | None = None,

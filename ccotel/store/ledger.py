@@ -340,9 +340,13 @@ class Ledger:
         """Why the ledger holds only part of the history on disk yet (``filling``), or None."""
         return self._meta("filling") or None
 
-    def close(self) -> None:
+    def close(self, wait_s: float | None = None) -> None:
+        """``wait_s``: how long ``end_filling_aside`` may still take (None: until it is done). One
+        cut short (a stop) leaves the mark, and the next start makes the totals."""
         if self._ending is not None:
-            self._ending.join()
+            self._ending.join(wait_s)
+            if self._ending.is_alive():
+                log.info("usage ledger: the totals are made again at the next start")
         self.db.close()
 
     # -- reading -------------------------------------------------------------------

@@ -79,7 +79,7 @@ class PgLedger(Ledger):
         """The mark alone, here: there are no totals to make again."""
         self.filling(None)
 
-    def close(self) -> None:
+    def close(self, wait_s: float | None = None) -> None:
         deadline = time.monotonic() + 5.0
         while self._backlog and time.monotonic() < deadline:
             try:

@@ -118,3 +118,23 @@ def test_an_in_memory_ledger_ends_its_fill_at_once() -> None:
     assert not ledger.busy and ledger.still_filling() is None
     ledger.close()
 
+
+
+def test_a_stop_does_not_wait_for_the_totals_and_the_next_start_makes_them(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """ccotel run stopped while the totals are made is gone within its grace period: close waits
+    only as long as it is given; the mark stays, and the next end of the fill makes them."""
+    _root, _path, _lines, state_dir = first_start(tmp_path)
+    go = held_fill(monkeypatch)
+    ledger = Ledger.in_state_dir(state_dir)
+    ledger.end_filling_aside()
+    ledger.close(wait_s=0.05)
+    assert ledger.busy
+    again = Ledger.in_state_dir(state_dir)
+    assert again.still_filling() == FILLING_CATCH_UP  # never read as totals
+    go.set()  # the first thread ends too (an end said twice makes the same totals)
+    again.filling(None)
+    assert ledger._ending is not None  # noqa: SLF001
+    ledger._ending.join(10)  # noqa: SLF001
+    assert again.still_filling() is None and totals(again) == fresh(again)
+    again.close()
