@@ -24,10 +24,8 @@ report buckets calls by it, from the ledger and from transcripts alike.
 from __future__ import annotations
 
 import json
-import logging
 import os
 import sqlite3
-import threading
 import time
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -44,14 +42,15 @@ from ccotel.store.ledger_schema import (
 )
 
 if TYPE_CHECKING:  # the write side's imports (rules, records: slow to import) are not the report's
+    import logging
+    import threading
+
     from ccotel.records import SpanRecord, Usage
     from ccotel.store.ledger_rows import Rows
 
 __all__ = ["LEDGER_FILE", "SCHEMA_VERSION", "CallRow", "Ledger", "LedgerError", "LedgerCorrupt", "LedgerWriteError",
            "FILLING_CATCH_UP", "FILLING_REBUILD", "ToolRow", "TurnRow", "AgentRow", "UPSERT_CALL_SET", "SLOT_NS",
            "nano_usd"]
-
-log = logging.getLogger("ccotel.ledger")
 
 LEDGER_FILE = "ledger.db"
 # Why a ledger holds only part of the history on disk (meta ``filling``; reports then read every
@@ -154,6 +153,12 @@ class TurnRow(NamedTuple):
     api_calls: int
     orphaned_tools: int
     lost_tools: int
+
+
+def _log() -> logging.Logger:
+    import logging  # writers only (see end_filling_aside)
+
+    return logging.getLogger("ccotel.ledger")
 
 
 class Coverage(NamedTuple):
@@ -318,6 +323,8 @@ class Ledger:
         if self.path == ":memory:":  # another connection would be another ledger
             self.filling(None)
             return
+        import threading  # writers only: a report from the ledger loads neither threading nor logging
+
         self._ending = threading.Thread(target=self._end_filling, name="ccotel-ledger-totals", daemon=True)
         self._ending.start()
 
@@ -334,7 +341,7 @@ class Ledger:
             finally:
                 apart.close()
         except (sqlite3.Error, LedgerError) as exc:
-            log.debug("usage ledger still marked as filling: %s", exc)
+            _log().debug("usage ledger still marked as filling: %s", exc)
 
     def still_filling(self) -> str | None:
         """Why the ledger holds only part of the history on disk yet (``filling``), or None."""
@@ -346,7 +353,7 @@ class Ledger:
         if self._ending is not None:
             self._ending.join(wait_s)
             if self._ending.is_alive():
-                log.info("usage ledger: the totals are made again at the next start")
+                _log().info("usage ledger: the totals are made again at the next start")
         self.db.close()
 
     # -- reading -------------------------------------------------------------------
