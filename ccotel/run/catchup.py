@@ -252,8 +252,8 @@ def _parcel(ctx: Any, *parts: Any) -> Any:
     """``parts`` pickled into shared memory, for a worker to read first. Passed as the process's
     arguments instead, they are written to its pipe by ``start``, which then waits while more than
     the pipe holds (64 KiB) is unread: until the new process has imported ccotel and unpickled
-    them, a fifth of a second of ccotel run's thread, live sessions waiting. A part's files and
-    checkpoints are hundreds of KB."""
+    them, ccotel run's thread (and the live sessions) waiting. A part's files and checkpoints are
+    many times what a pipe holds."""
     data = pickle.dumps(parts, protocol=pickle.HIGHEST_PROTOCOL)
     parcel = ctx.RawArray("B", len(data))
     memoryview(parcel).cast("B")[:] = data

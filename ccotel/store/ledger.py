@@ -316,7 +316,7 @@ class Ledger:
 
     def end_filling_aside(self) -> None:
         """``filling(None)`` on a connection of its own, in a thread: the end of ccotel run's first
-        catch-up. Making the totals again reads every call (seconds at several GB) while ccotel run
+        catch-up. Making the totals again reads every call (long, for a large history) while ccotel run
         follows the live sessions; sqlite3 lets go of the GIL while the statement runs. Until it is
         done (``busy``) the caller writes nothing here (its rows wait, and the checkpoints for them);
         ``close`` waits for it. A failure leaves the mark: reports read every transcript, never wrong."""
