@@ -297,7 +297,7 @@ def _take_over(live: LiveFirst, metrics: bool) -> None:
 def _collect(running: list[tuple[Any, Any]], queues: list[list[_Job]],
              start: Callable[[_Job, int], tuple[Any, Any]], done: Any, total: int,
              progress: Callable[[int, int], None] | None, stopper: Any,
-             desk: PriceDesk, live: LiveFirst | None = None, parcels: dict[Any, Any] | None = None) -> CatchUpResult:
+             desk: PriceDesk, live: LiveFirst | None, parcels: dict[Any, Any]) -> CatchUpResult:
     """Wait for the workers' results, starting the next part of a bin as its running part ends
     (``running[k]`` reads bin k's parts, ``queues[k]`` what is left of them; ``live``: following
     the live sessions meanwhile; ``parcels``: each worker's, dropped once it has ended). ``running``
@@ -312,8 +312,7 @@ def _collect(running: list[tuple[Any, Any]], queues: list[list[_Job]],
         stats = _receive(reader)
         _join(proc, live)
         reader.close()
-        if parcels is not None:
-            parcels.pop(proc, None)
+        parcels.pop(proc, None)
         if queues[b]:
             running.append(start(queues[b].pop(0), b))
             bins.append(b)

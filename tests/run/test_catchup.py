@@ -366,14 +366,15 @@ def test_a_workers_start_writes_less_than_a_pipe_holds(tmp_path, monkeypatch):
             written.append(len(ForkingPickler.dumps(self)))
         finally:
             set_spawning_popen(None)
-        unwrapped.append(catchup._unwrap(self._args[0]))  # noqa: SLF001
-        parcels.append(len(self._args[0]))
-        self._args[6].send({"files": 0, "lines": 0, "exported": 0, "errors": {}, "seconds": 0.0,
-                            "peak_rss_mb": 0.0, "ghosts": [], "unseen_agents": []})
+        parcel, writer = self._args[0], self._args[6]  # catchup._worker's parcel and result pipe
+        unwrapped.append(catchup._unwrap(parcel))  # noqa: SLF001
+        parcels.append(len(parcel))
+        writer.send({"files": 0, "lines": 0, "exported": 0, "errors": {}, "seconds": 0.0,
+                     "peak_rss_mb": 0.0, "ghosts": [], "unseen_agents": []})
 
-    monkeypatch.setattr(type(ctx.Process()), "start", start)
-    monkeypatch.setattr(type(ctx.Process()), "is_alive", lambda self: False)
-    monkeypatch.setattr(type(ctx.Process()), "join", lambda self, timeout=None: None)
+    monkeypatch.setattr(ctx.Process, "start", start)
+    monkeypatch.setattr(ctx.Process, "is_alive", lambda self: False)
+    monkeypatch.setattr(ctx.Process, "join", lambda self, timeout=None: None)
     monkeypatch.setattr(catchup, "process_context", lambda: ctx)
     root = tmp_path / "claude"
     generate(str(root), 20_000_000, seed=3, session_mean=20_000, projects=2)  # many small files
