@@ -703,7 +703,19 @@ def load_expected(out: str) -> dict[str, Any] | None:
 
 def ensure(out: str, size: int | None = None, sessions: int | None = None, seed: int = 1,
            session_mean: int = 4_000_000, projects: int = 8, shape: str = "2.1.39") -> dict[str, Any]:
-    """The corpus at ``out`` made with these parameters: reused if complete, else (re)generated."""
+    """The corpus at ``out`` made with these parameters: reused if complete, else (re)generated.
+    Under a lock beside it: test processes (pytest -n) share a corpus, and one must not remove
+    what another is generating."""
+    import fcntl
+
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    with open(os.path.abspath(out) + ".lock", "wb") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _ensure(out, size, sessions, seed, session_mean, projects, shape)
+
+
+def _ensure(out: str, size: int | None, sessions: int | None, seed: int, session_mean: int, projects: int,
+            shape: str) -> dict[str, Any]:
     doc = load_expected(out)
     want = {"generator": GENERATOR_VERSION, "seed": seed, "size_target": size, "sessions_target": sessions,
             "session_mean": session_mean, "projects": projects, "shape": shape}

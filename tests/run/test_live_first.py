@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -41,6 +42,30 @@ def corpus() -> tuple[Path, dict]:
 
     doc = ensure(str(CORPUS), 150_000_000, seed=12, session_mean=2_000_000, projects=6)
     return CORPUS, doc["totals"]
+
+
+def private_copy(shared: Path, into: Path) -> Path:
+    """The corpus as this test's own tree: hard links to the shared files (the generated corpus
+    is made once), so the tests can run side by side (pytest -n) without one's append, or the
+    truncate that undid it, landing in another's live session."""
+    for src in shared.rglob("*"):
+        dst = into / src.relative_to(shared)
+        if src.is_dir():
+            dst.mkdir(parents=True, exist_ok=True)
+        elif src.is_file():
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                os.link(src, dst)
+            except OSError:  # another filesystem
+                shutil.copy2(src, dst)
+    return into
+
+
+def own_file(path: str) -> None:
+    """``path`` (a hard link to the shared corpus) as a copy of its own, to be appended to."""
+    tmp = path + ".own"
+    shutil.copy2(path, tmp)
+    os.replace(tmp, path)
 
 
 def last_session(root: Path) -> tuple[str, str, str]:
@@ -87,83 +112,80 @@ def free_port() -> int:
 def test_a_live_turn_is_exported_while_the_history_is_still_caught_up(corpus, tmp_path, workers):
     from bench.corpus import LiveAppender
 
-    root, totals = corpus
+    shared, totals = corpus
+    root = private_copy(shared, tmp_path / "history")
     files = [p for p in root.rglob("*") if p.is_file()]
     old = time.time() - DAY_S
     for p in files:  # history, as a first start finds it
         os.utime(p, (old, old))
     path, sid, cwd = last_session(root)
-    size = os.path.getsize(path)
+    own_file(path)  # appended to below: this test's alone
     os.utime(path)  # the session being written now
     port = free_port()
     log = tmp_path / "run.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
-    try:
-        with OtlpReceiver() as rx:
-            env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] = rx.endpoint
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "ccotel", "run", "--root", str(root), "--state-dir", str(tmp_path / "state"),
-                 *([] if workers is None else ["--workers", str(workers)]), "--parallel-min-mb", "1",
-                 "--metrics-addr", f"127.0.0.1:{port}", "--no-status"],
-                env=env, stdout=subprocess.DEVNULL, stderr=open(log, "w"))
-            try:
-                assert wait_until(lambda: len(rx.spans) >= 200 or proc.poll() is not None, 120), "no spans arrived"
-                assert "caught up" not in log.read_text(), "the catch-up ended before the append: inconclusive"
-                app = LiveAppender(path, sid, cwd, seed="live-first")
-                written_ns = time.time_ns()
-                tool_id = "toolu_livefirst_000001"
-                data, line = app.start(tool_id)
-                with open(path, "ab") as f:
-                    f.write(data)
-                time.sleep(0.05)
-                result = app.result(tool_id, line)
-                with open(path, "ab") as f:
-                    f.write(result)
-                appended = time.monotonic()
+    with OtlpReceiver() as rx:
+        env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] = rx.endpoint
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "ccotel", "run", "--root", str(root), "--state-dir", str(tmp_path / "state"),
+             *([] if workers is None else ["--workers", str(workers)]), "--parallel-min-mb", "1",
+             "--metrics-addr", f"127.0.0.1:{port}", "--no-status"],
+            env=env, stdout=subprocess.DEVNULL, stderr=open(log, "w"))
+        try:
+            assert wait_until(lambda: len(rx.spans) >= 200 or proc.poll() is not None, 120), "no spans arrived"
+            assert "caught up" not in log.read_text(), "the catch-up ended before the append: inconclusive"
+            app = LiveAppender(path, sid, cwd, seed="live-first")
+            written_ns = time.time_ns()
+            tool_id = "toolu_livefirst_000001"
+            data, line = app.start(tool_id)
+            with open(path, "ab") as f:
+                f.write(data)
+            time.sleep(0.05)
+            result = app.result(tool_id, line)
+            with open(path, "ab") as f:
+                f.write(result)
+            appended = time.monotonic()
 
-                def live_span() -> bool:
-                    return any(s["attributes"].get("gen_ai.tool.call.id") == tool_id for s in rx.spans)
+            def live_span() -> bool:
+                return any(s["attributes"].get("gen_ai.tool.call.id") == tool_id for s in rx.spans)
 
-                assert wait_until(lambda: live_span() or proc.poll() is not None, 300, 0.01), "no live span"
-                took = time.monotonic() - appended
-                text, arrived = log.read_text(), len(rx.spans)
-                print(f"\n{workers} worker(s): live span {took:.2f} s after the append, {arrived} of "
-                      f"{totals['spans']} history spans arrived by then")
-                assert "caught up" not in text, f"the live span waited for the catch-up ({took:.2f} s)"
-                assert arrived < totals["spans"], "the live span came after the whole history"
-                # the final answer: the turn ends after its quiet (1 s) and is exported, still while catching up
-                with open(path, "ab") as f:
-                    f.write(final_answer(app, orjson.loads(result)["uuid"]))
+            assert wait_until(lambda: live_span() or proc.poll() is not None, 300, 0.01), "no live span"
+            took = time.monotonic() - appended
+            text, arrived = log.read_text(), len(rx.spans)
+            print(f"\n{workers} worker(s): live span {took:.2f} s after the append, {arrived} of "
+                  f"{totals['spans']} history spans arrived by then")
+            assert "caught up" not in text, f"the live span waited for the catch-up ({took:.2f} s)"
+            assert arrived < totals["spans"], "the live span came after the whole history"
+            # the final answer: the turn ends after its quiet (1 s) and is exported, still while catching up
+            with open(path, "ab") as f:
+                f.write(final_answer(app, orjson.loads(result)["uuid"]))
 
-                def turn_span() -> bool:
-                    return any(s["parent_span_id"] is None and s["start_ns"] >= written_ns - 5_000_000_000
-                               for s in rx.spans)
+            def turn_span() -> bool:
+                return any(s["parent_span_id"] is None and s["start_ns"] >= written_ns - 5_000_000_000
+                           for s in rx.spans)
 
-                assert wait_until(lambda: turn_span() or proc.poll() is not None, 300, 0.02), "no turn span"
-                took, arrived = time.monotonic() - appended, len(rx.spans)
-                print(f"{workers} worker(s): the turn's span {took:.2f} s after the append, {arrived} spans by then")
-                assert "caught up" not in log.read_text(), "the live turn waited for the catch-up"
-                assert arrived < totals["spans"], f"the live turn came after the whole history ({took:.2f} s)"
-                assert wait_until(lambda: "caught up" in log.read_text() or proc.poll() is not None, 600, 0.2)
-                assert wait_until(lambda: len(rx.spans) > totals["spans"] or proc.poll() is not None, 120, 0.1)
-                time.sleep(1.0)  # nothing more comes
-                spans = rx.spans
-                ids = Counter(s["span_id"] for s in spans)
-                assert max(ids.values()) == 1, f"{sum(n - 1 for n in ids.values())} duplicates"
-                # who read the history: ccotel run itself (0), one worker beside it (its default,
-                # whatever the cores), or two
-                read_by = re.search(r"catching up on [0-9.]+ MB in (\d+) process", log.read_text())
-                assert (int(read_by.group(1)) if read_by else 0) == (1 if workers is None else workers)
-                live = [s for s in spans if s["start_ns"] >= written_ns - 5_000_000_000]
-                assert len(spans) - len(live) == totals["spans"], f"{len(spans) - len(live)} history spans"
-                assert len(live) == 4, [s["name"] for s in live]  # the live turn: its own, 2 chat, 1 tool span
-                # the metrics count the live turn and no history (19,235 tool calls, 14,859 API calls)
-                assert metric_sum(port, "ccotel_tool_calls_total") == 1
-                assert metric_sum(port, "ccotel_api_calls_total") == 2
-                assert metric_sum(port, "ccotel_tokens_total") == LIVE_TOKENS
-            finally:
-                proc.terminate()
-                proc.wait(timeout=10)
-    finally:
-        os.truncate(path, size)
-        os.utime(path, (old, old))
+            assert wait_until(lambda: turn_span() or proc.poll() is not None, 300, 0.02), "no turn span"
+            took, arrived = time.monotonic() - appended, len(rx.spans)
+            print(f"{workers} worker(s): the turn's span {took:.2f} s after the append, {arrived} spans by then")
+            assert "caught up" not in log.read_text(), "the live turn waited for the catch-up"
+            assert arrived < totals["spans"], f"the live turn came after the whole history ({took:.2f} s)"
+            assert wait_until(lambda: "caught up" in log.read_text() or proc.poll() is not None, 600, 0.2)
+            assert wait_until(lambda: len(rx.spans) > totals["spans"] or proc.poll() is not None, 120, 0.1)
+            time.sleep(1.0)  # nothing more comes
+            spans = rx.spans
+            ids = Counter(s["span_id"] for s in spans)
+            assert max(ids.values()) == 1, f"{sum(n - 1 for n in ids.values())} duplicates"
+            # who read the history: ccotel run itself (0), one worker beside it (its default,
+            # whatever the cores), or two
+            read_by = re.search(r"catching up on [0-9.]+ MB in (\d+) process", log.read_text())
+            assert (int(read_by.group(1)) if read_by else 0) == (1 if workers is None else workers)
+            live = [s for s in spans if s["start_ns"] >= written_ns - 5_000_000_000]
+            assert len(spans) - len(live) == totals["spans"], f"{len(spans) - len(live)} history spans"
+            assert len(live) == 4, [s["name"] for s in live]  # the live turn: its own, 2 chat, 1 tool span
+            # the metrics count the live turn and no history (19,235 tool calls, 14,859 API calls)
+            assert metric_sum(port, "ccotel_tool_calls_total") == 1
+            assert metric_sum(port, "ccotel_api_calls_total") == 2
+            assert metric_sum(port, "ccotel_tokens_total") == LIVE_TOKENS
+        finally:
+            proc.terminate()
+            proc.wait(timeout=10)
