@@ -124,7 +124,9 @@ def catch_up_in_parallel(options: Options, state_dir: str, exporter: str, worker
     groups = session_groups(files, checkpoints)
     weights = [sum(unread_bytes(tf.path, checkpoints) for _root, tf in g) for g in groups]
     total = sum(weights)
-    shards = plan_shards(groups, weights)
+    # a shard with nothing to read is no one's: its sessions (one followed before a restart, and
+    # live now) are followed by this process from the start, never held for a worker
+    shards = [m for m in plan_shards(groups, weights) if any(weights[i] for i in m)]
     first = live.live_shards(groups, shards, weights) if live is not None else []
     bins = balance([m for m in shards if m not in first], weights, workers)
     if not worth_processes(len(bins), live=live is not None, exporter=exporter):

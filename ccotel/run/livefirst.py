@@ -8,6 +8,8 @@ the one-process catch-up (``Pipeline.backfill``'s ``between``), and while catch-
 rest (catchup.py). Nothing is read by two readers: a session not read yet, or in a worker's shard,
 is *held* (its reports are kept back); once it is read (the worker done, the caller's checkpoint
 taken over) it is followed like the others. A session that becomes live while held waits for that.
+A session read to its end before a restart is held by no one unless its shard has something else to
+read: a recent one's shard is read here, an old one's goes to a worker.
 
 Counting stays as docs/durability.md says: on a first start the history (every byte on disk at the
 start) goes to traces only; an owner whose first line was written since counts
@@ -81,12 +83,14 @@ class LiveFirst:
         return newest if newest >= self.since_s else 0.0
 
     def live_shards(self, groups: list[Group], shards: list[list[int]], weights: list[int]) -> list[list[int]]:
-        """The shards (indices into ``groups``) holding a recent session with something to read,
-        the most recent first, within LIVE_MAX_BYTES (or a quarter of the total to read)."""
+        """The shards (indices into ``groups``, each with something to read) holding a recent
+        session, the most recent first, within LIVE_MAX_BYTES (or a quarter of the total to read).
+        A recent session read to its end before a restart counts too: its shard's other sessions
+        may share calls with it, so whoever follows it reads them."""
         cap = min(LIVE_MAX_BYTES, sum(weights) // 4)
         ranked = []
         for members in shards:
-            newest = max((self.recent(groups[i]) for i in members if weights[i]), default=0.0)
+            newest = max((self.recent(groups[i]) for i in members), default=0.0)
             if newest:
                 ranked.append((-newest, members))
         chosen: list[list[int]] = []

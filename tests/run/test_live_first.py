@@ -189,3 +189,103 @@ def test_a_live_turn_is_exported_while_the_history_is_still_caught_up(corpus, tm
         finally:
             proc.terminate()
             proc.wait(timeout=10)
+
+
+def run_cmd(root: Path, state: Path, port: int, workers: int | None) -> list[str]:
+    return [sys.executable, "-m", "ccotel", "run", "--root", str(root), "--state-dir", str(state),
+            *([] if workers is None else ["--workers", str(workers)]), "--parallel-min-mb", "1",
+            "--metrics-addr", f"127.0.0.1:{port}", "--no-status"]
+
+
+def project_totals(doc_sessions: dict, projects: set[str]) -> dict[str, int]:
+    out: Counter[str] = Counter()
+    for s in doc_sessions.values():
+        if s["project"] in projects:
+            out.update({k: s[k] for k in ("spans", "tool_calls", "api_calls")})
+    return dict(out)
+
+
+@pytest.mark.parametrize("workers,touched", [(0, True), (2, True), (2, False)],
+                         ids=["1process", "2workers", "2workers-resumed"])
+def test_a_restart_follows_its_live_session_while_it_catches_up_on_a_backlog(corpus, tmp_path, workers, touched):
+    """``ccotel run`` stopped while Claude Code went on writing (other projects' sessions, a day's
+    worth): started again, it follows the session it had followed before while it reads that
+    backlog (``touched``: written just before the start), or one written again only once the
+    catch-up is under way (a day-old session resumed). The backlog and the live turn count (this
+    is no first start), each once."""
+    from bench.corpus import LiveAppender, load_expected
+
+    shared, _totals = corpus
+    doc = load_expected(str(shared))
+    assert doc is not None
+    root = private_copy(shared, tmp_path / "history")
+    projects = sorted(p.name for p in (root / "projects").iterdir())
+    first, later = set(projects[:2]), set(projects[2:])
+    aside = tmp_path / "written-while-stopped"
+    aside.mkdir()
+    for name in later:  # not there yet when ccotel first runs
+        os.rename(root / "projects" / name, aside / name)
+    old = time.time() - DAY_S
+    for p in root.rglob("*"):
+        os.utime(p, (old, old))
+    path, sid, cwd = last_session(root)  # the session followed before the stop, read to its end
+    own_file(path)
+    state, log = tmp_path / "state", tmp_path / "run.log"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    before, backlog = project_totals(doc["sessions"], first), project_totals(doc["sessions"], later)
+    with OtlpReceiver() as rx:
+        env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] = rx.endpoint
+        port = free_port()
+        proc = subprocess.Popen(run_cmd(root, state, port, workers), env=env, stdout=subprocess.DEVNULL,
+                                stderr=open(log, "w"))
+        try:
+            assert wait_until(lambda: "caught up" in log.read_text() or proc.poll() is not None, 300, 0.1)
+            assert wait_until(lambda: len(rx.spans) >= before["spans"] or proc.poll() is not None, 120, 0.1)
+        finally:
+            proc.terminate()
+            assert proc.wait(timeout=30) == 0
+        assert len(rx.spans) == before["spans"]
+    for name in later:  # written while ccotel was stopped
+        os.rename(aside / name, root / "projects" / name)
+    if touched:
+        os.utime(path)
+    log2 = tmp_path / "restart.log"
+    with OtlpReceiver() as rx:
+        env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] = rx.endpoint
+        port = free_port()
+        proc = subprocess.Popen(run_cmd(root, state, port, workers), env=env, stdout=subprocess.DEVNULL,
+                                stderr=open(log2, "w"))
+        try:
+            assert wait_until(lambda: len(rx.spans) >= 200 or proc.poll() is not None, 120), "no spans arrived"
+            assert "caught up" not in log2.read_text(), "the catch-up ended before the append: inconclusive"
+            app = LiveAppender(path, sid, cwd, seed="live-restart")
+            tool_id = "toolu_liverestart_00001"
+            data, line = app.start(tool_id)
+            with open(path, "ab") as f:
+                f.write(data)
+            time.sleep(0.05)
+            result = app.result(tool_id, line)
+            with open(path, "ab") as f:
+                f.write(result)
+            appended = time.monotonic()
+            assert wait_until(lambda: any(s["attributes"].get("gen_ai.tool.call.id") == tool_id for s in rx.spans)
+                              or proc.poll() is not None, 300, 0.01), "no live span"
+            took, arrived = time.monotonic() - appended, len(rx.spans)
+            print(f"\n{workers} worker(s), restart: live span {took:.2f} s after the append, {arrived} of "
+                  f"{backlog['spans']} backlog spans arrived by then")
+            assert "caught up" not in log2.read_text(), f"the live span waited for the backlog ({took:.2f} s)"
+            assert arrived < backlog["spans"], "the live span came after the whole backlog"
+            with open(path, "ab") as f:  # the final answer: the turn ends after its quiet (1 s)
+                f.write(final_answer(app, orjson.loads(result)["uuid"]))
+            assert wait_until(lambda: "caught up" in log2.read_text() or proc.poll() is not None, 300, 0.2)
+            # the backlog, and the live turn: its own span, 2 chat spans, 1 tool span
+            assert wait_until(lambda: len(rx.spans) >= backlog["spans"] + 4 or proc.poll() is not None, 120, 0.1)
+            time.sleep(1.0)  # nothing more comes
+            ids = Counter(s["span_id"] for s in rx.spans)
+            assert max(ids.values()) == 1, f"{sum(n - 1 for n in ids.values())} duplicates"
+            assert len(rx.spans) == backlog["spans"] + 4
+            assert metric_sum(port, "ccotel_tool_calls_total") == backlog["tool_calls"] + 1
+            assert metric_sum(port, "ccotel_api_calls_total") == backlog["api_calls"] + 2
+        finally:
+            proc.terminate()
+            proc.wait(timeout=10)
