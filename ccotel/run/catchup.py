@@ -32,6 +32,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -127,7 +128,8 @@ def catch_up_in_parallel(options: Options, state_dir: str, exporter: str, worker
     # a shard with nothing to read is no one's: its sessions (one followed before a restart, and
     # live now) are followed by this process from the start, never held for a worker
     shards = [m for m in plan_shards(groups, weights) if any(weights[i] for i in m)]
-    first = live.live_shards(groups, shards, weights) if live is not None else []
+    # the live sessions' shards read here first, and those too large for that: each its worker's first part
+    first, urgent = live.live_shards(groups, shards, weights) if live is not None else ([], [])
     bins = balance([m for m in shards if m not in first], weights, workers)
     if not worth_processes(len(bins), live=live is not None, exporter=exporter):
         return None
@@ -143,7 +145,7 @@ def catch_up_in_parallel(options: Options, state_dir: str, exporter: str, worker
     # one queue of parts a bin: a bin's parts are read one after another, never at once (a shard's
     # sessions may share API calls, and a part reads the calls the parts before it committed)
     queues = [[_job([groups[i] for i in part], sizes, checkpoints) for part in parts]
-              for parts in _split(bins, weights)]
+              for parts in _split(bins, weights, {i for members in urgent for i in members})]
     jobs = [job for queue in queues for job in queue]
     # bytes read so far, a slot a bin (its parts run one after another: one writer a slot). No lock:
     # a lock is a semaphore the resource tracker must be told is freed, which a stop cut short
@@ -158,7 +160,7 @@ def catch_up_in_parallel(options: Options, state_dir: str, exporter: str, worker
     # are spawned (this process has threads already), else from the loop waiting for them
     desk = PriceDesk(options.pricing, threaded=ctx.get_start_method() != "fork")
 
-    parcels: dict[Any, Any] = {}  # a running worker's parcel, kept until it has ended
+    started: dict[Any, tuple[Any, _Job]] = {}  # a running worker's parcel (kept until it has ended) and job
 
     def start(job: _Job, slot: int) -> tuple[Any, Any]:
         reader, writer = ctx.Pipe(duplex=False)
@@ -168,7 +170,7 @@ def catch_up_in_parallel(options: Options, state_dir: str, exporter: str, worker
                            args=(parcel, state_dir, exporter, close_all, metrics, (done, slot), writer, os.getpid(),
                                  host, asks))
         proc.start()
-        parcels[proc] = parcel
+        started[proc] = parcel, job
         writer.close()
         asks.close()
         desk.add(answers)
@@ -192,7 +194,7 @@ def catch_up_in_parallel(options: Options, state_dir: str, exporter: str, worker
 
             live.pipeline.backfill(lambda _done, _total: stopper.check() if stopper is not None else None,
                                    groups=mine, final=False, between=between)
-        result = _collect(running, queues, start, done, total, progress, stopper, desk, live, parcels)
+        result = _collect(running, queues, start, done, total, progress, stopper, desk, live, started)
     except BaseException:
         _stop_workers(running, stopper)
         raise
@@ -229,9 +231,11 @@ def _job(groups: list[Group], sizes: dict[str, int] | None, checkpoints: Mapping
                 {p: checkpoints[p] for p in paths if p in checkpoints})
 
 
-def _split(bins: list[list[int]], weights: list[int]) -> list[list[list[int]]]:
-    """Each process's bin in parts of about WORKER_JOB_BYTES, in order."""
-    return [_parts(b, weights) for b in bins]
+def _split(bins: list[list[int]], weights: list[int], urgent: AbstractSet[int] = frozenset()) -> list[list[list[int]]]:
+    """Each process's bin in parts of about WORKER_JOB_BYTES, in order; the groups in ``urgent`` (a
+    live session's shard) first, in parts of their own: followed as soon as their part is done."""
+    return [_parts([i for i in b if i in urgent], weights) + _parts([i for i in b if i not in urgent], weights)
+            for b in bins]
 
 
 def _parts(b: list[int], weights: list[int]) -> list[list[int]]:
@@ -247,7 +251,7 @@ def _parts(b: list[int], weights: list[int]) -> list[list[int]]:
             out.append([])
         out[-1].append(i)
         done += weights[i]
-    return out
+    return [part for part in out if part]
 
 
 def _parcel(ctx: Any, *parts: Any) -> Any:
@@ -299,11 +303,12 @@ def _take_over(live: LiveFirst, metrics: bool) -> None:
 def _collect(running: list[tuple[Any, Any]], queues: list[list[_Job]],
              start: Callable[[_Job, int], tuple[Any, Any]], done: Any, total: int,
              progress: Callable[[int, int], None] | None, stopper: Any,
-             desk: PriceDesk, live: LiveFirst | None, parcels: dict[Any, Any]) -> CatchUpResult:
+             desk: PriceDesk, live: LiveFirst | None, started: dict[Any, tuple[Any, _Job]]) -> CatchUpResult:
     """Wait for the workers' results, starting the next part of a bin as its running part ends
     (``running[k]`` reads bin k's parts, ``queues[k]`` what is left of them; ``live``: following
-    the live sessions meanwhile; ``parcels``: each worker's, dropped once it has ended). ``running``
-    is kept current: the caller stops what is in it."""
+    the live sessions meanwhile, and those of each part done from then on; ``started``: each
+    worker's parcel and job, dropped once it has ended). ``running`` is kept current: the caller
+    stops what is in it."""
     result = CatchUpResult(workers=len(running), jobs=len(running) + sum(map(len, queues)))
     queues = [list(q) for q in queues]
     bins = list(range(len(running)))  # the bin each running worker reads, beside ``running``
@@ -314,7 +319,7 @@ def _collect(running: list[tuple[Any, Any]], queues: list[list[_Job]],
         stats = _receive(reader)
         _join(proc, live)
         reader.close()
-        parcels.pop(proc, None)
+        job = started.pop(proc)[1]  # its parcel goes with it
         if queues[b]:
             running.append(start(queues[b].pop(0), b))
             bins.append(b)
@@ -323,6 +328,8 @@ def _collect(running: list[tuple[Any, Any]], queues: list[list[_Job]],
             log.warning("a catch-up worker ended with exit code %s; its unfinished part is read again",
                         proc.exitcode)
             continue
+        if live is not None:
+            live.adopt(job.groups)
         result.files += stats["files"]
         result.lines += stats["lines"]
         result.spans_exported += stats["exported"]

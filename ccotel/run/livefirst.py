@@ -7,7 +7,9 @@ whatever the watcher reports in a file this process owns is read at once: betwee
 the one-process catch-up (``Pipeline.backfill``'s ``between``), and while catch-up workers read the
 rest (catchup.py). Nothing is read by two readers: a session not read yet, or in a worker's shard,
 is *held* (its reports are kept back); once it is read (the worker done, the caller's checkpoint
-taken over) it is followed like the others. A session that becomes live while held waits for that.
+taken over) it is followed like the others: a worker's part as soon as it is done, so a session that
+becomes live while held waits for its part, and a long live session too large to be read here is
+its worker's first part.
 A session read to its end before a restart is held by no one unless its shard has something else to
 read: a recent one's shard is read here, an old one's goes to a worker.
 
@@ -82,11 +84,14 @@ class LiveFirst:
                 continue
         return newest if newest >= self.since_s else 0.0
 
-    def live_shards(self, groups: list[Group], shards: list[list[int]], weights: list[int]) -> list[list[int]]:
-        """The shards (indices into ``groups``, each with something to read) holding a recent
-        session, the most recent first, within LIVE_MAX_BYTES (or a quarter of the total to read).
-        A recent session read to its end before a restart counts too: its shard's other sessions
-        may share calls with it, so whoever follows it reads them."""
+    def live_shards(self, groups: list[Group], shards: list[list[int]],
+                    weights: list[int]) -> tuple[list[list[int]], list[list[int]]]:
+        """Of the shards (indices into ``groups``, each with something to read) holding a recent
+        session, the most recent first: those read here first, within LIVE_MAX_BYTES (or a quarter
+        of the total to read), and the others (a long session written just now: a worker reads
+        each first, then it is followed here, ``adopt``). A recent session read to its end before
+        a restart counts too: its shard's other sessions may share calls with it, so whoever
+        follows it reads them."""
         cap = min(LIVE_MAX_BYTES, sum(weights) // 4)
         ranked = []
         for members in shards:
@@ -94,13 +99,16 @@ class LiveFirst:
             if newest:
                 ranked.append((-newest, members))
         chosen: list[list[int]] = []
+        others: list[list[int]] = []
         taken = 0
         for _neg, members in sorted(ranked, key=lambda r: r[0]):
             size = sum(weights[i] for i in members)
             if taken + size <= cap or not chosen and size <= LIVE_MAX_BYTES:
                 chosen.append(members)
                 taken += size
-        return chosen
+            else:
+                others.append(members)
+        return chosen, others
 
     def order(self, groups: list[Group], checkpoints: Mapping[str, Checkpoint]) -> list[Group]:
         """The one-process catch-up's order: the live sessions (with the groups that may share
@@ -112,7 +120,7 @@ class LiveFirst:
         if any(self.recent(groups[i]) for i in unread):
             sub = [groups[i] for i in unread]
             shards = [[unread[j] for j in members] for members in plan_shards(sub, [weights[i] for i in unread])]
-            first = sorted(i for members in self.live_shards(groups, shards, weights) for i in members)
+            first = sorted(i for members in self.live_shards(groups, shards, weights)[0] for i in members)
         chosen = set(first)
         ordered = [groups[i] for i in first] + [g for i, g in enumerate(groups) if i not in chosen]
         self.hold(ordered)
@@ -137,6 +145,16 @@ class LiveFirst:
             self._held_flat -= {(root, tf.project) for root, tf in group if tf.kind is FileKind.FLAT_AGENT}
         kept, self._deferred = self._deferred, set()
         self._take(kept)
+
+    def adopt(self, groups: list[Group]) -> None:
+        """A catch-up worker has read these sessions (its part is done, others may still run). If
+        one of them is live (written since shortly before the start), this process takes over what
+        the worker wrote of them and follows them from here; else they wait for the take-over of
+        every part at once, after the workers (what it holds is never held beside them)."""
+        if not any(self.recent(group) for group in groups):
+            return
+        self.pipeline.adopt_state({tf.path for group in groups for _r, tf in group})
+        self.release(groups)
 
     def between(self, group: Group) -> None:
         """Pipeline.backfill's hook: a session was read; read what the watcher reported."""

@@ -25,6 +25,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 from ccotel.assemble.assembler import Assembler
@@ -244,17 +245,18 @@ class Pipeline:
             self.assembler.flush(None if close_all else self.clock(), session_id=sid, alive=self.detectors.alive)
         self._emit()
 
-    def adopt_state(self) -> None:
+    def adopt_state(self, paths: AbstractSet[str] | None = None) -> None:
         """Catch-up workers wrote the state while this pipeline followed the live sessions: take
         their checkpoints (of the files this pipeline does not follow), acknowledged span ids,
-        digests and marks, as a pipeline opened after them would (counters: catchup.py)."""
+        digests and marks, as a pipeline opened after them would (counters: catchup.py).
+        ``paths``: only those of these files (a worker's part done while others still read)."""
         if self.state is None:
             return
         for path, ckpt in self.state.files().items():
-            if path not in self.files:
+            if path not in self.files and (paths is None or path in paths):
                 self.checkpoints[path] = ckpt
         self.delivery.acked_before |= self.state.acked()
-        self.assembler.preload(*_seen_digests(self.state))
+        self.assembler.preload(*(_seen_digests(self.state) if paths is None else self.state.held_by(sorted(paths))))
         self.detectors.marks |= self.state.marks()
 
     # -- live --------------------------------------------------------------------

@@ -309,6 +309,17 @@ class PgState:
             (self._hid,)).fetchall())
         return {r[0] for r in rows}
 
+    def held_by(self, paths: list[str]) -> tuple[list[int], list[int]]:
+        anchors = [self._anchor(anchor_of(p)) for p in paths]
+
+        def query(c: psycopg.Connection[Any]) -> tuple[list[int], list[int]]:
+            calls, prompts = (sorted({r[0] for r in c.execute(
+                f"SELECT digest FROM ccotel.{table} WHERE anchor = ANY(%s)", (anchors,)).fetchall()})  # noqa: S608
+                for table in ("calls", "prompts"))
+            return calls, prompts
+
+        return self._read(query)
+
     def held_only_by(self, paths: list[str]) -> tuple[set[int], set[int], set[str]]:
         anchors = [self._anchor(anchor_of(p)) for p in paths]
 

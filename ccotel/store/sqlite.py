@@ -211,6 +211,18 @@ class SqliteState:
     def marks(self) -> set[str]:
         return {row[0] for row in self._db.execute("SELECT key FROM marks")}
 
+    def held_by(self, paths: list[str]) -> tuple[list[int], list[int]]:
+        """The call and prompt digests these files hold (each ascending, once): what a process
+        takes over with them from another that read them (a catch-up worker)."""
+        anchors = [anchor_of(p) for p in paths]
+        out: tuple[set[int], set[int]] = (set(), set())
+        for table, into in (("calls", out[0]), ("prompts", out[1])):
+            for chunk in _chunks(anchors, 500):
+                marks = ",".join("?" * len(chunk))
+                into.update(row[0] for row in self._db.execute(
+                    f"SELECT digest FROM {table} WHERE anchor IN ({marks})", chunk))  # noqa: S608
+        return sorted(out[0]), sorted(out[1])
+
     def held_only_by(self, paths: list[str]) -> tuple[set[int], set[int], set[str]]:
         """The call digests, prompt digests and marks that no file but these holds: what goes
         from memory when these files go."""

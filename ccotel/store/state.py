@@ -120,6 +120,11 @@ class State(Protocol):
         """The one-off events already counted."""
         ...
 
+    def held_by(self, paths: list[str]) -> tuple[list[int], list[int]]:
+        """The call and prompt digests these files hold, each ascending: what a process takes
+        over with them from another that read them (a catch-up worker)."""
+        ...
+
     def held_only_by(self, paths: list[str]) -> tuple[set[int], set[int], set[str]]:
         """The call digests, prompt digests and marks that no file but these holds: what goes
         from memory when these files go."""

@@ -22,6 +22,7 @@ import time
 import urllib.request
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -95,6 +96,27 @@ def final_answer(app, parent: str) -> bytes:
     return orjson.dumps(a) + b"\n"
 
 
+def append_live_turn(rx: OtlpReceiver, proc: subprocess.Popen, path: str, sid: str, cwd: str,
+                     tool_id: str) -> tuple[Any, bytes, float]:
+    """A prompt, its tool_use and the tool_result appended to ``path`` as Claude Code writes them;
+    waits for the tool's span. Returns the appender, the tool_result line (the final answer's
+    parent) and the monotonic time of the append."""
+    from bench.corpus import LiveAppender
+
+    app = LiveAppender(path, sid, cwd, seed=tool_id)
+    data, line = app.start(tool_id)
+    with open(path, "ab") as f:
+        f.write(data)
+    time.sleep(0.05)
+    result = app.result(tool_id, line)
+    with open(path, "ab") as f:
+        f.write(result)
+    appended = time.monotonic()
+    assert wait_until(lambda: any(s["attributes"].get("gen_ai.tool.call.id") == tool_id for s in rx.spans)
+                      or proc.poll() is not None, 300, 0.01), "no live span"
+    return app, result, appended
+
+
 def metric_sum(port: int, name: str) -> float:
     text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
     return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + "{"))
@@ -110,8 +132,6 @@ def free_port() -> int:
 
 @pytest.mark.parametrize("workers", [0, None, 2], ids=["1process", "default", "2workers"])
 def test_a_live_turn_is_exported_while_the_history_is_still_caught_up(corpus, tmp_path, workers):
-    from bench.corpus import LiveAppender
-
     shared, totals = corpus
     root = private_copy(shared, tmp_path / "history")
     files = [p for p in root.rglob("*") if p.is_file()]
@@ -134,22 +154,8 @@ def test_a_live_turn_is_exported_while_the_history_is_still_caught_up(corpus, tm
         try:
             assert wait_until(lambda: len(rx.spans) >= 200 or proc.poll() is not None, 120), "no spans arrived"
             assert "caught up" not in log.read_text(), "the catch-up ended before the append: inconclusive"
-            app = LiveAppender(path, sid, cwd, seed="live-first")
             written_ns = time.time_ns()
-            tool_id = "toolu_livefirst_000001"
-            data, line = app.start(tool_id)
-            with open(path, "ab") as f:
-                f.write(data)
-            time.sleep(0.05)
-            result = app.result(tool_id, line)
-            with open(path, "ab") as f:
-                f.write(result)
-            appended = time.monotonic()
-
-            def live_span() -> bool:
-                return any(s["attributes"].get("gen_ai.tool.call.id") == tool_id for s in rx.spans)
-
-            assert wait_until(lambda: live_span() or proc.poll() is not None, 300, 0.01), "no live span"
+            app, result, appended = append_live_turn(rx, proc, path, sid, cwd, "toolu_livefirst_000001")
             took = time.monotonic() - appended
             text, arrived = log.read_text(), len(rx.spans)
             print(f"\n{workers} worker(s): live span {took:.2f} s after the append, {arrived} of "
@@ -213,7 +219,7 @@ def test_a_restart_follows_its_live_session_while_it_catches_up_on_a_backlog(cor
     backlog (``touched``: written just before the start), or one written again only once the
     catch-up is under way (a day-old session resumed). The backlog and the live turn count (this
     is no first start), each once."""
-    from bench.corpus import LiveAppender, load_expected
+    from bench.corpus import load_expected
 
     shared, _totals = corpus
     doc = load_expected(str(shared))
@@ -258,18 +264,7 @@ def test_a_restart_follows_its_live_session_while_it_catches_up_on_a_backlog(cor
         try:
             assert wait_until(lambda: len(rx.spans) >= 200 or proc.poll() is not None, 120), "no spans arrived"
             assert "caught up" not in log2.read_text(), "the catch-up ended before the append: inconclusive"
-            app = LiveAppender(path, sid, cwd, seed="live-restart")
-            tool_id = "toolu_liverestart_00001"
-            data, line = app.start(tool_id)
-            with open(path, "ab") as f:
-                f.write(data)
-            time.sleep(0.05)
-            result = app.result(tool_id, line)
-            with open(path, "ab") as f:
-                f.write(result)
-            appended = time.monotonic()
-            assert wait_until(lambda: any(s["attributes"].get("gen_ai.tool.call.id") == tool_id for s in rx.spans)
-                              or proc.poll() is not None, 300, 0.01), "no live span"
+            app, result, appended = append_live_turn(rx, proc, path, sid, cwd, "toolu_liverestart_00001")
             took, arrived = time.monotonic() - appended, len(rx.spans)
             print(f"\n{workers} worker(s), restart: live span {took:.2f} s after the append, {arrived} of "
                   f"{backlog['spans']} backlog spans arrived by then")
@@ -286,6 +281,63 @@ def test_a_restart_follows_its_live_session_while_it_catches_up_on_a_backlog(cor
             assert len(rx.spans) == backlog["spans"] + 4
             assert metric_sum(port, "ccotel_tool_calls_total") == backlog["tool_calls"] + 1
             assert metric_sum(port, "ccotel_api_calls_total") == backlog["api_calls"] + 2
+        finally:
+            proc.terminate()
+            proc.wait(timeout=10)
+
+
+LONG = Path(tempfile.gettempdir()) / "ccotel-test-corpus" / "live-first-long-88MB"
+
+
+def test_a_long_live_session_is_followed_once_its_worker_has_read_it(corpus, tmp_path):
+    """A session written just now and longer than ccotel run reads first itself (LIVE_MAX_BYTES:
+    long sessions reach 100 MB and more) is its worker's first part, and followed as soon as that
+    part is done, while the rest of the history is still read: a turn appended once the worker has
+    read it is exported then, not once every worker has ended."""
+    from bench.corpus import ensure
+    from ccotel.run.livefirst import LIVE_MAX_BYTES
+
+    long_doc = ensure(str(LONG), None, sessions=1, seed=15, session_mean=90_000_000, projects=1)
+    assert long_doc["totals"]["bytes"] > LIVE_MAX_BYTES
+    shared, totals = corpus
+    history, long_root = private_copy(shared, tmp_path / "history"), private_copy(LONG, tmp_path / "long")
+    old = time.time() - DAY_S
+    for p in [*history.rglob("*"), *long_root.rglob("*")]:
+        os.utime(p, (old, old))
+    path, sid, cwd = last_session(long_root)
+    own_file(path)
+    os.utime(path)  # the session being written now
+    port, log = free_port(), tmp_path / "run.log"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    expected = totals["spans"] + long_doc["totals"]["spans"]
+    with OtlpReceiver() as rx:
+        env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] = rx.endpoint
+        cmd = run_cmd(history, tmp_path / "state", port, 2)
+        proc = subprocess.Popen([*cmd, "--root", str(long_root)], env=env, stdout=subprocess.DEVNULL,
+                                stderr=open(log, "w"))
+        try:
+            def long_read() -> bool:  # the long session's spans have arrived: its worker has read it
+                n = sum(1 for s in rx.spans if s["attributes"].get("session.id") == sid)
+                return n >= 0.98 * long_doc["totals"]["spans"]
+
+            assert wait_until(lambda: long_read() or proc.poll() is not None, 300, 0.05), "the long session's spans"
+            assert "caught up" not in log.read_text(), "the catch-up ended before the append: inconclusive"
+            app, result, appended = append_live_turn(rx, proc, path, sid, cwd, "toolu_livelong_0000001")
+            took, arrived = time.monotonic() - appended, len(rx.spans)
+            print(f"\nlong live session: its span {took:.2f} s after the append, {arrived} of {expected} spans by then")
+            assert "caught up" not in log.read_text(), f"the long live session waited for the catch-up ({took:.2f} s)"
+            # not held until every worker had ended: a good share of the history was still to come
+            assert arrived < 0.95 * expected, f"the long live session waited for the workers ({took:.2f} s)"
+            with open(path, "ab") as f:
+                f.write(final_answer(app, orjson.loads(result)["uuid"]))
+            assert wait_until(lambda: "caught up" in log.read_text() or proc.poll() is not None, 600, 0.2)
+            assert wait_until(lambda: len(rx.spans) >= expected + 4 or proc.poll() is not None, 120, 0.1)
+            time.sleep(1.0)  # nothing more comes
+            ids = Counter(s["span_id"] for s in rx.spans)
+            assert max(ids.values()) == 1, f"{sum(n - 1 for n in ids.values())} duplicates"
+            assert len(rx.spans) == expected + 4
+            assert metric_sum(port, "ccotel_tool_calls_total") == 1  # a first start: the live turn alone
+            assert metric_sum(port, "ccotel_tokens_total") == LIVE_TOKENS
         finally:
             proc.terminate()
             proc.wait(timeout=10)

@@ -95,6 +95,8 @@ def test_forget_goes_with_the_last_file(opener: Opener) -> None:
     st.commit(Commit(offsets={"/r/a.jsonl": (None, 1, 1, None), "/r/b.jsonl": (None, 1, 1, None)},
                      calls=[(1, a), (2, a), (2, b)], prompts=[(3, a)], marks=[("m", a)]))
     assert st.held_only_by(["/r/a.jsonl"]) == ({1}, {3}, {"m"})
+    assert st.held_by(["/r/a.jsonl"]) == ([1, 2], [3])  # what a worker's part leaves to take over
+    assert st.held_by(["/r/b.jsonl"]) == ([2], []) and st.held_by(["/r/a.jsonl", "/r/b.jsonl"]) == ([1, 2], [3])
     st.commit(Commit(forget_files=["/r/a.jsonl"]))
     assert st.calls() == {2} and st.prompts() == set() and st.marks() == set()
     assert set(st.files()) == {"/r/b.jsonl"}
