@@ -62,10 +62,12 @@ def head_keys(path: str, first: int = 1 << 16, limit: int = 4 << 20) -> list[tup
     return list(keys.items()) or [("unknown", "")]
 
 
-def plan_shards(groups: Sequence[Group], weights: Sequence[int]) -> list[list[int]]:
+def plan_shards(groups: Sequence[Group], weights: Sequence[int],
+                heads: dict[tuple[str, str], int] | None = None) -> list[list[int]]:
     """Indices of ``groups`` per shard (each list ascending), heaviest shard first (weights are
     bytes to read). Groups that may share API calls are always in the same shard; shards are
-    handed to worker processes as they come free, so the heaviest go first."""
+    handed to worker processes as they come free, so the heaviest go first. ``heads``: filled with
+    each head key (``head_keys``) and the first group that has it."""
     parent = list(range(len(groups)))
 
     def find(i: int) -> int:
@@ -86,6 +88,8 @@ def plan_shards(groups: Sequence[Group], weights: Sequence[int]) -> list[list[in
         for key in keys:
             j = by_key.setdefault(key, i)
             union(i, j)
+    if heads is not None:
+        heads.update(by_key)
     components: dict[int, list[int]] = {}
     for i in range(len(groups)):
         components.setdefault(find(i), []).append(i)

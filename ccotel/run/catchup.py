@@ -127,7 +127,8 @@ def catch_up_in_parallel(options: Options, state_dir: str, exporter: str, worker
     total = sum(weights)
     # a shard with nothing to read is no one's: its sessions (one followed before a restart, and
     # live now) are followed by this process from the start, never held for a worker
-    shards = [m for m in plan_shards(groups, weights) if any(weights[i] for i in m)]
+    heads: dict[tuple[str, str], int] = {}
+    shards = [m for m in plan_shards(groups, weights, heads) if any(weights[i] for i in m)]
     # the live sessions' shards read here first, and those too large for that: each its worker's first part
     first, urgent = live.live_shards(groups, shards, weights) if live is not None else ([], [])
     bins = balance([m for m in shards if m not in first], weights, workers)
@@ -178,6 +179,7 @@ def catch_up_in_parallel(options: Options, state_dir: str, exporter: str, worker
 
     try:
         if live is not None:
+            live.note_heads(groups, heads)
             for job in jobs:
                 live.hold(job.groups)
         running = [start(queue.pop(0), b) for b, queue in enumerate(queues)]

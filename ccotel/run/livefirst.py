@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 from ccotel.read.discover import Checkpoint, size_of, unread_bytes
 from ccotel.read.layout import projects_dir
-from ccotel.read.shard import Group, plan_shards
+from ccotel.read.shard import Group, head_keys, plan_shards
 from ccotel.records import FileKind, TranscriptFile
 from ccotel.run.pipeline import Pipeline
 
@@ -67,6 +67,12 @@ class LiveFirst:
         self._held: set[_Key] = set()
         self._held_flat: set[tuple[str, str]] = set()  # (root, project) of held flat agent files
         self._deferred: set[str] = set()
+        # A new session file whose head is a held session's (shard.head_keys) is a copy of it (Claude
+        # Code copies a session's history into a new file under a new sessionId, then goes on there):
+        # read after the original, as shard.py keeps them, so its copied calls are known as such.
+        self._heads: dict[tuple[str, str], _Key] = {}  # a held session's head keys
+        self._waiting: dict[str, _Key] = {}  # a copy's path -> the held session it waits for
+        self._done_parts: list[list[Group]] = []  # read by a worker, not taken over yet
         self._ticked = 0.0
         self._tops = {projects_dir(r) for r in pipeline.options.roots}
         if not pipeline.detectors.counting():  # a first start: what is on disk now is history
@@ -117,9 +123,11 @@ class LiveFirst:
         weights = [sum(unread_bytes(tf.path, checkpoints) for _r, tf in g) for g in groups]
         unread = [i for i, w in enumerate(weights) if w]
         first: list[int] = []
+        sub = [groups[i] for i in unread]
+        heads: dict[tuple[str, str], int] = {}
+        shards = [[unread[j] for j in members] for members in plan_shards(sub, [weights[i] for i in unread], heads)]
+        self.note_heads(sub, heads)
         if any(self.recent(groups[i]) for i in unread):
-            sub = [groups[i] for i in unread]
-            shards = [[unread[j] for j in members] for members in plan_shards(sub, [weights[i] for i in unread])]
             first = sorted(i for members in self.live_shards(groups, shards, weights)[0] for i in members)
         chosen = set(first)
         ordered = [groups[i] for i in first] + [g for i, g in enumerate(groups) if i not in chosen]
@@ -137,6 +145,13 @@ class LiveFirst:
                     self._held_flat.add((root, tf.project))
                 self._held.add(_key(root, tf))
 
+    def note_heads(self, groups: list[Group], heads: Mapping[tuple[str, str], int]) -> None:
+        """``heads``: plan_shards' head keys of these groups (by index), to know their copies by."""
+        for key, i in heads.items():
+            main = next(((root, tf) for root, tf in groups[i] if tf.kind is FileKind.MAIN), None)
+            if key[0] != "unknown" and main is not None:
+                self._heads[key] = _key(*main)
+
     def release(self, groups: Iterable[Group]) -> None:
         """These sessions are read (this process follows them from here) and reports kept back
         for them are read now."""
@@ -151,10 +166,21 @@ class LiveFirst:
         one of them is live (written since shortly before the start), this process takes over what
         the worker wrote of them and follows them from here; else they wait for the take-over of
         every part at once, after the workers (what it holds is never held beside them)."""
-        if not any(self.recent(group) for group in groups):
+        awaited = set(self._waiting.values())
+        if not any(self.recent(group) or _keys(group) & awaited for group in groups):
+            self._done_parts.append(groups)  # taken over at once if a copy of one of them comes
             return
         self.pipeline.adopt_state({tf.path for group in groups for _r, tf in group})
         self.release(groups)
+
+    def _adopt_awaited(self) -> None:
+        """The parts a worker has read that hold a session a copy waits for: taken over now."""
+        awaited = set(self._waiting.values())
+        for part in [p for p in self._done_parts if any(_keys(g) & awaited for g in p)]:
+            if part in self._done_parts:  # not taken over meanwhile (release reads what waited)
+                self._done_parts.remove(part)
+                self.pipeline.adopt_state({tf.path for group in part for _r, tf in group})
+                self.release(part)
 
     def between(self, group: Group) -> None:
         """Pipeline.backfill's hook: a session was read; read what the watcher reported."""
@@ -174,6 +200,9 @@ class LiveFirst:
         """The catch-up is over: what was kept back goes to the live loop (runner.follow)."""
         self._held.clear()
         self._held_flat.clear()
+        self._heads.clear()
+        self._waiting.clear()
+        self._done_parts.clear()
         for path in self._deferred:
             self.watcher.mark(path)
         self._deferred.clear()
@@ -187,6 +216,8 @@ class LiveFirst:
                 self._deferred.add(path)
         if ready:
             self.pipeline.poll(sorted(ready))
+        if self._waiting and self._done_parts:
+            self._adopt_awaited()
 
     def _mine(self, path: str) -> bool:
         """A transcript this process may read now: followed already, or new and of no held session.
@@ -202,4 +233,23 @@ class LiveFirst:
         root, tf = found
         if tf.kind is FileKind.FLAT_AGENT:
             return (root, tf.project) not in self._held_flat
-        return _key(root, tf) not in self._held and (root, tf.project, None) not in self._held
+        if _key(root, tf) in self._held or (root, tf.project, None) in self._held:
+            return False
+        if tf.kind is FileKind.MAIN and self._heads:
+            heads = head_keys(path)
+            if heads == [("unknown", "")]:
+                return False  # nothing to tell a copy by yet (a file just created): its next lines say
+            original = self._copied(heads)
+            if original is not None:
+                self._waiting[path] = original
+                return False
+        self._waiting.pop(path, None)
+        return True
+
+    def _copied(self, heads: list[tuple[str, str]]) -> _Key | None:
+        """The held session a new session file with these head keys is a copy of, if any."""
+        for key in heads:
+            original = self._heads.get(key)
+            if original is not None and original in self._held:
+                return original
+        return None

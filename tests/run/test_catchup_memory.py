@@ -57,6 +57,9 @@ class _Live:
     def hold(self, _groups: Any) -> None:
         pass
 
+    def note_heads(self, *_args: Any) -> None:
+        pass
+
     def poll(self, timeout_s: float) -> None:
         time.sleep(timeout_s)
 

@@ -341,3 +341,76 @@ def test_a_long_live_session_is_followed_once_its_worker_has_read_it(corpus, tmp
         finally:
             proc.terminate()
             proc.wait(timeout=10)
+
+
+@pytest.mark.parametrize("workers", [0, 2], ids=["1process", "2workers"])
+def test_a_session_forked_while_a_restart_catches_up_counts_its_copied_calls_once(corpus, tmp_path, workers):
+    """A session of the backlog (read by a catch-up worker) copied into a new file under a new
+    sessionId while ccotel run catches up after a restart (Claude Code writes such copies: its whole
+    history, then the new turns): the copy's calls are the original's, counted and sent once; the
+    new turn counts."""
+    from bench.corpus import load_expected
+
+    shared, _totals = corpus
+    doc = load_expected(str(shared))
+    assert doc is not None
+    root = private_copy(shared, tmp_path / "history")
+    projects = sorted(p.name for p in (root / "projects").iterdir())
+    later = set(projects[2:])  # the first run reads the first two projects
+    aside = tmp_path / "written-while-stopped"
+    (aside / "projects").mkdir(parents=True)
+    for name in later:
+        os.rename(root / "projects" / name, aside / "projects" / name)
+    old = time.time() - DAY_S
+    for p in [*root.rglob("*"), *aside.rglob("*")]:
+        os.utime(p, (old, old))
+    original, sid, cwd = last_session(aside)  # a session of the backlog
+    original = str(root / Path(original).relative_to(aside))
+    state, env = tmp_path / "state", {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    with OtlpReceiver() as rx:  # the first run: the first two projects
+        env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] = rx.endpoint
+        proc = subprocess.Popen(run_cmd(root, state, free_port(), 2), env=env, stdout=subprocess.DEVNULL,
+                                stderr=open(tmp_path / "run.log", "w"))
+        try:
+            assert wait_until(lambda: "caught up" in (tmp_path / "run.log").read_text() or proc.poll() is not None,
+                              300, 0.1)
+        finally:
+            proc.terminate()
+            assert proc.wait(timeout=30) == 0
+    for name in later:  # written while ccotel was stopped
+        os.rename(aside / "projects" / name, root / "projects" / name)
+    backlog = project_totals(doc["sessions"], later)
+    fork_sid = "0f0f0f0f-1111-4222-8333-444455556666"
+    fork = os.path.join(os.path.dirname(original), fork_sid + ".jsonl")
+    log = tmp_path / "restart.log"
+    port = free_port()
+    with OtlpReceiver() as rx:
+        env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] = rx.endpoint
+        proc = subprocess.Popen(run_cmd(root, state, port, workers), env=env, stdout=subprocess.DEVNULL,
+                                stderr=open(log, "w"))
+        try:
+            assert wait_until(lambda: len(rx.spans) >= 200 or proc.poll() is not None, 120), "no spans arrived"
+            assert "caught up" not in log.read_text(), "the catch-up ended before the fork: inconclusive"
+            with open(original, "rb") as f:
+                copy = f.read().replace(f'"sessionId":"{sid}"'.encode(), f'"sessionId":"{fork_sid}"'.encode())
+            open(fork, "wb").close()  # created first, as Claude Code does, then written
+            time.sleep(0.5)  # ccotel run sees the empty file before its lines
+            with open(fork, "ab") as f:
+                f.write(copy)
+            app, result, appended = append_live_turn(rx, proc, fork, fork_sid, cwd, "toolu_livefork_00000001")
+            took, caught_up = time.monotonic() - appended, "caught up" in log.read_text()
+            print(f"\n{workers} worker(s), fork: its live span {took:.2f} s after the append "
+                  f"({'after' if caught_up else 'before'} the catch-up ended)")
+            with open(fork, "ab") as f:
+                f.write(final_answer(app, orjson.loads(result)["uuid"]))
+            assert wait_until(lambda: "caught up" in log.read_text() or proc.poll() is not None, 300, 0.2)
+            assert wait_until(lambda: len(rx.spans) >= backlog["spans"] + 4 or proc.poll() is not None, 120, 0.1)
+            time.sleep(1.5)  # nothing more comes
+            ids = Counter(s["span_id"] for s in rx.spans)
+            assert max(ids.values()) == 1, f"{sum(n - 1 for n in ids.values())} duplicates"
+            assert metric_sum(port, "ccotel_tool_calls_total") == backlog["tool_calls"] + 1
+            assert metric_sum(port, "ccotel_api_calls_total") == backlog["api_calls"] + 2
+            assert len(rx.spans) == backlog["spans"] + 4
+        finally:
+            proc.terminate()
+            proc.wait(timeout=10)
