@@ -211,6 +211,43 @@ def project_totals(doc_sessions: dict, projects: set[str]) -> dict[str, int]:
     return dict(out)
 
 
+def split_history(shared: Path, tmp_path: Path) -> tuple[Path, Path, set[str], set[str]]:
+    """The corpus as a private tree holding its first two projects (what ccotel first runs on) and
+    the others aside (``aside/projects``: written while it was stopped); every file a day old."""
+    root = private_copy(shared, tmp_path / "history")
+    projects = sorted(p.name for p in (root / "projects").iterdir())
+    aside = tmp_path / "written-while-stopped"
+    (aside / "projects").mkdir(parents=True)
+    for name in projects[2:]:
+        os.rename(root / "projects" / name, aside / "projects" / name)
+    old = time.time() - DAY_S
+    for p in [*root.rglob("*"), *aside.rglob("*")]:
+        os.utime(p, (old, old))
+    return root, aside, set(projects[:2]), set(projects[2:])
+
+
+def run_until_caught_up(root: Path, state: Path, workers: int, spans: int, log: Path) -> int:
+    """``ccotel run`` until it has caught up and ``spans`` spans arrived, then stopped (SIGTERM, exit
+    0): how many spans it sent."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    with OtlpReceiver() as rx:
+        env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] = rx.endpoint
+        proc = subprocess.Popen(run_cmd(root, state, free_port(), workers), env=env, stdout=subprocess.DEVNULL,
+                                stderr=open(log, "w"))
+        try:
+            assert wait_until(lambda: "caught up" in log.read_text() or proc.poll() is not None, 300, 0.1)
+            assert wait_until(lambda: len(rx.spans) >= spans or proc.poll() is not None, 120, 0.1)
+        finally:
+            proc.terminate()
+            assert proc.wait(timeout=30) == 0
+        return len(rx.spans)
+
+
+def bring_back(root: Path, aside: Path, projects: set[str]) -> None:
+    for name in projects:  # written while ccotel was stopped
+        os.rename(aside / "projects" / name, root / "projects" / name)
+
+
 @pytest.mark.parametrize("workers,touched", [(0, True), (2, True), (2, False)],
                          ids=["1process", "2workers", "2workers-resumed"])
 def test_a_restart_follows_its_live_session_while_it_catches_up_on_a_backlog(corpus, tmp_path, workers, touched):
@@ -224,35 +261,14 @@ def test_a_restart_follows_its_live_session_while_it_catches_up_on_a_backlog(cor
     shared, _totals = corpus
     doc = load_expected(str(shared))
     assert doc is not None
-    root = private_copy(shared, tmp_path / "history")
-    projects = sorted(p.name for p in (root / "projects").iterdir())
-    first, later = set(projects[:2]), set(projects[2:])
-    aside = tmp_path / "written-while-stopped"
-    aside.mkdir()
-    for name in later:  # not there yet when ccotel first runs
-        os.rename(root / "projects" / name, aside / name)
-    old = time.time() - DAY_S
-    for p in root.rglob("*"):
-        os.utime(p, (old, old))
+    root, aside, first, later = split_history(shared, tmp_path)
     path, sid, cwd = last_session(root)  # the session followed before the stop, read to its end
     own_file(path)
-    state, log = tmp_path / "state", tmp_path / "run.log"
+    state = tmp_path / "state"
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     before, backlog = project_totals(doc["sessions"], first), project_totals(doc["sessions"], later)
-    with OtlpReceiver() as rx:
-        env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] = rx.endpoint
-        port = free_port()
-        proc = subprocess.Popen(run_cmd(root, state, port, workers), env=env, stdout=subprocess.DEVNULL,
-                                stderr=open(log, "w"))
-        try:
-            assert wait_until(lambda: "caught up" in log.read_text() or proc.poll() is not None, 300, 0.1)
-            assert wait_until(lambda: len(rx.spans) >= before["spans"] or proc.poll() is not None, 120, 0.1)
-        finally:
-            proc.terminate()
-            assert proc.wait(timeout=30) == 0
-        assert len(rx.spans) == before["spans"]
-    for name in later:  # written while ccotel was stopped
-        os.rename(aside / name, root / "projects" / name)
+    assert run_until_caught_up(root, state, workers, before["spans"], tmp_path / "run.log") == before["spans"]
+    bring_back(root, aside, later)
     if touched:
         os.utime(path)
     log2 = tmp_path / "restart.log"
@@ -354,31 +370,12 @@ def test_a_session_forked_while_a_restart_catches_up_counts_its_copied_calls_onc
     shared, _totals = corpus
     doc = load_expected(str(shared))
     assert doc is not None
-    root = private_copy(shared, tmp_path / "history")
-    projects = sorted(p.name for p in (root / "projects").iterdir())
-    later = set(projects[2:])  # the first run reads the first two projects
-    aside = tmp_path / "written-while-stopped"
-    (aside / "projects").mkdir(parents=True)
-    for name in later:
-        os.rename(root / "projects" / name, aside / "projects" / name)
-    old = time.time() - DAY_S
-    for p in [*root.rglob("*"), *aside.rglob("*")]:
-        os.utime(p, (old, old))
+    root, aside, first, later = split_history(shared, tmp_path)
     original, sid, cwd = last_session(aside)  # a session of the backlog
     original = str(root / Path(original).relative_to(aside))
     state, env = tmp_path / "state", {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
-    with OtlpReceiver() as rx:  # the first run: the first two projects
-        env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] = rx.endpoint
-        proc = subprocess.Popen(run_cmd(root, state, free_port(), 2), env=env, stdout=subprocess.DEVNULL,
-                                stderr=open(tmp_path / "run.log", "w"))
-        try:
-            assert wait_until(lambda: "caught up" in (tmp_path / "run.log").read_text() or proc.poll() is not None,
-                              300, 0.1)
-        finally:
-            proc.terminate()
-            assert proc.wait(timeout=30) == 0
-    for name in later:  # written while ccotel was stopped
-        os.rename(aside / "projects" / name, root / "projects" / name)
+    run_until_caught_up(root, state, 2, project_totals(doc["sessions"], first)["spans"], tmp_path / "run.log")
+    bring_back(root, aside, later)
     backlog = project_totals(doc["sessions"], later)
     fork_sid = "0f0f0f0f-1111-4222-8333-444455556666"
     fork = os.path.join(os.path.dirname(original), fork_sid + ".jsonl")
