@@ -170,17 +170,20 @@ class LiveFirst:
         if not any(self.recent(group) or _keys(group) & awaited for group in groups):
             self._done_parts.append(groups)  # taken over at once if a copy of one of them comes
             return
-        self.pipeline.adopt_state({tf.path for group in groups for _r, tf in group})
-        self.release(groups)
+        self._take_over(groups)
 
     def _adopt_awaited(self) -> None:
         """The parts a worker has read that hold a session a copy waits for: taken over now."""
         awaited = set(self._waiting.values())
-        for part in [p for p in self._done_parts if any(_keys(g) & awaited for g in p)]:
-            if part in self._done_parts:  # not taken over meanwhile (release reads what waited)
-                self._done_parts.remove(part)
-                self.pipeline.adopt_state({tf.path for group in part for _r, tf in group})
-                self.release(part)
+        parts = [p for p in self._done_parts if any(_keys(g) & awaited for g in p)]
+        self._done_parts = [p for p in self._done_parts if all(p is not q for q in parts)]
+        for part in parts:  # (release reads what waited, which may come here again: these are gone)
+            self._take_over(part)
+
+    def _take_over(self, part: list[Group]) -> None:
+        """What a worker wrote of these sessions, taken over; followed from here."""
+        self.pipeline.adopt_state({tf.path for group in part for _r, tf in group})
+        self.release(part)
 
     def between(self, group: Group) -> None:
         """Pipeline.backfill's hook: a session was read; read what the watcher reported."""
