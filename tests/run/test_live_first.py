@@ -377,37 +377,74 @@ def test_a_session_forked_while_a_restart_catches_up_counts_its_copied_calls_onc
     run_until_caught_up(root, state, 2, project_totals(doc["sessions"], first)["spans"], tmp_path / "run.log")
     bring_back(root, aside, later)
     backlog = project_totals(doc["sessions"], later)
-    fork_sid = "0f0f0f0f-1111-4222-8333-444455556666"
-    fork = os.path.join(os.path.dirname(original), fork_sid + ".jsonl")
-    log = tmp_path / "restart.log"
-    port = free_port()
+    log, port = tmp_path / "restart.log", free_port()
     with OtlpReceiver() as rx:
         env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] = rx.endpoint
         proc = subprocess.Popen(run_cmd(root, state, port, workers), env=env, stdout=subprocess.DEVNULL,
                                 stderr=open(log, "w"))
         try:
-            assert wait_until(lambda: len(rx.spans) >= 200 or proc.poll() is not None, 120), "no spans arrived"
-            assert "caught up" not in log.read_text(), "the catch-up ended before the fork: inconclusive"
-            with open(original, "rb") as f:
-                copy = f.read().replace(f'"sessionId":"{sid}"'.encode(), f'"sessionId":"{fork_sid}"'.encode())
-            open(fork, "wb").close()  # created first, as Claude Code does, then written
-            time.sleep(0.5)  # ccotel run sees the empty file before its lines
-            with open(fork, "ab") as f:
-                f.write(copy)
-            app, result, appended = append_live_turn(rx, proc, fork, fork_sid, cwd, "toolu_livefork_00000001")
-            took, caught_up = time.monotonic() - appended, "caught up" in log.read_text()
-            print(f"\n{workers} worker(s), fork: its live span {took:.2f} s after the append "
-                  f"({'after' if caught_up else 'before'} the catch-up ended)")
-            with open(fork, "ab") as f:
-                f.write(final_answer(app, orjson.loads(result)["uuid"]))
-            assert wait_until(lambda: "caught up" in log.read_text() or proc.poll() is not None, 300, 0.2)
-            assert wait_until(lambda: len(rx.spans) >= backlog["spans"] + 4 or proc.poll() is not None, 120, 0.1)
-            time.sleep(1.5)  # nothing more comes
-            ids = Counter(s["span_id"] for s in rx.spans)
-            assert max(ids.values()) == 1, f"{sum(n - 1 for n in ids.values())} duplicates"
-            assert metric_sum(port, "ccotel_tool_calls_total") == backlog["tool_calls"] + 1
-            assert metric_sum(port, "ccotel_api_calls_total") == backlog["api_calls"] + 2
-            assert len(rx.spans) == backlog["spans"] + 4
+            fork_during_catch_up(rx, proc, log, original, sid, cwd, f"{workers} worker(s), restart")
+            # the backlog counts (no first start); the fork's copy of it not again, its turn once
+            expect_once(rx, port, backlog["spans"] + 4, backlog["tool_calls"] + 1, backlog["api_calls"] + 2)
         finally:
             proc.terminate()
             proc.wait(timeout=10)
+
+
+def test_a_session_forked_during_a_first_catch_up_counts_only_its_new_turn(corpus, tmp_path):
+    """The same on a first start: the fork's copied history is history (not counted, sent once
+    with its original); its new turn is live."""
+    shared, totals = corpus
+    root = private_copy(shared, tmp_path / "history")
+    old = time.time() - DAY_S
+    for p in root.rglob("*"):
+        os.utime(p, (old, old))
+    original, sid, cwd = last_session(root)
+    log, port = tmp_path / "run.log", free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    with OtlpReceiver() as rx:
+        env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] = rx.endpoint
+        proc = subprocess.Popen(run_cmd(root, tmp_path / "state", port, 2), env=env, stdout=subprocess.DEVNULL,
+                                stderr=open(log, "w"))
+        try:
+            fork_during_catch_up(rx, proc, log, original, sid, cwd, "2 worker(s), first start")
+            expect_once(rx, port, totals["spans"] + 4, 1, 2)
+            assert metric_sum(port, "ccotel_tokens_total") == LIVE_TOKENS
+        finally:
+            proc.terminate()
+            proc.wait(timeout=10)
+
+
+def fork_during_catch_up(rx: OtlpReceiver, proc: subprocess.Popen, log: Path, original: str, sid: str, cwd: str,
+                         label: str) -> None:
+    """Once the catch-up is under way: ``original`` copied into a new session file (Claude Code
+    creates it, then writes the copy with the new sessionId), a turn written there, its final
+    answer; then waits for the end of the catch-up."""
+    fork_sid = "0f0f0f0f-1111-4222-8333-444455556666"
+    fork = os.path.join(os.path.dirname(original), fork_sid + ".jsonl")
+    assert wait_until(lambda: len(rx.spans) >= 200 or proc.poll() is not None, 120), "no spans arrived"
+    assert "caught up" not in log.read_text(), "the catch-up ended before the fork: inconclusive"
+    with open(original, "rb") as f:
+        copy = f.read().replace(f'"sessionId":"{sid}"'.encode(), f'"sessionId":"{fork_sid}"'.encode())
+    open(fork, "wb").close()
+    time.sleep(0.5)  # ccotel run sees the empty file before its lines
+    with open(fork, "ab") as f:
+        f.write(copy)
+    app, result, appended = append_live_turn(rx, proc, fork, fork_sid, cwd, "toolu_livefork_00000001")
+    took, caught_up = time.monotonic() - appended, "caught up" in log.read_text()
+    print(f"\n{label}, fork: its live span {took:.2f} s after the append "
+          f"({'after' if caught_up else 'before'} the catch-up ended)")
+    with open(fork, "ab") as f:
+        f.write(final_answer(app, orjson.loads(result)["uuid"]))
+    assert wait_until(lambda: "caught up" in log.read_text() or proc.poll() is not None, 300, 0.2)
+
+
+def expect_once(rx: OtlpReceiver, port: int, spans: int, tool_calls: int, api_calls: int) -> None:
+    """Every span once, and the metrics' counts."""
+    assert wait_until(lambda: len(rx.spans) >= spans, 120, 0.1)
+    time.sleep(1.5)  # nothing more comes
+    ids = Counter(s["span_id"] for s in rx.spans)
+    assert max(ids.values()) == 1, f"{sum(n - 1 for n in ids.values())} duplicates"
+    assert metric_sum(port, "ccotel_tool_calls_total") == tool_calls
+    assert metric_sum(port, "ccotel_api_calls_total") == api_calls
+    assert len(rx.spans) == spans
