@@ -252,11 +252,12 @@ class Pipeline:
         ``paths``: only those of these files (a worker's part done while others still read)."""
         if self.state is None:
             return
-        for path, ckpt in self.state.files().items():
-            if path not in self.files and (paths is None or path in paths):
+        some = None if paths is None else sorted(paths)
+        for path, ckpt in self.state.files(some).items():
+            if path not in self.files:
                 self.checkpoints[path] = ckpt
         self.delivery.acked_before |= self.state.acked()
-        self.assembler.preload(*(_seen_digests(self.state) if paths is None else self.state.held_by(sorted(paths))))
+        self.assembler.preload(*(_seen_digests(self.state) if some is None else self.state.held_by(some)))
         self.detectors.marks |= self.state.marks()
 
     # -- live --------------------------------------------------------------------

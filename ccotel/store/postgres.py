@@ -254,10 +254,11 @@ class PgState:
                         from None
                 time.sleep(0.5)
 
-    def files(self) -> dict[str, tuple[FileIdentity | None, int, int, Marker | None]]:
-        rows = self._read(lambda c: c.execute(
-            "SELECT path, dev, ino, head_len, fingerprint, read_offset, read_to, marker FROM ccotel.files WHERE "
-            "hid = %s", (self._hid,)).fetchall())
+    def files(self, paths: list[str] | None = None) -> dict[str, tuple[FileIdentity | None, int, int, Marker | None]]:
+        query = ("SELECT path, dev, ino, head_len, fingerprint, read_offset, read_to, marker FROM ccotel.files WHERE "
+                 "hid = %s")
+        rows = self._read(lambda c: c.execute(query, (self._hid,)).fetchall() if paths is None else
+                          c.execute(query + " AND path = ANY(%s)", (self._hid, paths)).fetchall())
         return {p: (FileIdentity(dev, ino, hl, fp) if fp is not None else None, off, rt, Marker.parse(m))
                 for p, dev, ino, hl, fp, off, rt, m in rows}
 

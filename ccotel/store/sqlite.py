@@ -21,11 +21,13 @@ follow open work: they go when their owner is done.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator
+from typing import TypeVar
 
 from ccotel.read.tail import FileIdentity, Marker
 from ccotel.store.aside import set_aside
@@ -164,12 +166,15 @@ class SqliteState:
             raise
         return db
 
-    def files(self) -> dict[str, tuple[FileIdentity | None, int, int, Marker | None]]:
+    def files(self, paths: list[str] | None = None) -> dict[str, tuple[FileIdentity | None, int, int, Marker | None]]:
         """path -> (identity, offset of the first line not fully delivered, bytes already read,
-        offset marker)."""
+        offset marker); of ``paths`` only, if given."""
+        query = "SELECT path, dev, ino, head_len, fingerprint, offset, read_to, marker FROM files"
+        rows = self._db.execute(query) if paths is None else itertools.chain.from_iterable(
+            self._db.execute(f"{query} WHERE path IN ({','.join('?' * len(chunk))})", chunk)  # noqa: S608
+            for chunk in _chunks(paths, 500))
         out: dict[str, tuple[FileIdentity | None, int, int, Marker | None]] = {}
-        for path, dev, ino, head_len, fp, offset, read_to, marker in self._db.execute(
-                "SELECT path, dev, ino, head_len, fingerprint, offset, read_to, marker FROM files"):
+        for path, dev, ino, head_len, fp, offset, read_to, marker in rows:
             ident = FileIdentity(dev, ino, head_len, fp) if fp is not None else None
             out[path] = (ident, offset, read_to, Marker.parse(marker))
         return out
@@ -392,5 +397,8 @@ def _move_aside(path: str, exc: BaseException) -> str:
     return aside
 
 
-def _chunks(items: list[int], n: int) -> list[list[int]]:
+T = TypeVar("T")
+
+
+def _chunks(items: list[T], n: int) -> list[list[T]]:
     return [items[i:i + n] for i in range(0, len(items), n)]

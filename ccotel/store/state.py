@@ -85,9 +85,10 @@ class State(Protocol):
     on_error: Callable[[str], None] | None
     failures: int  # failed commit attempts since the last one written
 
-    def files(self) -> dict[str, tuple[FileIdentity | None, int, int, Marker | None]]:
+    def files(self, paths: list[str] | None = None) -> dict[str, tuple[FileIdentity | None, int, int, Marker | None]]:
         """path -> (identity, offset of the first line not fully delivered, bytes already read,
-        the offset marker: a digest of the last bytes read, None where none was kept)."""
+        the offset marker: a digest of the last bytes read, None where none was kept); of
+        ``paths`` only, if given (what a process takes over of a catch-up worker's part)."""
         ...
 
     def acked(self) -> set[int]:

@@ -79,6 +79,8 @@ def test_commit_and_reload(opener: Opener) -> None:
     st.close()
     st = opener("h1")
     assert st.files() == {"/r/a.jsonl": (ident, 10, 12, marker), "/r/b.jsonl": (None, 5, 5, None)}
+    assert st.files(["/r/b.jsonl", "/r/gone.jsonl"]) == {"/r/b.jsonl": (None, 5, 5, None)}  # of these only
+    assert st.files([]) == {}
     assert st.acked() == {1, (1 << 64) - 5}
     assert st.calls() == {11, -12} and st.prompts() == {21}
     assert st.counters() == {"delivered:x": 5.0, "read:y": 2.0}  # increments, not the sum of totals
