@@ -165,7 +165,8 @@ class LiveFirst:
         """A catch-up worker has read these sessions (its part is done, others may still run). If
         one of them is live (written since shortly before the start), this process takes over what
         the worker wrote of them and follows them from here; else they wait for the take-over of
-        every part at once, after the workers (what it holds is never held beside them)."""
+        every part at once, after the workers (what it holds is then not held beside them), unless
+        a copy of one of them comes first (``_adopt_awaited``)."""
         awaited = set(self._waiting.values())
         if not any(self.recent(group) or _keys(group) & awaited for group in groups):
             self._done_parts.append(groups)  # taken over at once if a copy of one of them comes
