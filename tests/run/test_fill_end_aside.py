@@ -119,7 +119,6 @@ def test_an_in_memory_ledger_ends_its_fill_at_once() -> None:
     ledger.close()
 
 
-
 def test_a_stop_does_not_wait_for_the_totals_and_the_next_start_makes_them(tmp_path: Path,
                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     """ccotel run stopped while the totals are made is gone within its grace period: close waits

@@ -130,6 +130,19 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def start_run(rx: OtlpReceiver, log: Path, root: Path, state: Path, port: int, workers: int | None,
+              *more: str) -> subprocess.Popen:
+    """``ccotel run`` on ``root`` (its catch-up in parallel from 1 MB), exporting to ``rx``, serving
+    its metrics on ``port``, its log in ``log``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] = rx.endpoint
+    return subprocess.Popen(
+        [sys.executable, "-m", "ccotel", "run", "--root", str(root), "--state-dir", str(state),
+         *([] if workers is None else ["--workers", str(workers)]), "--parallel-min-mb", "1",
+         "--metrics-addr", f"127.0.0.1:{port}", "--no-status", *more],
+        env=env, stdout=subprocess.DEVNULL, stderr=open(log, "w"))
+
+
 @pytest.mark.parametrize("workers", [0, None, 2], ids=["1process", "default", "2workers"])
 def test_a_live_turn_is_exported_while_the_history_is_still_caught_up(corpus, tmp_path, workers):
     shared, totals = corpus
@@ -143,14 +156,8 @@ def test_a_live_turn_is_exported_while_the_history_is_still_caught_up(corpus, tm
     os.utime(path)  # the session being written now
     port = free_port()
     log = tmp_path / "run.log"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     with OtlpReceiver() as rx:
-        env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] = rx.endpoint
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "ccotel", "run", "--root", str(root), "--state-dir", str(tmp_path / "state"),
-             *([] if workers is None else ["--workers", str(workers)]), "--parallel-min-mb", "1",
-             "--metrics-addr", f"127.0.0.1:{port}", "--no-status"],
-            env=env, stdout=subprocess.DEVNULL, stderr=open(log, "w"))
+        proc = start_run(rx, log, root, tmp_path / "state", port, workers)
         try:
             assert wait_until(lambda: len(rx.spans) >= 200 or proc.poll() is not None, 120), "no spans arrived"
             assert "caught up" not in log.read_text(), "the catch-up ended before the append: inconclusive"
@@ -197,12 +204,6 @@ def test_a_live_turn_is_exported_while_the_history_is_still_caught_up(corpus, tm
             proc.wait(timeout=10)
 
 
-def run_cmd(root: Path, state: Path, port: int, workers: int | None) -> list[str]:
-    return [sys.executable, "-m", "ccotel", "run", "--root", str(root), "--state-dir", str(state),
-            *([] if workers is None else ["--workers", str(workers)]), "--parallel-min-mb", "1",
-            "--metrics-addr", f"127.0.0.1:{port}", "--no-status"]
-
-
 def project_totals(doc_sessions: dict, projects: set[str]) -> dict[str, int]:
     out: Counter[str] = Counter()
     for s in doc_sessions.values():
@@ -229,11 +230,8 @@ def split_history(shared: Path, tmp_path: Path) -> tuple[Path, Path, set[str], s
 def run_until_caught_up(root: Path, state: Path, workers: int, spans: int, log: Path) -> int:
     """``ccotel run`` until it has caught up and ``spans`` spans arrived, then stopped (SIGTERM, exit
     0): how many spans it sent."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     with OtlpReceiver() as rx:
-        env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] = rx.endpoint
-        proc = subprocess.Popen(run_cmd(root, state, free_port(), workers), env=env, stdout=subprocess.DEVNULL,
-                                stderr=open(log, "w"))
+        proc = start_run(rx, log, root, state, free_port(), workers)
         try:
             assert wait_until(lambda: "caught up" in log.read_text() or proc.poll() is not None, 300, 0.1)
             assert wait_until(lambda: len(rx.spans) >= spans or proc.poll() is not None, 120, 0.1)
@@ -265,7 +263,6 @@ def test_a_restart_follows_its_live_session_while_it_catches_up_on_a_backlog(cor
     path, sid, cwd = last_session(root)  # the session followed before the stop, read to its end
     own_file(path)
     state = tmp_path / "state"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     before, backlog = project_totals(doc["sessions"], first), project_totals(doc["sessions"], later)
     assert run_until_caught_up(root, state, workers, before["spans"], tmp_path / "run.log") == before["spans"]
     bring_back(root, aside, later)
@@ -273,10 +270,8 @@ def test_a_restart_follows_its_live_session_while_it_catches_up_on_a_backlog(cor
         os.utime(path)
     log2 = tmp_path / "restart.log"
     with OtlpReceiver() as rx:
-        env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] = rx.endpoint
         port = free_port()
-        proc = subprocess.Popen(run_cmd(root, state, port, workers), env=env, stdout=subprocess.DEVNULL,
-                                stderr=open(log2, "w"))
+        proc = start_run(rx, log2, root, state, port, workers)
         try:
             assert wait_until(lambda: len(rx.spans) >= 200 or proc.poll() is not None, 120), "no spans arrived"
             assert "caught up" not in log2.read_text(), "the catch-up ended before the append: inconclusive"
@@ -324,13 +319,9 @@ def test_a_long_live_session_is_followed_once_its_worker_has_read_it(corpus, tmp
     own_file(path)
     os.utime(path)  # the session being written now
     port, log = free_port(), tmp_path / "run.log"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     expected = totals["spans"] + long_doc["totals"]["spans"]
     with OtlpReceiver() as rx:
-        env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] = rx.endpoint
-        cmd = run_cmd(history, tmp_path / "state", port, 2)
-        proc = subprocess.Popen([*cmd, "--root", str(long_root)], env=env, stdout=subprocess.DEVNULL,
-                                stderr=open(log, "w"))
+        proc = start_run(rx, log, history, tmp_path / "state", port, 2, "--root", str(long_root))
         try:
             def long_read() -> bool:  # the long session's spans have arrived: its worker has read it
                 n = sum(1 for s in rx.spans if s["attributes"].get("session.id") == sid)
@@ -373,15 +364,13 @@ def test_a_session_forked_while_a_restart_catches_up_counts_its_copied_calls_onc
     root, aside, first, later = split_history(shared, tmp_path)
     original, sid, cwd = last_session(aside)  # a session of the backlog
     original = str(root / Path(original).relative_to(aside))
-    state, env = tmp_path / "state", {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    state = tmp_path / "state"
     run_until_caught_up(root, state, 2, project_totals(doc["sessions"], first)["spans"], tmp_path / "run.log")
     bring_back(root, aside, later)
     backlog = project_totals(doc["sessions"], later)
     log, port = tmp_path / "restart.log", free_port()
     with OtlpReceiver() as rx:
-        env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] = rx.endpoint
-        proc = subprocess.Popen(run_cmd(root, state, port, workers), env=env, stdout=subprocess.DEVNULL,
-                                stderr=open(log, "w"))
+        proc = start_run(rx, log, root, state, port, workers)
         try:
             fork_during_catch_up(rx, proc, log, original, sid, cwd, f"{workers} worker(s), restart")
             # the backlog counts (no first start); the fork's copy of it not again, its turn once
@@ -401,11 +390,8 @@ def test_a_session_forked_during_a_first_catch_up_counts_only_its_new_turn(corpu
         os.utime(p, (old, old))
     original, sid, cwd = last_session(root)
     log, port = tmp_path / "run.log", free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     with OtlpReceiver() as rx:
-        env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] = rx.endpoint
-        proc = subprocess.Popen(run_cmd(root, tmp_path / "state", port, 2), env=env, stdout=subprocess.DEVNULL,
-                                stderr=open(log, "w"))
+        proc = start_run(rx, log, root, tmp_path / "state", port, 2)
         try:
             fork_during_catch_up(rx, proc, log, original, sid, cwd, "2 worker(s), first start")
             expect_once(rx, port, totals["spans"] + 4, 1, 2)
